@@ -1,0 +1,60 @@
+/// The syntactic rules of the wire contract, shared by the server and clients so both refuse the same input.
+public enum Validation {
+    /// The largest request body the server accepts by default, in bytes.
+    public static let defaultMaxBodyBytes = 65_536
+
+    /// `userId`: 1–64 characters of `[A-Za-z0-9._@-]`.
+    public static func isValidUserId(_ value: String) -> Bool {
+        let utf8 = value.utf8
+        guard (1...64).contains(utf8.count) else { return false }
+        return utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "@"), UInt8(ascii: "-"):
+                true
+            default: false
+            }
+        }
+    }
+
+    /// Message `type`: 1–32 characters of `[a-z0-9._-]`.
+    public static func isValidMessageType(_ value: String) -> Bool {
+        let utf8 = value.utf8
+        guard (1...32).contains(utf8.count) else { return false }
+        return utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                true
+            default: false
+            }
+        }
+    }
+
+    /// A UUID in its canonical textual form (8-4-4-4-12 hex digits). Upper case is accepted; ``canonicalUUID(_:)`` lowers it.
+    public static func isValidUUID(_ value: String) -> Bool {
+        canonicalUUID(value) != nil
+    }
+
+    /// The lowercase form of a UUID string, or `nil` if it is not one.
+    public static func canonicalUUID(_ value: String) -> String? {
+        let utf8 = Array(value.utf8)
+        guard utf8.count == 36 else { return nil }
+        var out = [UInt8]()
+        out.reserveCapacity(36)
+        for (index, byte) in utf8.enumerated() {
+            switch index {
+            case 8, 13, 18, 23:
+                guard byte == UInt8(ascii: "-") else { return nil }
+                out.append(byte)
+            default:
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): out.append(byte)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): out.append(byte + 32)
+                default: return nil
+                }
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,99 @@
+/// A client → server WebSocket message (`{"op": ...}`).
+public enum ClientOperation: Sendable, Equatable {
+    case send(conversationId: String, SendMessageRequest)
+    case receipt(conversationId: String, ReceiptRequest)
+    case typing(conversationId: String, active: Bool)
+}
+
+extension ClientOperation: Codable {
+    private enum Keys: String, CodingKey {
+        case op, conversationId, active
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Keys.self)
+        let op = try container.decode(String.self, forKey: .op)
+        let conversationId = try container.decode(String.self, forKey: .conversationId)
+        switch op {
+        case "send": self = .send(conversationId: conversationId, try SendMessageRequest(from: decoder))
+        case "receipt": self = .receipt(conversationId: conversationId, try ReceiptRequest(from: decoder))
+        case "typing": self = .typing(conversationId: conversationId, active: try container.decode(Bool.self, forKey: .active))
+        default:
+            throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op \"\(op)\"")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Keys.self)
+        switch self {
+        case .send(let conversationId, let request):
+            try container.encode("send", forKey: .op)
+            try container.encode(conversationId, forKey: .conversationId)
+            try request.encode(to: encoder)
+        case .receipt(let conversationId, let request):
+            try container.encode("receipt", forKey: .op)
+            try container.encode(conversationId, forKey: .conversationId)
+            try request.encode(to: encoder)
+        case .typing(let conversationId, let active):
+            try container.encode("typing", forKey: .op)
+            try container.encode(conversationId, forKey: .conversationId)
+            try container.encode(active, forKey: .active)
+        }
+    }
+}
+
+/// `{"type": "ack", ...}`: the WebSocket form of the accept answer.
+public struct AckFrame: Codable, Sendable, Equatable {
+    public var type: String = "ack"
+    public var clientMessageId: String
+    public var serverId: String
+    public var status: ServerMessageStatus
+    public var acceptedAt: Int64
+    public var seq: Int64?
+
+    public init(clientMessageId: String, serverId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil) {
+        self.clientMessageId = clientMessageId
+        self.serverId = serverId
+        self.status = status
+        self.acceptedAt = acceptedAt
+        self.seq = seq
+    }
+
+    public init(_ response: SendMessageResponse) {
+        self.init(clientMessageId: response.clientMessageId, serverId: response.serverId, status: response.status, acceptedAt: response.acceptedAt, seq: response.seq)
+    }
+}
+
+/// `{"type": "error", ...}`: a WebSocket operation was refused. `clientMessageId` names the send it answers, when known.
+public struct ErrorFrame: Codable, Sendable, Equatable {
+    public var type: String = "error"
+    public var clientMessageId: String?
+    public var error: ErrorDetail
+
+    public init(clientMessageId: String?, error: ErrorDetail) {
+        self.clientMessageId = clientMessageId
+        self.error = error
+    }
+}
+
+/// A server → client WebSocket message: an answer to an operation, or a stream event.
+public enum ServerFrame: Sendable, Equatable {
+    case ack(AckFrame)
+    case error(ErrorFrame)
+    case event(ServerEvent)
+}
+
+extension ServerFrame: Decodable {
+    private enum Keys: String, CodingKey {
+        case type
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let type = try decoder.container(keyedBy: Keys.self).decode(String.self, forKey: .type)
+        switch type {
+        case "ack": self = .ack(try AckFrame(from: decoder))
+        case "error": self = .error(try ErrorFrame(from: decoder))
+        default: self = .event(try ServerEvent(from: decoder))
+        }
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import PigeonProtocol
+
+/// JSON in and out, with API.md's errors for bodies that are too large or malformed.
+enum JSONBody {
+    static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int) async throws -> T {
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: limit)
+        } catch is NIOTooManyBytesError {
+            throw PigeonError(.payloadTooLarge, "request body is larger than \(limit) bytes")
+        }
+        return try decode(type, from: Data(buffer.readableBytesView))
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch let error as DecodingError {
+            throw PigeonError.invalid(describe(error))
+        } catch {
+            throw PigeonError.invalid("malformed JSON")
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context, _ key: (any CodingKey)? = nil) -> String {
+            let keys = context.codingPath + (key.map { [$0] } ?? [])
+            return keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+        }
+        switch error {
+        case .keyNotFound(let key, let context): return "missing field \"\(path(context, key))\""
+        case .typeMismatch(let type, let context): return "field \"\(path(context))\" must be \(typeName(type))"
+        case .valueNotFound(let type, let context): return "field \"\(path(context))\" must be \(typeName(type)), not null"
+        case .dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "malformed JSON" : "field \"\(path(context))\": \(context.debugDescription)"
+        @unknown default: return "malformed JSON"
+        }
+    }
+
+    private static func typeName(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Int64.Type, is Int.Type: "an integer"
+        case is Bool.Type: "a boolean"
+        case is [String].Type, is [Any].Type: "an array"
+        default: "\(type)".lowercased()
+        }
+    }
+
+    static func response<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
+        let data = try JSONEncoder().encode(value)
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func errorResponse(_ error: PigeonError) -> Response {
+        let data = (try? JSONEncoder().encode(ErrorBody(code: error.code, message: error.message))) ?? Data()
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let retryAfter = error.retryAfter { headers[.retryAfter] = String(retryAfter) }
+        return Response(
+            status: HTTPResponse.Status(code: error.code.httpStatus), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}
+
+/// Turns every error into API.md's `{"error": {"code", "message"}}` body.
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as PigeonError {
+            return JSONBody.errorResponse(error)
+        } catch let error as HTTPError {
+            let code: ErrorCode =
+                switch error.status {
+                case .notFound: .notFound
+                case .methodNotAllowed: .methodNotAllowed
+                case .contentTooLarge: .payloadTooLarge
+                case .unauthorized: .unauthorized
+                case .badRequest: .invalidRequest
+                default: .internalError
+                }
+            return JSONBody.errorResponse(PigeonError(code, error.body ?? (code == .notFound ? "no such route" : "\(error.status)")))
+        } catch is NIOTooManyBytesError {
+            return JSONBody.errorResponse(PigeonError(.payloadTooLarge, "request body too large"))
+        } catch {
+            context.logger.error("request failed", metadata: ["error": "\(error)", "path": "\(request.uri.path)"])
+            return JSONBody.errorResponse(PigeonError(.internalError, "internal error"))
+        }
+    }
+}

@@ -1,0 +1,16 @@
+import Hummingbird
+import HummingbirdWebSocket
+
+/// The request context of every Pigeon route: Hummingbird's core storage, the WebSocket upgrade slot, and
+/// the authenticated device once a route or middleware has established it.
+public struct PigeonRequestContext: RequestContext, WebSocketRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let webSocket: WebSocketHandlerReference<PigeonRequestContext>
+    var device: DeviceIdentity?
+
+    public init(source: ApplicationRequestContextSource) {
+        self.coreContext = .init(source: source)
+        self.webSocket = .init()
+        self.device = nil
+    }
+}

@@ -1,0 +1,166 @@
+import GRDB
+import NIOConcurrencyHelpers
+import PigeonProtocol
+
+/// The default ingest buffer: a SQLite table in its own file (WAL, group commit).
+///
+/// An append is durable when its transaction has committed; with `durable` (the default) that commit is
+/// fsynced, so a ✓ survives power loss too. The de-duplication index keeps one small row per message
+/// forever, which is what makes a resend idempotent "at any later time".
+public final class EmbeddedBuffer: IngestBuffer {
+    private struct State {
+        var lastHandedOut: Int64 = 0
+        var depth: Int = 0
+    }
+
+    private let pool: DatabasePool
+    private let writer: GroupCommitWriter
+    private let arrivals = AsyncSignal()
+    private let state = NIOLockedValueBox(State())
+
+    /// Opens or creates the buffer at `path`.
+    public init(path: String, durable: Bool = true) throws {
+        self.pool = try SQLiteDatabase.open(path: path, durable: durable, readers: 2)
+        try Self.migrator.migrate(pool)
+        self.writer = GroupCommitWriter(writer: pool)
+        let depth = try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM entries") ?? 0 }
+        state.withLockedValue { $0.depth = depth }
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE entries(
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        server_id TEXT NOT NULL,
+                        conversation_id TEXT NOT NULL,
+                        sender_id TEXT NOT NULL,
+                        sender_device_id TEXT NOT NULL,
+                        client_message_id TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        client_timestamp INTEGER NOT NULL,
+                        accepted_at INTEGER NOT NULL);
+                    CREATE TABLE dedupe(
+                        device_id TEXT NOT NULL,
+                        client_message_id TEXT NOT NULL,
+                        server_id TEXT NOT NULL,
+                        accepted_at INTEGER NOT NULL,
+                        status TEXT NOT NULL DEFAULT 'queued',
+                        seq INTEGER,
+                        PRIMARY KEY(device_id, client_message_id)) WITHOUT ROWID;
+                    """)
+        }
+        return migrator
+    }
+
+    public var depth: Int { state.withLockedValue { $0.depth } }
+
+    public func isReady() async -> Bool {
+        (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+    }
+
+    public func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void) {
+        writer.submit(
+            { db -> AppendOutcome in
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO dedupe(device_id, client_message_id, server_id, accepted_at) VALUES (?, ?, ?, ?)
+                        ON CONFLICT DO NOTHING
+                        """
+                ).execute(arguments: [message.senderDeviceId, message.clientMessageId, message.serverId, message.acceptedAt])
+                if db.changesCount == 0 {
+                    let row = try Row.fetchOne(
+                        db.cachedStatement(
+                            sql: "SELECT server_id, accepted_at, status, seq FROM dedupe WHERE device_id = ? AND client_message_id = ?"),
+                        arguments: [message.senderDeviceId, message.clientMessageId])!
+                    return .duplicate(
+                        serverId: row[0], acceptedAt: row[1],
+                        status: ServerMessageStatus(rawValue: row[2]) ?? .queued, seq: row[3])
+                }
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,
+                            type, body, client_timestamp, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """
+                ).execute(arguments: [
+                    message.serverId, message.conversationId, message.senderId, message.senderDeviceId,
+                    message.clientMessageId, message.type, message.body, message.clientTimestamp, message.acceptedAt,
+                ])
+                return .accepted
+            },
+            afterCommit: { [state, arrivals] outcome in
+                if outcome == .accepted {
+                    state.withLockedValue { $0.depth += 1 }
+                    arrivals.notify()
+                }
+            },
+            completion: completion
+        )
+    }
+
+    public func nextBatch(max: Int, wait: Duration) async throws -> [BufferEntry] {
+        let entries = try await readAfterLastHandedOut(max: max)
+        if !entries.isEmpty || wait <= .zero { return entries }
+        await arrivals.wait(timeout: wait)
+        return try await readAfterLastHandedOut(max: max)
+    }
+
+    private func readAfterLastHandedOut(max: Int) async throws -> [BufferEntry] {
+        let after = state.withLockedValue { $0.lastHandedOut }
+        let entries = try await pool.read { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT id, attempts, server_id, conversation_id, sender_id, sender_device_id, client_message_id,
+                            type, body, client_timestamp, accepted_at
+                        FROM entries WHERE id > ? ORDER BY id LIMIT ?
+                        """),
+                arguments: [after, max]
+            ).map { row in
+                BufferEntry(
+                    id: String(row[0] as Int64),
+                    message: BufferedMessage(
+                        serverId: row[2], conversationId: row[3], senderId: row[4], senderDeviceId: row[5],
+                        clientMessageId: row[6], type: row[7], body: row[8], clientTimestamp: row[9], acceptedAt: row[10]),
+                    attempts: row[1])
+            }
+        }
+        if let last = entries.last, let id = Int64(last.id) {
+            state.withLockedValue { $0.lastHandedOut = Swift.max($0.lastHandedOut, id) }
+        }
+        return entries
+    }
+
+    public func acknowledge(_ acknowledgements: [BufferAcknowledgement]) async throws {
+        guard !acknowledgements.isEmpty else { return }
+        let removed = try await writer.write { db -> Int in
+            var removed = 0
+            for ack in acknowledgements {
+                guard let id = Int64(ack.entryId) else { continue }
+                try db.cachedStatement(sql: "DELETE FROM entries WHERE id = ?").execute(arguments: [id])
+                removed += db.changesCount
+                let (status, seq): (ServerMessageStatus, Int64?) =
+                    switch ack.outcome {
+                    case .stored(let seq): (.stored, seq)
+                    case .deadLettered: (.failed, nil)
+                    }
+                try db.cachedStatement(
+                    sql: "UPDATE dedupe SET status = ?, seq = ? WHERE device_id = ? AND client_message_id = ?"
+                ).execute(arguments: [status.rawValue, seq, ack.senderDeviceId, ack.clientMessageId])
+            }
+            return removed
+        }
+        state.withLockedValue { $0.depth -= removed }
+    }
+
+    public func recordFailedAttempt(entryId: String, attempts: Int) async throws {
+        guard let id = Int64(entryId) else { return }
+        try await writer.write { db in
+            try db.cachedStatement(sql: "UPDATE entries SET attempts = ? WHERE id = ?").execute(arguments: [attempts, id])
+        }
+    }
+}

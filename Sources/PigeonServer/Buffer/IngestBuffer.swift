@@ -1,0 +1,112 @@
+import PigeonProtocol
+
+/// A message accepted by ingest, as it waits in the buffer for processing.
+public struct BufferedMessage: Sendable, Equatable {
+    public var serverId: String
+    public var conversationId: String
+    public var senderId: String
+    public var senderDeviceId: String
+    public var clientMessageId: String
+    public var type: String
+    public var body: String
+    public var clientTimestamp: Int64
+    public var acceptedAt: Int64
+
+    public init(
+        serverId: String, conversationId: String, senderId: String, senderDeviceId: String, clientMessageId: String,
+        type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64
+    ) {
+        self.serverId = serverId
+        self.conversationId = conversationId
+        self.senderId = senderId
+        self.senderDeviceId = senderDeviceId
+        self.clientMessageId = clientMessageId
+        self.type = type
+        self.body = body
+        self.clientTimestamp = clientTimestamp
+        self.acceptedAt = acceptedAt
+    }
+}
+
+/// One buffered message handed to the processor.
+public struct BufferEntry: Sendable, Equatable {
+    /// The buffer's own id for the entry (opaque to the processor).
+    public var id: String
+    public var message: BufferedMessage
+    /// Failed processing attempts so far (survives restarts).
+    public var attempts: Int
+
+    public init(id: String, message: BufferedMessage, attempts: Int) {
+        self.id = id
+        self.message = message
+        self.attempts = attempts
+    }
+}
+
+/// What an append did.
+public enum AppendOutcome: Sendable, Equatable {
+    /// The message is durable in the buffer now.
+    case accepted
+    /// The device sent this `clientMessageId` before: nothing was appended; this is the original.
+    case duplicate(serverId: String, acceptedAt: Int64, status: ServerMessageStatus, seq: Int64?)
+}
+
+/// How processing ended for an entry, reported back to the buffer.
+public struct BufferAcknowledgement: Sendable, Equatable {
+    public enum Outcome: Sendable, Equatable {
+        case stored(seq: Int64)
+        case deadLettered
+    }
+
+    public var entryId: String
+    public var senderDeviceId: String
+    public var clientMessageId: String
+    public var outcome: Outcome
+
+    public init(entryId: String, senderDeviceId: String, clientMessageId: String, outcome: Outcome) {
+        self.entryId = entryId
+        self.senderDeviceId = senderDeviceId
+        self.clientMessageId = clientMessageId
+        self.outcome = outcome
+    }
+}
+
+/// The durable ingest buffer between accept and processing.
+///
+/// Delivery contract:
+/// - ``append(_:completion:)`` calls its completion with `.accepted` only once the message is durable:
+///   a crash of the server or of the buffer after that loses nothing. Appends submitted one after the
+///   other by one caller become durable, and are handed to the processor, in that order.
+/// - De-duplication: a second append with the same (senderDeviceId, clientMessageId) appends nothing and
+///   answers `.duplicate` with the original's serverId, at any later time, also after processing.
+/// - Entries are handed out at least once: an entry not acknowledged (the processor crashed) is handed
+///   out again after a restart, so the store must be idempotent by serverId.
+public protocol IngestBuffer: Sendable {
+    /// Appends a message durably; `completion` runs once it is durable or has failed.
+    func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void)
+
+    /// The next entries not yet handed out by this buffer instance, in append order, at most `max`.
+    /// Waits up to `wait` for one to arrive; returns an empty array if none did.
+    func nextBatch(max: Int, wait: Duration) async throws -> [BufferEntry]
+
+    /// Removes processed entries and records how they ended (the de-duplication answer reports it).
+    func acknowledge(_ acknowledgements: [BufferAcknowledgement]) async throws
+
+    /// Records a failed processing attempt, so the count survives a restart.
+    func recordFailedAttempt(entryId: String, attempts: Int) async throws
+
+    /// Entries appended and not yet acknowledged.
+    var depth: Int { get }
+
+    /// Whether the buffer can take appends now (for `/readyz`).
+    func isReady() async -> Bool
+}
+
+extension IngestBuffer {
+    /// Async form of ``append(_:completion:)``.
+    public func append(_ message: BufferedMessage) async throws -> AppendOutcome {
+        try await withCheckedThrowingContinuation { continuation in
+            append(message) { continuation.resume(with: $0) }
+        }
+    }
+}

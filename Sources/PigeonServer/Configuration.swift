@@ -1,0 +1,66 @@
+import Logging
+
+/// Everything a Pigeon server can be told. Defaults are the embedded development setup.
+public struct ServerConfiguration: Sendable {
+    /// Which store to run.
+    public enum StoreBackend: Sendable, Equatable {
+        /// SQLite under the data directory.
+        case embedded
+        /// PostgreSQL at this URL (`postgres://user@host:port/db`).
+        case postgres(String)
+    }
+
+    /// Which ingest buffer to run.
+    public enum BufferBackend: Sendable, Equatable {
+        /// A SQLite log under the data directory.
+        case embedded
+        /// Redis Streams at this URL (`redis://host:port/db`).
+        case redis(String)
+    }
+
+    public var host = "127.0.0.1"
+    /// 0 picks a free port (tests).
+    public var port = 8080
+    public var dataDirectory = "./pigeon-data"
+    public var store = StoreBackend.embedded
+    public var buffer = BufferBackend.embedded
+    /// fsync every commit (a ✓ survives power loss). Off: survives a crash of the process only.
+    public var durable = true
+    public var logLevel = Logger.Level.info
+
+    /// Largest request body or WebSocket message, in bytes.
+    public var maxBodyBytes = 65_536
+    public var maxMembers = 1_000
+    /// Open device registration (`POST /v1/devices`).
+    public var openRegistration = true
+    /// Sends per second per device; 0 turns the limit off.
+    public var rateLimitPerDevice: Double = 0
+    public var rateLimitBurst: Double = 100
+    /// Accepted-but-unprocessed messages beyond which sends answer `overloaded`.
+    public var maxBufferedMessages = 100_000
+
+    /// Largest batch the processor stores in one transaction.
+    public var batchSize = 500
+    /// Processing attempts before a message is dead-lettered.
+    public var maxAttempts = 3
+    /// Delay before the first retry of a failed message; doubles per attempt.
+    public var retryBaseDelay = Duration.milliseconds(100)
+    /// Longest delay between retries of a store that is down.
+    public var maxRetryDelay = Duration.seconds(5)
+    /// How long graceful shutdown keeps processing what is buffered.
+    public var shutdownDrainTimeout = Duration.seconds(10)
+
+    /// How long events are kept for cursor resumption.
+    public var eventRetention = Duration.seconds(7 * 24 * 3600)
+    /// How often old events are pruned.
+    public var pruneInterval = Duration.seconds(3600)
+    /// SSE keep-alive comment interval.
+    public var keepAliveInterval = Duration.seconds(15)
+    /// A typing indicator not refreshed for this long is turned off.
+    public var typingTimeout = Duration.seconds(10)
+
+    /// Test hook: called for each message inside the processing transaction; throwing fails that message.
+    public var processingFaultInjector: SQLiteMessageStore.FaultInjector?
+
+    public init() {}
+}

@@ -1,0 +1,100 @@
+import PigeonProtocol
+
+/// The accept path: validate, authorise, rate-limit, append durably, answer.
+///
+/// ``prepare(_:from:to:)`` runs the checks; ``append(_:completion:)`` starts the durable append without
+/// waiting for it, so one WebSocket can keep many sends in flight and still have them stored in its order.
+final class Ingest: Sendable {
+    /// A send's answer: the accept response and whether it created the message (`202`) or found it (`200`).
+    struct Accepted: Sendable {
+        var response: SendMessageResponse
+        var created: Bool
+    }
+
+    private let buffer: any IngestBuffer
+    private let store: any MessageStore
+    private let metrics: PigeonMetrics
+    private let rateLimiter: RateLimiter?
+    private let maxBuffered: Int
+    private let maxBodyBytes: Int
+
+    init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration) {
+        self.buffer = buffer
+        self.store = store
+        self.metrics = metrics
+        self.rateLimiter =
+            configuration.rateLimitPerDevice > 0
+            ? RateLimiter(rate: configuration.rateLimitPerDevice, burst: configuration.rateLimitBurst) : nil
+        self.maxBuffered = configuration.maxBufferedMessages
+        self.maxBodyBytes = configuration.maxBodyBytes
+    }
+
+    /// Checks a send; throws (and nothing is appended) if it is refused. Cheap: membership comes from memory.
+    func prepare(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> BufferedMessage {
+        do {
+            return try await check(request, from: device, to: conversationId)
+        } catch {
+            metrics.rejected.increment()
+            throw error
+        }
+    }
+
+    /// Starts the durable append of a prepared message; `completion` runs with the answer once it is durable.
+    /// Appends started one after the other are buffered in that order.
+    func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<Accepted, PigeonError>) -> Void) {
+        buffer.append(message) { [metrics] result in
+            switch result {
+            case .success(.accepted):
+                metrics.accepted.increment()
+                let response = SendMessageResponse(
+                    serverId: message.serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt)
+                completion(.success(Accepted(response: response, created: true)))
+            case .success(.duplicate(let serverId, let acceptedAt, let status, let seq)):
+                metrics.duplicates.increment()
+                let response = SendMessageResponse(
+                    serverId: serverId, clientMessageId: message.clientMessageId, status: status, acceptedAt: acceptedAt, seq: seq)
+                completion(.success(Accepted(response: response, created: false)))
+            case .failure(let error):
+                metrics.rejected.increment()
+                completion(.failure(error as? PigeonError ?? .overloaded("the ingest buffer could not take the message: \(error)")))
+            }
+        }
+    }
+
+    /// Prepares and appends, answering once durable.
+    func send(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Accepted {
+        let message = try await prepare(request, from: device, to: conversationId)
+        return try await withCheckedThrowingContinuation { continuation in
+            append(message) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+        }
+    }
+
+    private func check(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> BufferedMessage {
+        guard let conversationId = Validation.canonicalUUID(conversationId) else {
+            throw PigeonError.invalid("conversationId must be a UUID")
+        }
+        guard let clientMessageId = Validation.canonicalUUID(request.clientMessageId) else {
+            throw PigeonError.invalid("clientMessageId must be a UUID")
+        }
+        guard Validation.isValidMessageType(request.type) else {
+            throw PigeonError.invalid("type must be 1-32 characters of [a-z0-9._-]")
+        }
+        guard request.body.utf8.count <= maxBodyBytes else {
+            throw PigeonError(.payloadTooLarge, "body is larger than \(maxBodyBytes) bytes")
+        }
+        guard let members = try await store.members(of: conversationId), members.contains(device.userId) else {
+            throw PigeonError.conversationNotFound
+        }
+        if let rateLimiter, let wait = rateLimiter.take(device.deviceId) {
+            throw PigeonError(.rateLimited, "too many messages from this device; retry in \(wait) s", retryAfter: wait)
+        }
+        guard buffer.depth < maxBuffered else {
+            throw PigeonError.overloaded("the ingest buffer is full; retry shortly")
+        }
+        let now = WallClock.nowMillis()
+        return BufferedMessage(
+            serverId: Identifiers.uuidV7(nowMillis: now), conversationId: conversationId, senderId: device.userId,
+            senderDeviceId: device.deviceId, clientMessageId: clientMessageId, type: request.type, body: request.body,
+            clientTimestamp: request.clientTimestamp, acceptedAt: now)
+    }
+}

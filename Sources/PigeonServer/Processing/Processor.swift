@@ -1,0 +1,161 @@
+import Logging
+import ServiceLifecycle
+
+/// Moves buffered messages into the store: in buffer order, in batches, one transaction per batch.
+///
+/// - Event-driven: an append wakes it; an idle server stores a message about a millisecond after accepting it.
+/// - A message that fails is retried with exponential backoff; later messages of its conversation wait behind
+///   it (order), other conversations flow on. The `maxAttempts`-th failure, or a permanent one (the
+///   conversation is gone), dead-letters it and sends `message.failed` to its sender.
+/// - A store that fails as a whole (down, disk full) is retried with backoff, without spending attempts.
+/// - Buffer entries are acknowledged only after the store committed; a crash in between hands them out again
+///   and the store recognises them by serverId.
+/// - On graceful shutdown it keeps going until the buffer is empty (bounded by `shutdownDrainTimeout`).
+final class Processor: Service {
+    private struct Pending {
+        var entry: BufferEntry
+    }
+
+    private let buffer: any IngestBuffer
+    private let store: any MessageStore
+    private let metrics: PigeonMetrics
+    private let configuration: ServerConfiguration
+    private let logger: Logger
+    private let clock = ContinuousClock()
+
+    init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger) {
+        self.buffer = buffer
+        self.store = store
+        self.metrics = metrics
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    func run() async throws {
+        var inflight: [BufferEntry] = []
+        var retryAt: [String: ContinuousClock.Instant] = [:]
+        var storeBackoff = Duration.zero
+        var drainDeadline: ContinuousClock.Instant?
+        let batchSize = configuration.batchSize
+        while true {
+            if drainDeadline == nil, Task.isShuttingDownGracefully || Task.isCancelled {
+                drainDeadline = clock.now + configuration.shutdownDrainTimeout
+                logger.info("processor draining the buffer", metadata: ["depth": "\(buffer.depth)"])
+            }
+            let now = clock.now
+            if let drainDeadline, now >= drainDeadline {
+                logger.warning("processor stopped before the buffer was empty; the rest stays buffered", metadata: ["depth": "\(buffer.depth)"])
+                return
+            }
+            let earliestRetry = retryAt.values.min()
+            if inflight.count < batchSize * 4 {
+                let ready = inflight.contains { retryAt[$0.message.conversationId].map { $0 <= now } ?? true }
+                let wait: Duration =
+                    ready || drainDeadline != nil ? .zero : min(.seconds(1), earliestRetry.map { max(.zero, $0 - now) } ?? .seconds(1))
+                let more = try await buffer.nextBatch(max: batchSize * 4 - inflight.count, wait: wait)
+                inflight.append(contentsOf: more)
+            }
+            if inflight.isEmpty {
+                if drainDeadline != nil {
+                    logger.info("processor drained the buffer")
+                    return
+                }
+                continue
+            }
+            var batch: [BufferEntry] = []
+            var waiting = Set<String>()
+            let selectionTime = clock.now
+            for entry in inflight where batch.count < batchSize {
+                let conversation = entry.message.conversationId
+                if waiting.contains(conversation) { continue }
+                if let at = retryAt[conversation], at > selectionTime {
+                    waiting.insert(conversation)
+                    continue
+                }
+                batch.append(entry)
+            }
+            if batch.isEmpty {
+                if let earliest = retryAt.values.min(), earliest > selectionTime, drainDeadline != nil {
+                    try await clock.sleep(until: earliest)
+                }
+                continue
+            }
+            let started = clock.now
+            let results: [ProcessingResult]
+            do {
+                results = try await store.process(
+                    batch.map { ProcessingItem(entry: $0, isFinalAttempt: $0.attempts + 1 >= configuration.maxAttempts) })
+                storeBackoff = .zero
+            } catch {
+                storeBackoff = min(configuration.maxRetryDelay, storeBackoff == .zero ? configuration.retryBaseDelay : storeBackoff * 2)
+                logger.error("store failed; retrying the batch", metadata: ["error": "\(error)", "retryIn": "\(storeBackoff)"])
+                try? await Task.sleep(for: storeBackoff)
+                continue
+            }
+            metrics.processingBatch.record(clock.now - started)
+            let nowMillis = WallClock.nowMillis()
+            var acknowledgements: [BufferAcknowledgement] = []
+            var attemptsByEntry: [String: Int] = [:]
+            for (entry, result) in zip(batch, results) {
+                let message = entry.message
+                switch result {
+                case .stored(let seq), .alreadyStored(let seq):
+                    if case .stored = result {
+                        metrics.stored.increment()
+                        metrics.acceptToStored.record(.milliseconds(max(0, nowMillis - message.acceptedAt)))
+                    }
+                    retryAt[message.conversationId] = nil
+                    acknowledgements.append(
+                        BufferAcknowledgement(
+                            entryId: entry.id, senderDeviceId: message.senderDeviceId, clientMessageId: message.clientMessageId,
+                            outcome: .stored(seq: seq)))
+                case .deadLettered(let error):
+                    metrics.deadLettered.increment()
+                    retryAt[message.conversationId] = nil
+                    logger.error(
+                        "message dead-lettered",
+                        metadata: ["serverId": "\(message.serverId)", "conversationId": "\(message.conversationId)", "error": "\(error)"])
+                    acknowledgements.append(
+                        BufferAcknowledgement(
+                            entryId: entry.id, senderDeviceId: message.senderDeviceId, clientMessageId: message.clientMessageId,
+                            outcome: .deadLettered))
+                case .failed(let error):
+                    metrics.retried.increment()
+                    let attempts = entry.attempts + 1
+                    attemptsByEntry[entry.id] = attempts
+                    let delay = min(configuration.maxRetryDelay, configuration.retryBaseDelay * (1 << min(attempts - 1, 16)))
+                    retryAt[message.conversationId] = clock.now + delay
+                    logger.warning(
+                        "processing failed; will retry",
+                        metadata: ["serverId": "\(message.serverId)", "attempt": "\(attempts)", "error": "\(error)", "retryIn": "\(delay)"])
+                    try? await buffer.recordFailedAttempt(entryId: entry.id, attempts: attempts)
+                case .deferred:
+                    break
+                }
+            }
+            try await acknowledge(acknowledgements)
+            let done = Set(acknowledgements.map(\.entryId))
+            inflight = inflight.compactMap { entry in
+                if done.contains(entry.id) { return nil }
+                var entry = entry
+                if let attempts = attemptsByEntry[entry.id] { entry.attempts = attempts }
+                return entry
+            }
+        }
+    }
+
+    /// Acknowledges to the buffer, retrying until it takes them (the store already has the messages).
+    private func acknowledge(_ acknowledgements: [BufferAcknowledgement]) async throws {
+        var delay = configuration.retryBaseDelay
+        while true {
+            do {
+                try await buffer.acknowledge(acknowledgements)
+                return
+            } catch {
+                logger.error("buffer acknowledgement failed; retrying", metadata: ["error": "\(error)"])
+                try await Task.sleep(for: delay)
+                delay = min(configuration.maxRetryDelay, delay * 2)
+            }
+        }
+    }
+}

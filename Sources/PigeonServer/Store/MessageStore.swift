@@ -1,0 +1,144 @@
+import PigeonProtocol
+
+/// An authenticated device: who is calling.
+public struct DeviceIdentity: Sendable, Hashable {
+    public var userId: String
+    public var deviceId: String
+
+    public init(userId: String, deviceId: String) {
+        self.userId = userId
+        self.deviceId = deviceId
+    }
+}
+
+/// An event persisted in a user's event log, ready to push.
+///
+/// `payload` is the event's JSON object without its cursor; ``frame(cursor:)`` adds it.
+public struct StoredEvent: Sendable, Equatable {
+    public var id: Int64
+    public var type: String
+    /// The user whose devices receive it.
+    public var userId: String
+    /// Only this device receives it (`message.stored`, `message.failed`).
+    public var deviceId: String?
+    /// Every device of the user but this one receives it (the sender's own `message.new`).
+    public var excludedDeviceId: String?
+    public var payload: String
+
+    public init(id: Int64, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String) {
+        self.id = id
+        self.type = type
+        self.userId = userId
+        self.deviceId = deviceId
+        self.excludedDeviceId = excludedDeviceId
+        self.payload = payload
+    }
+
+    /// Whether `device` of ``userId`` receives this event.
+    public func isVisible(to device: String) -> Bool {
+        if let deviceId, deviceId != device { return false }
+        if let excludedDeviceId, excludedDeviceId == device { return false }
+        return true
+    }
+
+    /// The event as sent on the wire: the payload with `"cursor"` added.
+    public func frame(cursor: String) -> String {
+        "{\"cursor\":\"\(cursor)\"," + payload.dropFirst()
+    }
+}
+
+/// Where committed events go: the local stream hub (and, with several nodes, the cross-node fan-out).
+public protocol EventSink: Sendable {
+    /// Called once per commit that produced events, in commit order, with events in id order.
+    func publish(_ events: [StoredEvent])
+    /// Connected devices of `users`, not counting `excludedDevice`.
+    func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int
+}
+
+/// A buffered message handed to the store for processing.
+public struct ProcessingItem: Sendable {
+    public var entry: BufferEntry
+    /// If this attempt fails, the message goes to the dead-letter store instead of being retried.
+    public var isFinalAttempt: Bool
+
+    public init(entry: BufferEntry, isFinalAttempt: Bool) {
+        self.entry = entry
+        self.isFinalAttempt = isFinalAttempt
+    }
+}
+
+/// What processing did with one item.
+public enum ProcessingResult: Sendable {
+    /// Persisted now with this seq; events were written with it.
+    case stored(seq: Int64)
+    /// Persisted by an earlier attempt (the buffer handed it out twice): nothing was written.
+    case alreadyStored(seq: Int64)
+    /// Failed; not written. Retry later (a message of its conversation behind it is deferred).
+    case failed(any Error)
+    /// Moved to the dead-letter store; `message.failed` went to its sender.
+    case deadLettered(any Error)
+    /// Not attempted because an earlier message of its conversation failed in this batch.
+    case deferred
+}
+
+/// A dead-lettered message.
+public struct DeadLetter: Sendable, Codable, Equatable {
+    public var message: Message
+    public var failedAt: Int64
+    public var error: ErrorDetail
+}
+
+/// A receipt's effect.
+public struct ReceiptOutcome: Sendable {
+    public var watermarks: ReceiptResponse
+    /// For each delivered watermark that moved onto another member's message: its store time (for latency metrics).
+    public var deliveredMessageStoredAt: Int64?
+}
+
+/// The durable, ordered store: devices, conversations, messages with their seq, receipts, the per-user event log
+/// and the dead letters.
+///
+/// Guarantees every implementation gives (the contract suite checks them):
+/// - seq per conversation is 1, 2, 3 … with no gap and no repeat, assigned in processing order;
+/// - a message is stored at most once per serverId and per (senderDeviceId, clientMessageId);
+/// - a message, its events and its seq are written in one transaction;
+/// - events of a user are numbered in commit order and handed to the ``EventSink`` in that order after commit;
+/// - watermarks only move up, read implies delivered, and both are clamped to the conversation's last seq.
+public protocol MessageStore: Sendable {
+    /// A random id of this store's event log; cursors from another log are unknown here.
+    var epoch: String { get }
+
+    func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity
+    func device(tokenHash: String) async throws -> DeviceIdentity?
+
+    func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation
+    func conversations(of userId: String) async throws -> [Conversation]
+    /// The conversation if `userId` is a member, else `nil` (unknown and forbidden look the same).
+    func conversation(id: String, for userId: String) async throws -> Conversation?
+    /// Member user ids of a conversation, `nil` if it does not exist. Cheap: served from memory when possible.
+    func members(of conversationId: String) async throws -> [String]?
+
+    /// Processes a batch in buffer order, in one transaction; one result per item, in the same order.
+    func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult]
+
+    /// `after`: messages with seq > after ascending; `before`: the page just before it, ascending;
+    /// neither: the newest page.
+    func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage
+
+    func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome
+
+    /// Events of `device`'s stream with id > `after`, ascending, at most `limit`.
+    func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent]
+    /// The id of the newest event (0 if none).
+    func headEventId() async throws -> Int64
+    /// Events with id ≤ this were pruned; a cursor below it has missed events.
+    func prunedThrough() async throws -> Int64
+    /// Deletes events older than `cutoff` (milliseconds since the epoch); returns how many.
+    @discardableResult
+    func pruneEvents(olderThan cutoff: Int64) async throws -> Int
+
+    func deadLetters(limit: Int) async throws -> [DeadLetter]
+    func deadLetterCount() async throws -> Int
+
+    func isReady() async -> Bool
+}

@@ -1,0 +1,453 @@
+import Foundation
+import GRDB
+import NIOConcurrencyHelpers
+import PigeonProtocol
+
+/// The embedded store: one SQLite file (WAL), writes through group commit.
+public final class SQLiteMessageStore: MessageStore {
+    /// Called inside the processing transaction for each message before it is written; throwing fails that
+    /// message as a store error would. For fault-injection tests.
+    public typealias FaultInjector = @Sendable (BufferedMessage) throws -> Void
+
+    public let epoch: String
+    private let pool: DatabasePool
+    private let writer: GroupCommitWriter
+    private let sink: any EventSink
+    private let faultInjector: FaultInjector?
+    /// conversation id → sorted member user ids. Membership never changes after creation in v1.
+    private let membersCache = NIOLockedValueBox([String: [String]]())
+
+    public init(path: String, durable: Bool = true, sink: any EventSink, faultInjector: FaultInjector? = nil) throws {
+        self.pool = try SQLiteDatabase.open(path: path, durable: durable)
+        try SQLiteSchema.migrator.migrate(pool)
+        self.epoch = try pool.write { db in
+            if let epoch = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'epoch'") { return epoch }
+            let epoch = Identifiers.randomHex(bytes: 4)
+            try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('epoch', ?)", arguments: [epoch])
+            return epoch
+        }
+        self.writer = GroupCommitWriter(writer: pool)
+        self.sink = sink
+        self.faultInjector = faultInjector
+    }
+
+    public func isReady() async -> Bool {
+        (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+    }
+
+    // MARK: Devices
+
+    public func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity {
+        let deviceId = Identifiers.uuidV4()
+        let now = WallClock.nowMillis()
+        _ = try await writer.write { db in
+            try db.execute(
+                sql: "INSERT INTO devices(id, user_id, name, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                arguments: [deviceId, userId, name, tokenHash, now])
+        }
+        return DeviceIdentity(userId: userId, deviceId: deviceId)
+    }
+
+    public func device(tokenHash: String) async throws -> DeviceIdentity? {
+        try await pool.read { db in
+            try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT user_id, id FROM devices WHERE token_hash = ?"), arguments: [tokenHash]
+            ).map { DeviceIdentity(userId: $0[0], deviceId: $0[1]) }
+        }
+    }
+
+    // MARK: Conversations
+
+    public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
+        let id = Identifiers.uuidV7()
+        let now = WallClock.nowMillis()
+        let userIds = Array(Set(members + [creator])).sorted()
+        let conversation = Conversation(
+            id: id, name: name, createdAt: now, lastSeq: 0,
+            members: userIds.map { ConversationMember(userId: $0, deliveredSeq: 0, readSeq: 0) })
+        let payload = try EventPayload().conversationCreated(conversation)
+        try await writer.write(
+            { db -> [StoredEvent] in
+                try db.execute(
+                    sql: "INSERT INTO conversations(id, name, created_by, created_at) VALUES (?, ?, ?, ?)",
+                    arguments: [id, name, creator, now])
+                for userId in userIds {
+                    try db.cachedStatement(sql: "INSERT INTO members(conversation_id, user_id) VALUES (?, ?)")
+                        .execute(arguments: [id, userId])
+                }
+                return try userIds.map { userId in
+                    try Self.insertEvent(
+                        db, type: "conversation.created", userId: userId, deviceId: nil, excludedDeviceId: nil,
+                        payload: payload, at: now)
+                }
+            },
+            afterCommit: { [sink, membersCache] events in
+                membersCache.withLockedValue { $0[id] = userIds }
+                sink.publish(events)
+            })
+        return conversation
+    }
+
+    public func conversations(of userId: String) async throws -> [Conversation] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.id, c.name, c.created_at, c.last_seq FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    WHERE m.user_id = ? ORDER BY c.created_at, c.id
+                    """,
+                arguments: [userId])
+            let memberRows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT conversation_id, user_id, delivered_seq, read_seq FROM members
+                    WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = ?)
+                    ORDER BY conversation_id, user_id
+                    """,
+                arguments: [userId])
+            var membersByConversation: [String: [ConversationMember]] = [:]
+            for row in memberRows {
+                membersByConversation[row[0], default: []].append(ConversationMember(userId: row[1], deliveredSeq: row[2], readSeq: row[3]))
+            }
+            return rows.map { row in
+                Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], members: membersByConversation[row[0]] ?? [])
+            }
+        }
+    }
+
+    public func conversation(id: String, for userId: String) async throws -> Conversation? {
+        guard let members = try await members(of: id), members.contains(userId) else { return nil }
+        return try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT id, name, created_at, last_seq FROM conversations WHERE id = ?", arguments: [id])
+            else { return nil }
+            let members = try Row.fetchAll(
+                db, sql: "SELECT user_id, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id", arguments: [id]
+            ).map { ConversationMember(userId: $0[0], deliveredSeq: $0[1], readSeq: $0[2]) }
+            return Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], members: members)
+        }
+    }
+
+    public func members(of conversationId: String) async throws -> [String]? {
+        if let cached = membersCache.withLockedValue({ $0[conversationId] }) { return cached }
+        let members = try await pool.read { db in try Self.fetchMembers(db, conversationId) }
+        if let members { membersCache.withLockedValue { $0[conversationId] = members } }
+        return members
+    }
+
+    private func membersInTransaction(_ db: Database, _ conversationId: String) throws -> [String]? {
+        if let cached = membersCache.withLockedValue({ $0[conversationId] }) { return cached }
+        return try Self.fetchMembers(db, conversationId)
+    }
+
+    private static func fetchMembers(_ db: Database, _ conversationId: String) throws -> [String]? {
+        let members = try String.fetchAll(
+            db.cachedStatement(sql: "SELECT user_id FROM members WHERE conversation_id = ? ORDER BY user_id"), arguments: [conversationId])
+        return members.isEmpty ? nil : members
+    }
+
+    // MARK: Processing
+
+    private struct BatchOutcome: Sendable {
+        var results: [ProcessingResult]
+        var events: [StoredEvent]
+    }
+
+    public func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        try await writer.write(
+            { [self] db -> BatchOutcome in try processInTransaction(items, db) },
+            afterCommit: { [sink] outcome in sink.publish(outcome.events) }
+        ).results
+    }
+
+    private func processInTransaction(_ items: [ProcessingItem], _ db: Database) throws -> BatchOutcome {
+        let payloads = EventPayload()
+        let now = WallClock.nowMillis()
+        var results: [ProcessingResult] = []
+        results.reserveCapacity(items.count)
+        var events: [StoredEvent] = []
+        var blocked = Set<String>()
+        for item in items {
+            let message = item.entry.message
+            if blocked.contains(message.conversationId) {
+                results.append(.deferred)
+                continue
+            }
+            if let seq = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT seq FROM messages WHERE server_id = ?"), arguments: [message.serverId])
+            {
+                results.append(.alreadyStored(seq: seq))
+                continue
+            }
+            do {
+                var written: [StoredEvent] = []
+                var seq: Int64 = 0
+                try db.inSavepoint {
+                    seq = try storeMessage(message, now: now, payloads: payloads, db, into: &written)
+                    return .commit
+                }
+                events.append(contentsOf: written)
+                results.append(.stored(seq: seq))
+            } catch {
+                let permanent = (error as? PigeonError)?.isPermanent ?? false
+                if item.isFinalAttempt || permanent {
+                    try db.inSavepoint {
+                        events.append(try deadLetter(message, error: error, now: now, payloads: payloads, db))
+                        return .commit
+                    }
+                    results.append(.deadLettered(error))
+                } else {
+                    blocked.insert(message.conversationId)
+                    results.append(.failed(error))
+                }
+            }
+        }
+        return BatchOutcome(results: results, events: events)
+    }
+
+    private func storeMessage(
+        _ message: BufferedMessage, now: Int64, payloads: EventPayload, _ db: Database, into events: inout [StoredEvent]
+    ) throws -> Int64 {
+        try faultInjector?(message)
+        guard let members = try membersInTransaction(db, message.conversationId), members.contains(message.senderId) else {
+            throw PigeonError.conversationNotFound
+        }
+        let lastSeq = try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT last_seq FROM conversations WHERE id = ?"), arguments: [message.conversationId]) ?? 0
+        let seq = lastSeq + 1
+        try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ? WHERE id = ?").execute(arguments: [seq, message.conversationId])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
+                    client_timestamp, accepted_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [
+            message.conversationId, seq, message.serverId, message.clientMessageId, message.senderId, message.senderDeviceId,
+            message.type, message.body, message.clientTimestamp, message.acceptedAt, now,
+        ])
+        let stored = Message(
+            serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId, seq: seq,
+            senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
+            clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
+        let newPayload = try payloads.messageNew(stored)
+        for userId in members {
+            events.append(
+                try Self.insertEvent(
+                    db, type: "message.new", userId: userId, deviceId: nil,
+                    excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: newPayload, at: now))
+        }
+        let recipients = members.filter { $0 != message.senderId }
+        let storedPayload = try payloads.messageStored(
+            MessageStoredEvent(
+                conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, seq: seq,
+                storedAt: now, recipientsOnline: sink.onlineDeviceCount(of: recipients, excluding: message.senderDeviceId)))
+        events.append(
+            try Self.insertEvent(
+                db, type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId, excludedDeviceId: nil,
+                payload: storedPayload, at: now))
+        return seq
+    }
+
+    private func deadLetter(_ message: BufferedMessage, error: any Error, now: Int64, payloads: EventPayload, _ db: Database) throws -> StoredEvent {
+        let detail = (error as? PigeonError)?.detail ?? ErrorDetail(code: .internalError, message: "processing failed: \(error)")
+        try db.cachedStatement(
+            sql: """
+                INSERT OR REPLACE INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
+                    client_timestamp, accepted_at, failed_at, error_code, error_message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [
+            message.serverId, message.conversationId, message.clientMessageId, message.senderId, message.senderDeviceId, message.type,
+            message.body, message.clientTimestamp, message.acceptedAt, now, detail.code.rawValue, detail.message,
+        ])
+        let payload = try payloads.messageFailed(
+            MessageFailedEvent(
+                conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: detail))
+        return try Self.insertEvent(
+            db, type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId, excludedDeviceId: nil,
+            payload: payload, at: now)
+    }
+
+    private static func insertEvent(
+        _ db: Database, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String, at now: Int64
+    ) throws -> StoredEvent {
+        try db.cachedStatement(
+            sql: "INSERT INTO events(user_id, device_id, excluded_device_id, type, created_at, payload) VALUES (?, ?, ?, ?, ?, ?)"
+        ).execute(arguments: [userId, deviceId, excludedDeviceId, type, now, payload])
+        return StoredEvent(
+            id: db.lastInsertedRowID, type: type, userId: userId, deviceId: deviceId, excludedDeviceId: excludedDeviceId, payload: payload)
+    }
+
+    // MARK: History
+
+    private static let messageColumns = """
+        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at
+        """
+
+    private static func message(_ row: Row) -> Message {
+        Message(
+            serverId: row[0], clientMessageId: row[1], conversationId: row[2], seq: row[3], senderId: row[4], senderDeviceId: row[5],
+            type: row[6], body: row[7], clientTimestamp: row[8], acceptedAt: row[9], storedAt: row[10])
+    }
+
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
+        try await pool.read { db in
+            if let after {
+                var messages = try Row.fetchAll(
+                    db.cachedStatement(
+                        sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?"),
+                    arguments: [conversationId, after, limit + 1]
+                ).map(Self.message)
+                let hasMore = messages.count > limit
+                if hasMore { messages.removeLast() }
+                return MessagePage(messages: messages, hasMore: hasMore)
+            }
+            var messages = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"),
+                arguments: [conversationId, before ?? Int64.max, limit + 1]
+            ).map(Self.message)
+            let hasMore = messages.count > limit
+            if hasMore { messages.removeLast() }
+            return MessagePage(messages: messages.reversed(), hasMore: hasMore)
+        }
+    }
+
+    // MARK: Receipts
+
+    private struct ReceiptWrite: Sendable {
+        var outcome: ReceiptOutcome
+        var events: [StoredEvent]
+    }
+
+    public func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
+        try await writer.write(
+            { [self] db -> ReceiptWrite in
+                guard let members = try membersInTransaction(db, conversationId), members.contains(userId),
+                    let row = try Row.fetchOne(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT m.delivered_seq, m.read_seq, c.last_seq FROM members m JOIN conversations c ON c.id = m.conversation_id
+                                WHERE m.conversation_id = ? AND m.user_id = ?
+                                """),
+                        arguments: [conversationId, userId])
+                else { throw PigeonError.conversationNotFound }
+                let (oldDelivered, oldRead, lastSeq): (Int64, Int64, Int64) = (row[0], row[1], row[2])
+                let target = min(upToSeq, lastSeq)
+                let delivered = max(oldDelivered, target)
+                let read = kind == .read ? max(oldRead, target) : oldRead
+                var result = ReceiptWrite(
+                    outcome: ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: delivered, readSeq: read), deliveredMessageStoredAt: nil),
+                    events: [])
+                guard delivered != oldDelivered || read != oldRead else { return result }
+                try db.cachedStatement(sql: "UPDATE members SET delivered_seq = ?, read_seq = ? WHERE conversation_id = ? AND user_id = ?")
+                    .execute(arguments: [delivered, read, conversationId, userId])
+                let now = WallClock.nowMillis()
+                let payloads = EventPayload()
+                var moved: [(ReceiptKind, Int64)] = []
+                if delivered != oldDelivered { moved.append((.delivered, delivered)) }
+                if read != oldRead { moved.append((.read, read)) }
+                for (movedKind, seq) in moved {
+                    let payload = try payloads.receipt(
+                        ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: seq, at: now))
+                    for member in members {
+                        result.events.append(
+                            try Self.insertEvent(
+                                db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now))
+                    }
+                }
+                if delivered != oldDelivered,
+                    let message = try Row.fetchOne(
+                        db.cachedStatement(sql: "SELECT stored_at, sender_id FROM messages WHERE conversation_id = ? AND seq = ?"),
+                        arguments: [conversationId, delivered]),
+                    (message[1] as String) != userId
+                {
+                    result.outcome.deliveredMessageStoredAt = message[0]
+                }
+                return result
+            },
+            afterCommit: { [sink] write in sink.publish(write.events) }
+        ).outcome
+    }
+
+    // MARK: Events
+
+    public func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT id, type, device_id, excluded_device_id, payload FROM events
+                        WHERE user_id = ? AND id > ? AND (device_id IS NULL OR device_id = ?)
+                            AND (excluded_device_id IS NULL OR excluded_device_id != ?)
+                        ORDER BY id LIMIT ?
+                        """),
+                arguments: [device.userId, after, device.deviceId, device.deviceId, limit]
+            ).map { row in
+                StoredEvent(id: row[0], type: row[1], userId: device.userId, deviceId: row[2], excludedDeviceId: row[3], payload: row[4])
+            }
+        }
+    }
+
+    public func headEventId() async throws -> Int64 {
+        try await pool.read { db in try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'events'") ?? 0 }
+    }
+
+    public func prunedThrough() async throws -> Int64 {
+        try await pool.read { db in
+            try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'pruned_through'").flatMap { Int64($0) } ?? 0
+        }
+    }
+
+    @discardableResult
+    public func pruneEvents(olderThan cutoff: Int64) async throws -> Int {
+        try await writer.write { db -> Int in
+            // Event ids grow with time, so binary-search the newest id created before the cutoff.
+            guard var high = try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM events"),
+                var low = try Int64.fetchOne(db, sql: "SELECT MIN(id) FROM events")
+            else { return 0 }
+            var boundary: Int64 = 0
+            while low <= high {
+                let middle = low + (high - low) / 2
+                guard let row = try Row.fetchOne(db, sql: "SELECT id, created_at FROM events WHERE id >= ? ORDER BY id LIMIT 1", arguments: [middle])
+                else { break }
+                if (row[1] as Int64) < cutoff {
+                    boundary = row[0]
+                    low = (row[0] as Int64) + 1
+                } else {
+                    high = middle - 1
+                }
+            }
+            guard boundary > 0 else { return 0 }
+            try db.execute(sql: "DELETE FROM events WHERE id <= ?", arguments: [boundary])
+            let deleted = db.changesCount
+            try db.execute(
+                sql: "INSERT INTO meta(key, value) VALUES ('pruned_through', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                arguments: [String(boundary)])
+            return deleted
+        }
+    }
+
+    // MARK: Dead letters
+
+    public func deadLetters(limit: Int) async throws -> [DeadLetter] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
+                        accepted_at, failed_at, error_code, error_message FROM dead_letters ORDER BY failed_at LIMIT ?
+                    """,
+                arguments: [limit]
+            ).map { row in
+                DeadLetter(
+                    message: Message(
+                        serverId: row[0], clientMessageId: row[1], conversationId: row[2], seq: 0, senderId: row[3], senderDeviceId: row[4],
+                        type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8], storedAt: 0),
+                    failedAt: row[9], error: ErrorDetail(code: ErrorCode(rawValue: row[10]), message: row[11]))
+            }
+        }
+    }
+
+    public func deadLetterCount() async throws -> Int {
+        try await pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM dead_letters") ?? 0 }
+    }
+}

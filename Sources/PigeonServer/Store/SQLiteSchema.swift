@@ -1,0 +1,71 @@
+import GRDB
+
+/// The embedded store's schema, one migration per version.
+enum SQLiteSchema {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE devices(
+                        id TEXT PRIMARY KEY,
+                        user_id TEXT NOT NULL,
+                        name TEXT,
+                        token_hash TEXT NOT NULL UNIQUE,
+                        created_at INTEGER NOT NULL);
+                    CREATE INDEX devices_user ON devices(user_id);
+                    CREATE TABLE conversations(
+                        id TEXT PRIMARY KEY,
+                        name TEXT,
+                        created_by TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        last_seq INTEGER NOT NULL DEFAULT 0);
+                    CREATE TABLE members(
+                        conversation_id TEXT NOT NULL REFERENCES conversations(id),
+                        user_id TEXT NOT NULL,
+                        delivered_seq INTEGER NOT NULL DEFAULT 0,
+                        read_seq INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY(conversation_id, user_id)) WITHOUT ROWID;
+                    CREATE INDEX members_user ON members(user_id, conversation_id);
+                    CREATE TABLE messages(
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        server_id TEXT NOT NULL UNIQUE,
+                        client_message_id TEXT NOT NULL,
+                        sender_id TEXT NOT NULL,
+                        sender_device_id TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        client_timestamp INTEGER NOT NULL,
+                        accepted_at INTEGER NOT NULL,
+                        stored_at INTEGER NOT NULL,
+                        PRIMARY KEY(conversation_id, seq));
+                    CREATE UNIQUE INDEX messages_sender ON messages(sender_device_id, client_message_id);
+                    CREATE TABLE events(
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        user_id TEXT NOT NULL,
+                        device_id TEXT,
+                        excluded_device_id TEXT,
+                        type TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        payload TEXT NOT NULL);
+                    CREATE INDEX events_user ON events(user_id, id);
+                    CREATE TABLE dead_letters(
+                        server_id TEXT PRIMARY KEY,
+                        conversation_id TEXT NOT NULL,
+                        client_message_id TEXT NOT NULL,
+                        sender_id TEXT NOT NULL,
+                        sender_device_id TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        client_timestamp INTEGER NOT NULL,
+                        accepted_at INTEGER NOT NULL,
+                        failed_at INTEGER NOT NULL,
+                        error_code TEXT NOT NULL,
+                        error_message TEXT NOT NULL);
+                    """)
+        }
+        return migrator
+    }
+}

@@ -1,0 +1,79 @@
+/// One device's stream as a sequence of frames: the events after its start from the log, then the live ones
+/// from its session, each exactly once and in order (live events already read from the log are skipped by id).
+struct EventStreamer: Sendable {
+    /// A frame to write: its JSON, its type and, for stored events, its cursor.
+    struct Frame: Sendable {
+        var type: String
+        var json: String
+        var cursor: String?
+    }
+
+    enum Output: Sendable {
+        case frame(Frame)
+        /// Nothing to send for `idleInterval` (SSE writes a keep-alive comment).
+        case idle
+    }
+
+    private let store: any MessageStore
+    private let session: StreamSession
+    private let idleInterval: Duration
+    private let pageSize = 500
+    private var last: Int64
+    private var needsCatchUp = true
+    private var queued: [Frame] = []
+    private var position = 0
+
+    init(store: any MessageStore, session: StreamSession, start: StreamStart, idleInterval: Duration) {
+        self.store = store
+        self.session = session
+        self.idleInterval = idleInterval
+        self.last = start.after
+        if start.reset {
+            let cursor = EventCursor(epoch: store.epoch, eventId: start.after).string
+            queued.append(Frame(type: "reset", json: "{\"type\":\"reset\",\"cursor\":\"\(cursor)\"}", cursor: cursor))
+        }
+    }
+
+    /// The next frame, `.idle` after a quiet `idleInterval`, or `nil` once the session is closed.
+    mutating func next() async throws -> Output? {
+        while true {
+            if position < queued.count {
+                let frame = queued[position]
+                position += 1
+                if position == queued.count {
+                    queued.removeAll(keepingCapacity: true)
+                    position = 0
+                }
+                return .frame(frame)
+            }
+            if needsCatchUp {
+                let events = try await store.events(for: session.device, after: last, limit: pageSize)
+                for event in events { enqueue(event) }
+                needsCatchUp = events.count == pageSize
+                continue
+            }
+            switch await session.next(timeout: idleInterval) {
+            case .closed:
+                return nil
+            case .idle:
+                return .idle
+            case .overflowed:
+                needsCatchUp = true
+            case .items(let items):
+                for item in items {
+                    switch item {
+                    case .event(let event): enqueue(event)
+                    case .frame(let type, let json): queued.append(Frame(type: type, json: json, cursor: nil))
+                    }
+                }
+            }
+        }
+    }
+
+    private mutating func enqueue(_ event: StoredEvent) {
+        guard event.id > last else { return }
+        let cursor = EventCursor(epoch: store.epoch, eventId: event.id).string
+        queued.append(Frame(type: event.type, json: event.frame(cursor: cursor), cursor: cursor))
+        last = event.id
+    }
+}

@@ -1,0 +1,83 @@
+import NIOConcurrencyHelpers
+
+/// The connected devices of this node and the event push to them: the local ``EventSink``.
+///
+/// Sessions are kept by user in 32 shards, so publishing for different users rarely contends.
+public final class StreamHub: EventSink {
+    private static let shardCount = 32
+    private let shards: [NIOLockedValueBox<[String: [StreamSession]]>]
+    private let nextSessionID = NIOLockedValueBox<UInt64>(0)
+    private let openCount = NIOLockedValueBox<[String: Int]>([:])
+
+    public init() {
+        self.shards = (0..<Self.shardCount).map { _ in NIOLockedValueBox([:]) }
+    }
+
+    private func shard(_ userId: String) -> NIOLockedValueBox<[String: [StreamSession]]> {
+        var hasher = Hasher()
+        hasher.combine(userId)
+        return shards[Int(UInt(bitPattern: hasher.finalize()) % UInt(Self.shardCount))]
+    }
+
+    func makeSession(device: DeviceIdentity, transport: String) -> StreamSession {
+        let id = nextSessionID.withLockedValue { id -> UInt64 in
+            id += 1
+            return id
+        }
+        return StreamSession(device: device, id: id, transport: transport)
+    }
+
+    /// Starts delivering the device's events to `session`.
+    func register(_ session: StreamSession) {
+        shard(session.device.userId).withLockedValue { $0[session.device.userId, default: []].append(session) }
+        openCount.withLockedValue { $0[session.transport, default: 0] += 1 }
+    }
+
+    func unregister(_ session: StreamSession) {
+        let removed = shard(session.device.userId).withLockedValue { sessions -> Bool in
+            guard var list = sessions[session.device.userId], let index = list.firstIndex(where: { $0.id == session.id }) else { return false }
+            list.remove(at: index)
+            sessions[session.device.userId] = list.isEmpty ? nil : list
+            return true
+        }
+        if removed { openCount.withLockedValue { $0[session.transport, default: 1] -= 1 } }
+    }
+
+    /// Open streams by transport (`ws`, `sse`).
+    public var openStreams: [String: Int] { openCount.withLockedValue { $0 } }
+
+    public func publish(_ events: [StoredEvent]) {
+        for event in events {
+            let sessions = shard(event.userId).withLockedValue { $0[event.userId] ?? [] }
+            for session in sessions where event.isVisible(to: session.device.deviceId) {
+                session.deliver(event)
+            }
+        }
+    }
+
+    public func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int {
+        var devices = Set<String>()
+        for user in users {
+            for session in shard(user).withLockedValue({ $0[user] ?? [] }) where session.device.deviceId != excludedDevice {
+                devices.insert(session.device.deviceId)
+            }
+        }
+        return devices.count
+    }
+
+    /// Sends a frame that is never stored (typing) to the connected devices of `users`, except `excludedDevice`.
+    func publishEphemeral(type: String, json: String, to users: [String], excluding excludedDevice: String?) {
+        for user in users {
+            for session in shard(user).withLockedValue({ $0[user] ?? [] }) where session.device.deviceId != excludedDevice {
+                session.send(type: type, json: json)
+            }
+        }
+    }
+
+    /// Ends every open stream (graceful shutdown).
+    func closeAll() {
+        for shard in shards {
+            for session in shard.withLockedValue({ $0.values.flatMap { $0 } }) { session.close() }
+        }
+    }
+}

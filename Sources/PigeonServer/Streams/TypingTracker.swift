@@ -1,0 +1,66 @@
+import Foundation
+import NIOConcurrencyHelpers
+import PigeonProtocol
+import ServiceLifecycle
+
+/// Typing indicators: pushed to the other members' connected devices, never stored, and turned off by the
+/// server when not refreshed within the timeout.
+final class TypingTracker: Service {
+    private struct Key: Hashable {
+        var conversationId: String
+        var userId: String
+    }
+
+    private struct Indicator {
+        var expires: ContinuousClock.Instant
+        var members: [String]
+        var deviceId: String
+    }
+
+    private let hub: StreamHub
+    private let timeout: Duration
+    private let active = NIOLockedValueBox([Key: Indicator]())
+
+    init(hub: StreamHub, timeout: Duration) {
+        self.hub = hub
+        self.timeout = timeout
+    }
+
+    /// Records and pushes a typing change of `device` in a conversation with `members`.
+    func update(conversationId: String, device: DeviceIdentity, active isActive: Bool, members: [String]) {
+        let key = Key(conversationId: conversationId, userId: device.userId)
+        let wasActive = active.withLockedValue { active -> Bool in
+            let was = active[key] != nil
+            if isActive {
+                active[key] = Indicator(expires: .now + timeout, members: members, deviceId: device.deviceId)
+            } else {
+                active[key] = nil
+            }
+            return was
+        }
+        if isActive || wasActive {
+            push(conversationId: conversationId, userId: device.userId, active: isActive, members: members)
+        }
+    }
+
+    private func push(conversationId: String, userId: String, active: Bool, members: [String]) {
+        let event = TypingEvent(conversationId: conversationId, userId: userId, active: active)
+        guard let data = try? JSONEncoder().encode(ServerEvent.typing(event)) else { return }
+        hub.publishEphemeral(type: "typing", json: String(decoding: data, as: UTF8.self), to: members.filter { $0 != userId }, excluding: nil)
+    }
+
+    func run() async throws {
+        while !Task.isShuttingDownGracefully {
+            try? await Task.sleep(for: .milliseconds(500))
+            let now = ContinuousClock.now
+            let expired = active.withLockedValue { active -> [(Key, Indicator)] in
+                let expired = active.filter { $0.value.expires <= now }
+                for (key, _) in expired { active[key] = nil }
+                return expired.map { ($0.key, $0.value) }
+            }
+            for (key, indicator) in expired {
+                push(conversationId: key.conversationId, userId: key.userId, active: false, members: indicator.members)
+            }
+        }
+    }
+}
