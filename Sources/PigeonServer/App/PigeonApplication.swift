@@ -1,0 +1,43 @@
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+
+/// Builds a runnable Pigeon server.
+public enum PigeonApplication {
+    /// The Hummingbird application for `configuration`: HTTP routes, the WebSocket endpoint, and the
+    /// processor, typing and housekeeping services. Opening the data files and migrating happen here, before
+    /// the server accepts anything.
+    ///
+    /// Run it with `runService()` (graceful shutdown on SIGINT/SIGTERM: stop accepting, close streams,
+    /// drain the buffer, exit) or inside a `ServiceGroup`.
+    public static func make(configuration: ServerConfiguration, logger: Logger) throws -> Application<RouterResponder<PigeonRequestContext>> {
+        let core = try PigeonCore(configuration: configuration, logger: logger)
+        let router = Router(context: PigeonRequestContext.self)
+        router.middlewares.add(ErrorMiddleware())
+        core.addRoutes(to: router)
+        core.addStreamRoutes(to: router)
+        core.addOperationsRoutes(to: router)
+        return Application(
+            router: router,
+            server: .http1WebSocketUpgrade(
+                webSocketRouter: core.makeWebSocketRouter(),
+                configuration: .init(
+                    http1: .init(idleTimeout: .seconds(120)),
+                    ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30))))),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
+            services: [core.housekeeping, core.processor, core.typing],
+            logger: logger)
+    }
+}
+
+/// A built server, ready to run (hides the concrete Hummingbird application type).
+public protocol ApplicationRunnable: Sendable {
+    /// Runs until SIGINT/SIGTERM, then shuts down gracefully.
+    func runService() async throws
+}
+
+extension Application: ApplicationRunnable {
+    public func runService() async throws {
+        try await runService(gracefulShutdownSignals: [.sigterm, .sigint])
+    }
+}

@@ -1,0 +1,130 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PigeonServer
+
+@main
+struct PigeonServerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pigeon-server",
+        abstract: "Pigeon: reliable message delivery for chat apps.",
+        subcommands: [Serve.self],
+        defaultSubcommand: Serve.self)
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the server. Without --store/--buffer it runs the embedded default (SQLite under --data-dir).",
+        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER and PIGEON_LOG_LEVEL set the same; flags win.")
+
+    @Option(help: "Address to listen on (default 127.0.0.1).")
+    var host: String?
+
+    @Option(help: "Port to listen on (default 8080; 0 picks a free one).")
+    var port: Int?
+
+    @Option(name: .customLong("data-dir"), help: "Directory of the embedded store and buffer (default ./pigeon-data).")
+    var dataDir: String?
+
+    @Option(help: "Store: 'embedded' (SQLite, default) or a postgres:// URL.")
+    var store: String?
+
+    @Option(help: "Ingest buffer: 'embedded' (SQLite log, default) or a redis:// URL.")
+    var buffer: String?
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default info).")
+    var logLevel: String?
+
+    @Flag(name: .customLong("no-fsync"), help: "Do not fsync commits: a ✓ survives a crash of the process but not of the machine.")
+    var noFsync = false
+
+    @Option(name: .customLong("rate-limit"), help: "Sends per second per device (0, the default, turns it off).")
+    var rateLimit: Double = 0
+
+    @Option(name: .customLong("rate-limit-burst"), help: "Burst size of the per-device rate limit.")
+    var rateLimitBurst: Double = 100
+
+    @Option(name: .customLong("max-buffered"), help: "Unprocessed messages beyond which sends answer 503 overloaded.")
+    var maxBuffered: Int = 100_000
+
+    @Option(name: .customLong("batch-size"), help: "Messages stored per processing transaction at most.")
+    var batchSize: Int = 500
+
+    @Option(name: .customLong("max-attempts"), help: "Processing attempts before a message is dead-lettered.")
+    var maxAttempts: Int = 3
+
+    @Option(name: .customLong("event-retention-hours"), help: "How long events stay resumable by cursor (default 168 = 7 days).")
+    var eventRetentionHours: Int = 168
+
+    @Flag(name: .customLong("no-open-registration"), help: "Refuse POST /v1/devices.")
+    var noOpenRegistration = false
+
+    func validate() throws {
+        if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
+        guard maxBuffered > 0, batchSize > 0, maxAttempts > 0, eventRetentionHours > 0 else {
+            throw ValidationError("--max-buffered, --batch-size, --max-attempts and --event-retention-hours must be positive")
+        }
+        guard rateLimit >= 0, rateLimitBurst >= 1 else { throw ValidationError("--rate-limit must be ≥ 0 and --rate-limit-burst ≥ 1") }
+    }
+
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        var configuration = ServerConfiguration()
+        configuration.host = host ?? environment["PIGEON_HOST"] ?? configuration.host
+        if let port = try port ?? environment["PIGEON_PORT"].map(Self.parsePort) { configuration.port = port }
+        configuration.dataDirectory = dataDir ?? environment["PIGEON_DATA_DIR"] ?? configuration.dataDirectory
+        configuration.store = try Self.parseStore(store ?? environment["PIGEON_STORE"])
+        configuration.buffer = try Self.parseBuffer(buffer ?? environment["PIGEON_BUFFER"])
+        let levelName = logLevel ?? environment["PIGEON_LOG_LEVEL"] ?? "info"
+        guard let level = Logger.Level(rawValue: levelName.lowercased()) else {
+            throw ValidationError("unknown log level '\(levelName)'")
+        }
+        configuration.logLevel = level
+        configuration.durable = !noFsync
+        configuration.rateLimitPerDevice = rateLimit
+        configuration.rateLimitBurst = rateLimitBurst
+        configuration.maxBufferedMessages = maxBuffered
+        configuration.batchSize = batchSize
+        configuration.maxAttempts = maxAttempts
+        configuration.eventRetention = .seconds(eventRetentionHours * 3600)
+        configuration.openRegistration = !noOpenRegistration
+
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        var logger = Logger(label: "pigeon")
+        logger.logLevel = level
+        let app: any ApplicationRunnable
+        do {
+            app = try PigeonApplication.make(configuration: configuration, logger: logger)
+        } catch {
+            logger.critical("cannot start", metadata: ["error": "\(error)"])
+            throw ExitCode.failure
+        }
+        logger.info(
+            "pigeon-server starting",
+            metadata: ["address": "\(configuration.host):\(configuration.port)", "dataDir": "\(configuration.dataDirectory)"])
+        try await app.runService()
+    }
+
+    static func parsePort(_ text: String) throws -> Int {
+        guard let port = Int(text), (0...65535).contains(port) else { throw ValidationError("PIGEON_PORT must be 0-65535") }
+        return port
+    }
+
+    static func parseStore(_ text: String?) throws -> ServerConfiguration.StoreBackend {
+        guard let text, text != "embedded" else { return .embedded }
+        guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") else {
+            throw ValidationError("--store must be 'embedded' or a postgres:// URL")
+        }
+        return .postgres(text)
+    }
+
+    static func parseBuffer(_ text: String?) throws -> ServerConfiguration.BufferBackend {
+        guard let text, text != "embedded" else { return .embedded }
+        guard text.hasPrefix("redis://") else { throw ValidationError("--buffer must be 'embedded' or a redis:// URL") }
+        return .redis(text)
+    }
+}
