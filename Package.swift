@@ -80,6 +80,7 @@ let package = Package(
             name: "PigeonServerTests",
             dependencies: [
                 "PigeonServer",
+                "pigeon-server",
                 "PigeonProtocol",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),

@@ -1,0 +1,164 @@
+import Foundation
+import NIOConcurrencyHelpers
+import PigeonProtocol
+import Testing
+
+/// Kills the real `pigeon-server` binary mid-stream and checks the invariants on restart: every message that
+/// got its accept answer is stored exactly once, seq stays gapless, each device's order holds, and resending
+/// the unanswered ones converges to exactly once.
+@Suite(.serialized) struct CrashTests {
+    /// What one sender saw.
+    struct SenderLog: Sendable {
+        var device: TestDevice
+        /// clientMessageIds in sending order.
+        var sent: [String] = []
+        /// clientMessageId → serverId of the answered ones.
+        var answered: [String: String] = [:]
+    }
+
+    static func clientMessageId(sender: Int, index: Int) -> String {
+        String(format: "00000000-0000-4000-8000-%04x%08x", sender, index)
+    }
+
+    /// Sends sequentially over HTTP until `stop` is set or a request fails (the server died).
+    static func httpSender(_ client: PigeonTestClient, _ log: SenderLog, senderIndex: Int, conversationId: String, stop: NIOLockedValueBox<Bool>)
+        async -> SenderLog
+    {
+        var log = log
+        var index = 0
+        while !stop.withLockedValue({ $0 }) {
+            let id = clientMessageId(sender: senderIndex, index: index)
+            log.sent.append(id)
+            index += 1
+            guard let answer = try? await client.send(log.device, to: conversationId, body: "m\(index)", clientMessageId: id),
+                answer.status == 202 || answer.status == 200,
+                let response = try? answer.decode(SendMessageResponse.self)
+            else { break }
+            log.answered[id] = response.serverId
+        }
+        return log
+    }
+
+    /// Sends over one WebSocket with many sends in flight until the server dies (or `limit` acks).
+    static func webSocketSender(_ client: PigeonTestClient, _ log: SenderLog, senderIndex: Int, conversationId: String, limit: Int) async -> SenderLog {
+        var log = log
+        guard let socket = try? await TestWebSocket.connect(port: client.port, token: log.device.token) else { return log }
+        var next = 0
+        var inFlight = 0
+        while true {
+            while inFlight < 32, next < limit {
+                let id = clientMessageId(sender: senderIndex, index: next)
+                socket.send(.send(conversationId: conversationId, SendMessageRequest(clientMessageId: id, type: "text", body: "w\(next)", clientTimestamp: 1)))
+                log.sent.append(id)
+                next += 1
+                inFlight += 1
+            }
+            guard let frame = await socket.inbox.next(timeout: .seconds(10)) else { break }
+            if case .ack(let ack) = frame {
+                log.answered[ack.clientMessageId] = ack.serverId
+                inFlight -= 1
+                if log.answered.count == limit { break }
+            }
+        }
+        await socket.close()
+        return log
+    }
+
+    /// Checks the stored conversation against what the senders saw.
+    static func verify(_ messages: [Message], logs: [SenderLog], requireAll: Bool) throws {
+        #expect(messages.map(\.seq) == Array(1...Int64(max(messages.count, 1))).prefix(messages.count).map { $0 }, "seq must be 1...n with no gap")
+        var byClientId: [String: [Message]] = [:]
+        for message in messages { byClientId[message.senderDeviceId + "/" + message.clientMessageId, default: []].append(message) }
+        #expect(byClientId.values.allSatisfy { $0.count == 1 }, "a message stored twice")
+        for log in logs {
+            for (clientId, serverId) in log.answered {
+                let stored = byClientId[log.device.deviceId + "/" + clientId]
+                #expect(stored?.count == 1, "answered message \(clientId) of \(log.device.userId) not stored exactly once")
+                #expect(stored?.first?.serverId == serverId, "stored under another serverId than answered")
+            }
+            if requireAll {
+                #expect(log.sent.allSatisfy { byClientId[log.device.deviceId + "/" + $0]?.count == 1 }, "a resent message is missing")
+            }
+            let order = messages.filter { $0.senderDeviceId == log.device.deviceId }.map(\.clientMessageId)
+            let expected = log.sent.filter { order.contains($0) }
+            #expect(order == expected, "device \(log.device.userId) order broken")
+        }
+    }
+
+    @Test func sigkillMidStreamLosesNothingAndResendsConverge() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var server = try await ServerProcess(dataDirectory: directory)
+        let client = server.client
+        let receiver = try await client.register("receiver")
+        var logs: [SenderLog] = []
+        for index in 0..<5 { logs.append(SenderLog(device: try await client.register("sender\(index)"))) }
+        let conversation = try await client.createConversation(receiver, members: logs.map(\.device.userId))
+
+        let stop = NIOLockedValueBox(false)
+        let initial = logs
+        let firstServer = server
+        let results = try await withThrowingTaskGroup(of: (Int, SenderLog).self) { group in
+            for index in 0..<4 {
+                group.addTask { (index, await Self.httpSender(client, initial[index], senderIndex: index, conversationId: conversation.id, stop: stop)) }
+            }
+            group.addTask { (4, await Self.webSocketSender(client, initial[4], senderIndex: 4, conversationId: conversation.id, limit: 100_000)) }
+            group.addTask {
+                // Let a few hundred messages through, then kill the server mid-stream.
+                try await Task.sleep(for: .milliseconds(1500))
+                try await firstServer.stop(signal: SIGKILL)
+                stop.withLockedValue { $0 = true }
+                return (-1, initial[0])
+            }
+            var results: [Int: SenderLog] = [:]
+            for try await (index, log) in group where index >= 0 { results[index] = log }
+            return results
+        }
+        logs = (0..<5).map { results[$0]! }
+        let answered = logs.map(\.answered.count).reduce(0, +)
+        #expect(answered > 50, "the storm should have had messages accepted before the kill (got \(answered))")
+
+        server = try await ServerProcess(dataDirectory: directory)
+        let restarted = server.client
+        let answeredIds = Set(logs.flatMap { log in log.answered.keys.map { log.device.deviceId + "/" + $0 } })
+        var messages = try await restarted.waitForMessages(receiver, conversation.id, timeout: .seconds(30)) { messages in
+            answeredIds.isSubset(of: Set(messages.map { $0.senderDeviceId + "/" + $0.clientMessageId }))
+        }
+        try Self.verify(messages, logs: logs, requireAll: false)
+
+        // Resend every message that got no answer, in order per device: each converges to exactly once.
+        for index in logs.indices {
+            for clientId in logs[index].sent where logs[index].answered[clientId] == nil {
+                let answer = try await restarted.send(logs[index].device, to: conversation.id, body: "resent", clientMessageId: clientId)
+                #expect(answer.status == 202 || answer.status == 200, "resend: \(answer.status) \(answer.text)")
+                logs[index].answered[clientId] = try answer.decode(SendMessageResponse.self).serverId
+            }
+        }
+        let total = logs.map(\.sent.count).reduce(0, +)
+        messages = try await restarted.waitForMessages(receiver, conversation.id, timeout: .seconds(30)) { $0.count >= total }
+        #expect(messages.count == total)
+        try Self.verify(messages, logs: logs, requireAll: true)
+        try await server.stop(signal: SIGTERM)
+    }
+
+    @Test func sigtermDrainsAndExitsCleanly() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var server = try await ServerProcess(dataDirectory: directory)
+        let client = server.client
+        let alice = try await client.register("alice")
+        let conversation = try await client.createConversation(alice, members: ["bob"])
+        var log = SenderLog(device: alice)
+        log = await Self.webSocketSender(client, log, senderIndex: 0, conversationId: conversation.id, limit: 2_000)
+        #expect(log.answered.count == 2_000)
+        let status = try await server.stop(signal: SIGTERM)
+        #expect(status == 0, "graceful shutdown must exit 0; log: \(server.log())")
+
+        server = try await ServerProcess(dataDirectory: directory)
+        // Everything was stored before the exit: the history is complete at once, without waiting for processing.
+        let messages = try await server.client.allMessages(alice, conversation.id)
+        #expect(messages.count == 2_000)
+        try Self.verify(messages, logs: [log], requireAll: true)
+        try await server.stop(signal: SIGTERM)
+    }
+}

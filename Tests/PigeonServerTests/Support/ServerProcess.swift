@@ -1,0 +1,92 @@
+import Foundation
+import NIOConcurrencyHelpers
+
+/// The built `pigeon-server` binary run as a child process, for tests that kill it.
+final class ServerProcess: @unchecked Sendable {
+    let port: Int
+    let dataDirectory: String
+    private let process = Process()
+    let logPath: String
+
+    /// The binary next to the test bundle (SwiftPM builds it: the test target depends on it), or `PIGEON_SERVER_BINARY`.
+    static var binaryPath: String {
+        if let path = ProcessInfo.processInfo.environment["PIGEON_SERVER_BINARY"] { return path }
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        var directory = executable.deletingLastPathComponent()
+        while directory.path != "/" {
+            let candidate = directory.appendingPathComponent("pigeon-server")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate.path }
+            directory = directory.deletingLastPathComponent()
+        }
+        return executable.deletingLastPathComponent().appendingPathComponent("pigeon-server").path
+    }
+
+    /// Starts the server and waits until `/readyz` answers 200.
+    init(dataDirectory: String, port: Int? = nil, arguments: [String] = []) async throws {
+        self.port = try port ?? freePort()
+        self.dataDirectory = dataDirectory
+        self.logPath = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: Self.binaryPath)
+        process.arguments = ["serve", "--host", "127.0.0.1", "--port", String(self.port), "--data-dir", dataDirectory, "--log-level", "warning"]
+            + arguments
+        let logHandle = FileHandle(forWritingAtPath: logPath)
+        process.standardOutput = logHandle
+        process.standardError = logHandle
+        try process.run()
+        let client = PigeonTestClient(port: self.port)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let answer = try? await client.request(.GET, "/readyz"), answer.status == 200 { return }
+            guard process.isRunning else { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        process.terminate()
+        throw TestFailure("pigeon-server did not become ready: \(log())")
+    }
+
+    var client: PigeonTestClient { PigeonTestClient(port: port) }
+    var isRunning: Bool { process.isRunning }
+
+    func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Sends `signal` and waits for the process to end; returns its exit status.
+    @discardableResult
+    func stop(signal: Int32, timeout: Duration = .seconds(30)) async throws -> Int32 {
+        kill(process.processIdentifier, signal)
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning {
+            guard ContinuousClock.now < deadline else {
+                kill(process.processIdentifier, SIGKILL)
+                throw TestFailure("pigeon-server did not stop within \(timeout) after signal \(signal)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+/// A free TCP port on loopback (bound and released; fine for tests on one machine).
+func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestFailure("socket() failed") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = 0
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard bound == 0 else { throw TestFailure("bind() failed") }
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let named = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    guard named == 0 else { throw TestFailure("getsockname() failed") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
