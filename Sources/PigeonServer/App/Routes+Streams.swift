@@ -143,8 +143,7 @@ extension PigeonCore {
                 ingest.append(message) { result in
                     switch result {
                     case .success(let accepted):
-                        let json = (try? JSONEncoder().encode(AckFrame(accepted.response))).map { String(decoding: $0, as: UTF8.self) } ?? ""
-                        session.send(type: "ack", json: json)
+                        session.send(type: "ack", json: Self.ackFrame(accepted.response))
                     case .failure(let error):
                         session.send(type: "error", json: Self.errorFrame(request.clientMessageId, error))
                     }
@@ -161,6 +160,20 @@ extension PigeonCore {
                 session.send(type: "error", json: Self.errorFrame(nil, error as? PigeonError ?? PigeonError(.internalError, "typing failed")))
             }
         }
+    }
+
+    /// The `ack` frame, written by hand: one per send on the accept hot path.
+    static func ackFrame(_ response: SendMessageResponse) -> String {
+        var json = JSONText(capacity: 192)
+        json.beginObject()
+        json.member("type", "ack")
+        json.member("clientMessageId", response.clientMessageId)
+        json.member("serverId", response.serverId)
+        json.member("status", response.status.rawValue)
+        json.member("acceptedAt", response.acceptedAt)
+        if let seq = response.seq { json.member("seq", seq) }
+        json.endObject()
+        return json.string
     }
 
     static func errorFrame(_ clientMessageId: String?, _ error: PigeonError) -> String {

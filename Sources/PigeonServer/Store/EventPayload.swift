@@ -1,7 +1,8 @@
 import Foundation
 import PigeonProtocol
 
-/// Encodes event payloads: `{"type": ..., <the body's fields>}`, without a cursor.
+/// Encodes event payloads: `{"type": ..., <the body's fields>}`, without a cursor. The per-message ones
+/// (`message.new`, `message.stored`) are written by hand: they are on the processing hot path.
 struct EventPayload {
     private let encoder = JSONEncoder()
 
@@ -18,15 +19,47 @@ struct EventPayload {
         }
     }
 
-    private struct MessageBody: Encodable { let message: Message }
     private struct ConversationBody: Encodable { let conversation: Conversation }
 
     func encode<Body: Encodable>(type: String, _ body: Body) throws -> String {
         String(decoding: try encoder.encode(Typed(type: type, body: body)), as: UTF8.self)
     }
 
-    func messageNew(_ message: Message) throws -> String { try encode(type: "message.new", MessageBody(message: message)) }
-    func messageStored(_ event: MessageStoredEvent) throws -> String { try encode(type: "message.stored", event) }
+    func messageNew(_ message: Message) -> String {
+        var json = JSONText(capacity: 384 + message.body.utf8.count)
+        json.beginObject()
+        json.member("type", "message.new")
+        json.key("message")
+        json.beginObject()
+        json.member("serverId", message.serverId)
+        json.member("clientMessageId", message.clientMessageId)
+        json.member("conversationId", message.conversationId)
+        json.member("seq", message.seq)
+        json.member("senderId", message.senderId)
+        json.member("senderDeviceId", message.senderDeviceId)
+        json.member("type", message.type)
+        json.member("body", message.body)
+        json.member("clientTimestamp", message.clientTimestamp)
+        json.member("acceptedAt", message.acceptedAt)
+        json.member("storedAt", message.storedAt)
+        json.endObject()
+        json.endObject()
+        return json.string
+    }
+
+    func messageStored(_ event: MessageStoredEvent) -> String {
+        var json = JSONText()
+        json.beginObject()
+        json.member("type", "message.stored")
+        json.member("conversationId", event.conversationId)
+        json.member("serverId", event.serverId)
+        json.member("clientMessageId", event.clientMessageId)
+        json.member("seq", event.seq)
+        json.member("storedAt", event.storedAt)
+        json.member("recipientsOnline", event.recipientsOnline)
+        json.endObject()
+        return json.string
+    }
     func messageFailed(_ event: MessageFailedEvent) throws -> String { try encode(type: "message.failed", event) }
     func receipt(_ event: ReceiptEvent) throws -> String { try encode(type: "receipt", event) }
     func conversationCreated(_ conversation: Conversation) throws -> String {

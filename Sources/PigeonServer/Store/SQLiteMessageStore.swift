@@ -166,27 +166,27 @@ public final class SQLiteMessageStore: MessageStore {
         results.reserveCapacity(items.count)
         var events: [StoredEvent] = []
         var blocked = Set<String>()
+        /// conversation → its last seq so far in this batch; written back once at the end.
+        var lastSeqs: [String: Int64] = [:]
         for item in items {
             let message = item.entry.message
             if blocked.contains(message.conversationId) {
                 results.append(.deferred)
                 continue
             }
-            if let seq = try Int64.fetchOne(
-                db.cachedStatement(sql: "SELECT seq FROM messages WHERE server_id = ?"), arguments: [message.serverId])
-            {
-                results.append(.alreadyStored(seq: seq))
-                continue
-            }
             do {
                 var written: [StoredEvent] = []
-                var seq: Int64 = 0
+                var outcome = ProcessingResult.deferred
+                let lastSeq = try lastSeqs[message.conversationId] ?? Self.fetchLastSeq(db, message.conversationId)
                 try db.inSavepoint {
-                    seq = try storeMessage(message, now: now, payloads: payloads, db, into: &written)
+                    outcome = try storeMessage(message, seq: lastSeq + 1, now: now, payloads: payloads, db, into: &written)
                     return .commit
                 }
-                events.append(contentsOf: written)
-                results.append(.stored(seq: seq))
+                if case .stored(let seq) = outcome {
+                    lastSeqs[message.conversationId] = seq
+                    events.append(contentsOf: written)
+                }
+                results.append(outcome)
             } catch {
                 let permanent = (error as? PigeonError)?.isPermanent ?? false
                 if item.isFinalAttempt || permanent {
@@ -201,34 +201,45 @@ public final class SQLiteMessageStore: MessageStore {
                 }
             }
         }
+        for (conversationId, seq) in lastSeqs {
+            try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ? WHERE id = ?").execute(arguments: [seq, conversationId])
+        }
         return BatchOutcome(results: results, events: events)
     }
 
+    private static func fetchLastSeq(_ db: Database, _ conversationId: String) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT last_seq FROM conversations WHERE id = ?"), arguments: [conversationId]) ?? 0
+    }
+
+    /// Writes one message with `seq` and its events, or finds it already stored (by serverId).
     private func storeMessage(
-        _ message: BufferedMessage, now: Int64, payloads: EventPayload, _ db: Database, into events: inout [StoredEvent]
-    ) throws -> Int64 {
+        _ message: BufferedMessage, seq: Int64, now: Int64, payloads: EventPayload, _ db: Database, into events: inout [StoredEvent]
+    ) throws -> ProcessingResult {
         try faultInjector?(message)
         guard let members = try membersInTransaction(db, message.conversationId), members.contains(message.senderId) else {
             throw PigeonError.conversationNotFound
         }
-        let lastSeq = try Int64.fetchOne(
-            db.cachedStatement(sql: "SELECT last_seq FROM conversations WHERE id = ?"), arguments: [message.conversationId]) ?? 0
-        let seq = lastSeq + 1
-        try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ? WHERE id = ?").execute(arguments: [seq, message.conversationId])
         try db.cachedStatement(
             sql: """
                 INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
                     client_timestamp, accepted_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(server_id) DO NOTHING
                 """
         ).execute(arguments: [
             message.conversationId, seq, message.serverId, message.clientMessageId, message.senderId, message.senderDeviceId,
             message.type, message.body, message.clientTimestamp, message.acceptedAt, now,
         ])
+        if db.changesCount == 0 {
+            // Stored by an earlier attempt whose buffer acknowledgement was lost (crash between the two).
+            let storedSeq = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT seq FROM messages WHERE server_id = ?"), arguments: [message.serverId]) ?? 0
+            return .alreadyStored(seq: storedSeq)
+        }
         let stored = Message(
             serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId, seq: seq,
             senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
             clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
-        let newPayload = try payloads.messageNew(stored)
+        let newPayload = payloads.messageNew(stored)
         for userId in members {
             events.append(
                 try Self.insertEvent(
@@ -236,7 +247,7 @@ public final class SQLiteMessageStore: MessageStore {
                     excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: newPayload, at: now))
         }
         let recipients = members.filter { $0 != message.senderId }
-        let storedPayload = try payloads.messageStored(
+        let storedPayload = payloads.messageStored(
             MessageStoredEvent(
                 conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, seq: seq,
                 storedAt: now, recipientsOnline: sink.onlineDeviceCount(of: recipients, excluding: message.senderDeviceId)))
@@ -244,7 +255,7 @@ public final class SQLiteMessageStore: MessageStore {
             try Self.insertEvent(
                 db, type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId, excludedDeviceId: nil,
                 payload: storedPayload, at: now))
-        return seq
+        return .stored(seq: seq)
     }
 
     private func deadLetter(_ message: BufferedMessage, error: any Error, now: Int64, payloads: EventPayload, _ db: Database) throws -> StoredEvent {
