@@ -25,7 +25,7 @@ public enum PigeonApplication {
                     http1: .init(idleTimeout: .seconds(120)),
                     ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: [core.housekeeping, core.processor, core.typing],
+            services: [core.checkpointer].compactMap { $0 } + [core.housekeeping, core.processor, core.typing],
             logger: logger)
     }
 }

@@ -17,6 +17,8 @@ final class PigeonCore: Sendable {
     let processor: Processor
     let typing: TypingTracker
     let housekeeping: Housekeeping
+    /// Background WAL checkpoints of the embedded files (nil when neither store nor buffer is embedded).
+    let checkpointer: WALCheckpointer?
 
     init(configuration: ServerConfiguration, logger: Logger) throws {
         self.configuration = configuration
@@ -24,17 +26,21 @@ final class PigeonCore: Sendable {
         self.metrics = PigeonMetrics()
         self.hub = StreamHub()
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
+        var sqliteFiles: [String] = []
         switch configuration.store {
         case .embedded:
+            let path = dataDirectory.appendingPathComponent("store.sqlite").path
             self.store = try SQLiteMessageStore(
-                path: dataDirectory.appendingPathComponent("store.sqlite").path, durable: configuration.durable, sink: hub,
-                faultInjector: configuration.processingFaultInjector)
+                path: path, durable: configuration.durable, sink: hub, faultInjector: configuration.processingFaultInjector)
+            sqliteFiles.append(path)
         case .postgres:
             throw PigeonError.invalid("--store postgres is not supported yet; run with the embedded store")
         }
         switch configuration.buffer {
         case .embedded:
-            self.buffer = try EmbeddedBuffer(path: dataDirectory.appendingPathComponent("buffer.sqlite").path, durable: configuration.durable)
+            let path = dataDirectory.appendingPathComponent("buffer.sqlite").path
+            self.buffer = try EmbeddedBuffer(path: path, durable: configuration.durable)
+            sqliteFiles.append(path)
         case .redis:
             throw PigeonError.invalid("--buffer redis is not supported yet; run with the embedded buffer")
         }
@@ -43,6 +49,7 @@ final class PigeonCore: Sendable {
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
         self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout)
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
+        self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
     }
 
     /// The device behind a request's bearer token.

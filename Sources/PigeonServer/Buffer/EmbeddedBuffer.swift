@@ -1,12 +1,12 @@
 import GRDB
 import NIOConcurrencyHelpers
-import PigeonProtocol
 
 /// The default ingest buffer: a SQLite table in its own file (WAL, group commit).
 ///
 /// An append is durable when its transaction has committed; with `durable` (the default) that commit is
 /// fsynced, so a ✓ survives power loss too. The de-duplication index keeps one small row per message
-/// forever, which is what makes a resend idempotent "at any later time".
+/// forever, which is what makes a resend idempotent "at any later time". It is keyed by device and
+/// clientMessageId: time-ordered (version 7) clientMessageIds keep its inserts on a few hot pages.
 public final class EmbeddedBuffer: IngestBuffer {
     private struct State {
         var lastHandedOut: Int64 = 0
@@ -49,8 +49,6 @@ public final class EmbeddedBuffer: IngestBuffer {
                         client_message_id TEXT NOT NULL,
                         server_id TEXT NOT NULL,
                         accepted_at INTEGER NOT NULL,
-                        status TEXT NOT NULL DEFAULT 'queued',
-                        seq INTEGER,
                         PRIMARY KEY(device_id, client_message_id)) WITHOUT ROWID;
                     """)
         }
@@ -74,12 +72,9 @@ public final class EmbeddedBuffer: IngestBuffer {
                 ).execute(arguments: [message.senderDeviceId, message.clientMessageId, message.serverId, message.acceptedAt])
                 if db.changesCount == 0 {
                     let row = try Row.fetchOne(
-                        db.cachedStatement(
-                            sql: "SELECT server_id, accepted_at, status, seq FROM dedupe WHERE device_id = ? AND client_message_id = ?"),
+                        db.cachedStatement(sql: "SELECT server_id, accepted_at FROM dedupe WHERE device_id = ? AND client_message_id = ?"),
                         arguments: [message.senderDeviceId, message.clientMessageId])!
-                    return .duplicate(
-                        serverId: row[0], acceptedAt: row[1],
-                        status: ServerMessageStatus(rawValue: row[2]) ?? .queued, seq: row[3])
+                    return .duplicate(serverId: row[0], acceptedAt: row[1])
                 }
                 try db.cachedStatement(
                     sql: """
@@ -135,22 +130,14 @@ public final class EmbeddedBuffer: IngestBuffer {
         return entries
     }
 
-    public func acknowledge(_ acknowledgements: [BufferAcknowledgement]) async throws {
-        guard !acknowledgements.isEmpty else { return }
+    public func acknowledge(entryIds: [String]) async throws {
+        let ids = entryIds.compactMap { Int64($0) }
+        guard !ids.isEmpty else { return }
         let removed = try await writer.write { db -> Int in
             var removed = 0
-            for ack in acknowledgements {
-                guard let id = Int64(ack.entryId) else { continue }
+            for id in ids {
                 try db.cachedStatement(sql: "DELETE FROM entries WHERE id = ?").execute(arguments: [id])
                 removed += db.changesCount
-                let (status, seq): (ServerMessageStatus, Int64?) =
-                    switch ack.outcome {
-                    case .stored(let seq): (.stored, seq)
-                    case .deadLettered: (.failed, nil)
-                    }
-                try db.cachedStatement(
-                    sql: "UPDATE dedupe SET status = ?, seq = ? WHERE device_id = ? AND client_message_id = ?"
-                ).execute(arguments: [status.rawValue, seq, ack.senderDeviceId, ack.clientMessageId])
             }
             return removed
         }

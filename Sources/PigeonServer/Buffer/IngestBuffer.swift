@@ -47,28 +47,9 @@ public struct BufferEntry: Sendable, Equatable {
 public enum AppendOutcome: Sendable, Equatable {
     /// The message is durable in the buffer now.
     case accepted
-    /// The device sent this `clientMessageId` before: nothing was appended; this is the original.
-    case duplicate(serverId: String, acceptedAt: Int64, status: ServerMessageStatus, seq: Int64?)
-}
-
-/// How processing ended for an entry, reported back to the buffer.
-public struct BufferAcknowledgement: Sendable, Equatable {
-    public enum Outcome: Sendable, Equatable {
-        case stored(seq: Int64)
-        case deadLettered
-    }
-
-    public var entryId: String
-    public var senderDeviceId: String
-    public var clientMessageId: String
-    public var outcome: Outcome
-
-    public init(entryId: String, senderDeviceId: String, clientMessageId: String, outcome: Outcome) {
-        self.entryId = entryId
-        self.senderDeviceId = senderDeviceId
-        self.clientMessageId = clientMessageId
-        self.outcome = outcome
-    }
+    /// The device sent this `clientMessageId` before: nothing was appended; these are the original's
+    /// serverId and accept time (where it is now, the store knows).
+    case duplicate(serverId: String, acceptedAt: Int64)
 }
 
 /// The durable ingest buffer between accept and processing.
@@ -89,8 +70,8 @@ public protocol IngestBuffer: Sendable {
     /// Waits up to `wait` for one to arrive; returns an empty array if none did.
     func nextBatch(max: Int, wait: Duration) async throws -> [BufferEntry]
 
-    /// Removes processed entries and records how they ended (the de-duplication answer reports it).
-    func acknowledge(_ acknowledgements: [BufferAcknowledgement]) async throws
+    /// Removes entries whose processing ended (stored or dead-lettered).
+    func acknowledge(entryIds: [String]) async throws
 
     /// Records a failed processing attempt, so the count survives a restart.
     func recordFailedAttempt(entryId: String, attempts: Int) async throws

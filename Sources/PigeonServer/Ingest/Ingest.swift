@@ -42,18 +42,23 @@ final class Ingest: Sendable {
     /// Starts the durable append of a prepared message; `completion` runs with the answer once it is durable.
     /// Appends started one after the other are buffered in that order.
     func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<Accepted, PigeonError>) -> Void) {
-        buffer.append(message) { [metrics] result in
+        buffer.append(message) { [metrics, store] result in
             switch result {
             case .success(.accepted):
                 metrics.accepted.increment()
                 let response = SendMessageResponse(
                     serverId: message.serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt)
                 completion(.success(Accepted(response: response, created: true)))
-            case .success(.duplicate(let serverId, let acceptedAt, let status, let seq)):
+            case .success(.duplicate(let serverId, let acceptedAt)):
                 metrics.duplicates.increment()
-                let response = SendMessageResponse(
-                    serverId: serverId, clientMessageId: message.clientMessageId, status: status, acceptedAt: acceptedAt, seq: seq)
-                completion(.success(Accepted(response: response, created: false)))
+                // Rare (a resend): where the original is now needs a store read, which cannot wait here.
+                Task { [store] in
+                    let found = try? await store.status(ofMessage: serverId)
+                    let response = SendMessageResponse(
+                        serverId: serverId, clientMessageId: message.clientMessageId, status: found?.status ?? .queued,
+                        acceptedAt: acceptedAt, seq: found?.seq)
+                    completion(.success(Accepted(response: response, created: false)))
+                }
             case .failure(let error):
                 metrics.rejected.increment()
                 completion(.failure(error as? PigeonError ?? .overloaded("the ingest buffer could not take the message: \(error)")))

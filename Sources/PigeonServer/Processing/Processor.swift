@@ -94,31 +94,25 @@ final class Processor: Service {
             }
             metrics.processingBatch.record(clock.now - started)
             let nowMillis = WallClock.nowMillis()
-            var acknowledgements: [BufferAcknowledgement] = []
+            var finished: [String] = []
             var attemptsByEntry: [String: Int] = [:]
             for (entry, result) in zip(batch, results) {
                 let message = entry.message
                 switch result {
-                case .stored(let seq), .alreadyStored(let seq):
+                case .stored, .alreadyStored:
                     if case .stored = result {
                         metrics.stored.increment()
                         metrics.acceptToStored.record(.milliseconds(max(0, nowMillis - message.acceptedAt)))
                     }
                     retryAt[message.conversationId] = nil
-                    acknowledgements.append(
-                        BufferAcknowledgement(
-                            entryId: entry.id, senderDeviceId: message.senderDeviceId, clientMessageId: message.clientMessageId,
-                            outcome: .stored(seq: seq)))
+                    finished.append(entry.id)
                 case .deadLettered(let error):
                     metrics.deadLettered.increment()
                     retryAt[message.conversationId] = nil
                     logger.error(
                         "message dead-lettered",
                         metadata: ["serverId": "\(message.serverId)", "conversationId": "\(message.conversationId)", "error": "\(error)"])
-                    acknowledgements.append(
-                        BufferAcknowledgement(
-                            entryId: entry.id, senderDeviceId: message.senderDeviceId, clientMessageId: message.clientMessageId,
-                            outcome: .deadLettered))
+                    finished.append(entry.id)
                 case .failed(let error):
                     metrics.retried.increment()
                     let attempts = entry.attempts + 1
@@ -133,8 +127,8 @@ final class Processor: Service {
                     break
                 }
             }
-            try await acknowledge(acknowledgements)
-            let done = Set(acknowledgements.map(\.entryId))
+            try await acknowledge(finished)
+            let done = Set(finished)
             inflight = inflight.compactMap { entry in
                 if done.contains(entry.id) { return nil }
                 var entry = entry
@@ -145,11 +139,11 @@ final class Processor: Service {
     }
 
     /// Acknowledges to the buffer, retrying until it takes them (the store already has the messages).
-    private func acknowledge(_ acknowledgements: [BufferAcknowledgement]) async throws {
+    private func acknowledge(_ entryIds: [String]) async throws {
         var delay = configuration.retryBaseDelay
         while true {
             do {
-                try await buffer.acknowledge(acknowledgements)
+                try await buffer.acknowledge(entryIds: entryIds)
                 return
             } catch {
                 logger.error("buffer acknowledgement failed; retrying", metadata: ["error": "\(error)"])

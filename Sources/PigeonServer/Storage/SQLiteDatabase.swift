@@ -14,6 +14,9 @@ enum SQLiteDatabase {
             try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
             try db.execute(sql: "PRAGMA temp_store = MEMORY")
             try db.execute(sql: "PRAGMA cache_size = -32000")
+            // Commits must not stall on checkpoints: ``WALCheckpointer`` runs them beside the writer. This
+            // threshold is only a safety net for a WAL that the checkpointer could not keep small.
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = 50000")
         }
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {

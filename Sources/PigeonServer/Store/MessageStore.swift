@@ -121,6 +121,9 @@ public protocol MessageStore: Sendable {
     /// Processes a batch in buffer order, in one transaction; one result per item, in the same order.
     func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult]
 
+    /// Where an accepted message is: `.stored` with its seq, `.failed` if dead-lettered, `nil` while still queued.
+    func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)?
+
     /// `after`: messages with seq > after ascending; `before`: the page just before it, ascending;
     /// neither: the newest page.
     func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage

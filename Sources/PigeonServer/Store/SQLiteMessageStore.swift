@@ -244,7 +244,8 @@ public final class SQLiteMessageStore: MessageStore {
             events.append(
                 try Self.insertEvent(
                     db, type: "message.new", userId: userId, deviceId: nil,
-                    excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: newPayload, at: now))
+                    excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: newPayload, at: now,
+                    message: (message.conversationId, seq)))
         }
         let recipients = members.filter { $0 != message.senderId }
         let storedPayload = payloads.messageStored(
@@ -277,14 +278,32 @@ public final class SQLiteMessageStore: MessageStore {
             payload: payload, at: now)
     }
 
+    /// Appends an event to `userId`'s log. With `message`, the log keeps a reference to the stored message
+    /// instead of a copy of `payload` (``events(for:after:limit:)`` renders it back).
     private static func insertEvent(
-        _ db: Database, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String, at now: Int64
+        _ db: Database, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String, at now: Int64,
+        message: (conversationId: String, seq: Int64)? = nil
     ) throws -> StoredEvent {
         try db.cachedStatement(
-            sql: "INSERT INTO events(user_id, device_id, excluded_device_id, type, created_at, payload) VALUES (?, ?, ?, ?, ?, ?)"
-        ).execute(arguments: [userId, deviceId, excludedDeviceId, type, now, payload])
+            sql: """
+                INSERT INTO events(user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [userId, deviceId, excludedDeviceId, type, now, message?.conversationId, message?.seq, message == nil ? payload : nil])
         return StoredEvent(
             id: db.lastInsertedRowID, type: type, userId: userId, deviceId: deviceId, excludedDeviceId: excludedDeviceId, payload: payload)
+    }
+
+    public func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {
+        try await pool.read { db in
+            if let seq = try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM messages WHERE server_id = ?"), arguments: [serverId]) {
+                return (.stored, seq)
+            }
+            if try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM dead_letters WHERE server_id = ?"), arguments: [serverId]) == true {
+                return (.failed, nil)
+            }
+            return nil
+        }
     }
 
     // MARK: History
@@ -293,10 +312,19 @@ public final class SQLiteMessageStore: MessageStore {
         server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at
         """
 
+    private static let joinedMessageColumns = messageColumns.split(separator: ",")
+        .map { "m." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", ")
+
     private static func message(_ row: Row) -> Message {
+        message(row, from: 0)
+    }
+
+    /// A message from the columns of ``messageColumns`` starting at `column`.
+    private static func message(_ row: Row, from column: Int) -> Message {
         Message(
-            serverId: row[0], clientMessageId: row[1], conversationId: row[2], seq: row[3], senderId: row[4], senderDeviceId: row[5],
-            type: row[6], body: row[7], clientTimestamp: row[8], acceptedAt: row[9], storedAt: row[10])
+            serverId: row[column], clientMessageId: row[column + 1], conversationId: row[column + 2], seq: row[column + 3],
+            senderId: row[column + 4], senderDeviceId: row[column + 5], type: row[column + 6], body: row[column + 7],
+            clientTimestamp: row[column + 8], acceptedAt: row[column + 9], storedAt: row[column + 10])
     }
 
     public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
@@ -383,17 +411,20 @@ public final class SQLiteMessageStore: MessageStore {
 
     public func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await pool.read { db in
-            try Row.fetchAll(
+            let payloads = EventPayload()
+            return try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
-                        SELECT id, type, device_id, excluded_device_id, payload FROM events
-                        WHERE user_id = ? AND id > ? AND (device_id IS NULL OR device_id = ?)
-                            AND (excluded_device_id IS NULL OR excluded_device_id != ?)
-                        ORDER BY id LIMIT ?
+                        SELECT e.id, e.type, e.device_id, e.excluded_device_id, e.payload, \(Self.joinedMessageColumns)
+                        FROM events e LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+                        WHERE e.user_id = ? AND e.id > ? AND (e.device_id IS NULL OR e.device_id = ?)
+                            AND (e.excluded_device_id IS NULL OR e.excluded_device_id != ?)
+                        ORDER BY e.id LIMIT ?
                         """),
                 arguments: [device.userId, after, device.deviceId, device.deviceId, limit]
             ).map { row in
-                StoredEvent(id: row[0], type: row[1], userId: device.userId, deviceId: row[2], excludedDeviceId: row[3], payload: row[4])
+                let payload: String = (row[4] as String?) ?? payloads.messageNew(Self.message(row, from: 5))
+                return StoredEvent(id: row[0], type: row[1], userId: device.userId, deviceId: row[2], excludedDeviceId: row[3], payload: payload)
             }
         }
     }

@@ -49,7 +49,10 @@ enum SQLiteSchema {
                         excluded_device_id TEXT,
                         type TEXT NOT NULL,
                         created_at INTEGER NOT NULL,
-                        payload TEXT NOT NULL);
+                        -- message.new refers to its message instead of copying it: payload is NULL then.
+                        conversation_id TEXT,
+                        seq INTEGER,
+                        payload TEXT);
                     CREATE INDEX events_user ON events(user_id, id);
                     CREATE TABLE dead_letters(
                         server_id TEXT PRIMARY KEY,

@@ -28,19 +28,26 @@ enum Identifiers {
         return (0..<count).map { _ in hexByte(UInt8.random(in: 0...255, using: &generator)) }.joined()
     }
 
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
     static func format(_ bytes: [UInt8]) -> String {
-        var out = ""
-        out.reserveCapacity(36)
-        for (index, byte) in bytes.enumerated() {
-            if index == 4 || index == 6 || index == 8 || index == 10 { out.append("-") }
-            out.append(hexByte(byte))
+        String(unsafeUninitializedCapacity: 36) { buffer in
+            var position = 0
+            for (index, byte) in bytes.enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    buffer[position] = UInt8(ascii: "-")
+                    position += 1
+                }
+                buffer[position] = hexDigits[Int(byte >> 4)]
+                buffer[position + 1] = hexDigits[Int(byte & 0x0F)]
+                position += 2
+            }
+            return position
         }
-        return out
     }
 
     private static func hexByte(_ byte: UInt8) -> String {
-        let digits: [Character] = Array("0123456789abcdef")
-        return String([digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]])
+        String(decoding: [hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0x0F)]], as: UTF8.self)
     }
 }
 
