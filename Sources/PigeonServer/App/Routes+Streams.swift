@@ -107,7 +107,7 @@ extension PigeonCore {
                     }
                 }
                 group.addTask {
-                    var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: .seconds(3600))
+                    var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: nil)
                     while let output = try await streamer.next() {
                         if case .frame(let frame) = output { try await outbound.write(.text(frame.json)) }
                     }

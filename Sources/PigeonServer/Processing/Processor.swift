@@ -8,8 +8,8 @@ import ServiceLifecycle
 ///   it (order), other conversations flow on. The `maxAttempts`-th failure, or a permanent one (the
 ///   conversation is gone), dead-letters it and sends `message.failed` to its sender.
 /// - A store that fails as a whole (down, disk full) is retried with backoff, without spending attempts.
-/// - Buffer entries are acknowledged only after the store committed; a crash in between hands them out again
-///   and the store recognises them by serverId.
+/// - Buffer entries are acknowledged only after the store committed (in the background, overlapping the next
+///   batch); a crash in between hands them out again and the store recognises them by serverId.
 /// - On graceful shutdown it keeps going until the buffer is empty (bounded by `shutdownDrainTimeout`).
 final class Processor: Service {
     private struct Pending {
@@ -32,6 +32,20 @@ final class Processor: Service {
     }
 
     func run() async throws {
+        // Acknowledgements go to the buffer beside the next store batch instead of before it.
+        let (finishedEntries, acknowledger) = AsyncStream.makeStream(of: [String].self)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await entryIds in finishedEntries { try await self.acknowledge(entryIds) }
+            }
+            defer { acknowledger.finish() }
+            try await process(acknowledger: acknowledger)
+            acknowledger.finish()
+            try await group.waitForAll()
+        }
+    }
+
+    private func process(acknowledger: AsyncStream<[String]>.Continuation) async throws {
         var inflight: [BufferEntry] = []
         var retryAt: [String: ContinuousClock.Instant] = [:]
         var storeBackoff = Duration.zero
@@ -127,7 +141,7 @@ final class Processor: Service {
                     break
                 }
             }
-            try await acknowledge(finished)
+            if !finished.isEmpty { acknowledger.yield(finished) }
             let done = Set(finished)
             inflight = inflight.compactMap { entry in
                 if done.contains(entry.id) { return nil }

@@ -16,14 +16,15 @@ struct EventStreamer: Sendable {
 
     private let store: any MessageStore
     private let session: StreamSession
-    private let idleInterval: Duration
+    private let idleInterval: Duration?
     private let pageSize = 500
     private var last: Int64
     private var needsCatchUp = true
     private var queued: [Frame] = []
     private var position = 0
 
-    init(store: any MessageStore, session: StreamSession, start: StreamStart, idleInterval: Duration) {
+    /// `idleInterval`: how long the stream may be silent before ``next()`` answers `.idle` (`nil`: never).
+    init(store: any MessageStore, session: StreamSession, start: StreamStart, idleInterval: Duration?) {
         self.store = store
         self.session = session
         self.idleInterval = idleInterval

@@ -50,7 +50,7 @@ final class ReceiptQueue: Sendable {
             }
             guard let batch else { return nil }
             if !batch.isEmpty { return batch }
-            await signal.wait(timeout: .seconds(3600))
+            await signal.wait()
             if Task.isCancelled { return nil }
         }
     }

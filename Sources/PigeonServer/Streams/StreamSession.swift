@@ -81,8 +81,8 @@ final class StreamSession: Sendable {
     /// Control frames queued and not yet taken by the writer.
     var queuedCount: Int { state.withLockedValue { $0.items.count } }
 
-    /// Everything queued, or waits up to `timeout` for something.
-    func next(timeout: Duration) async -> Next {
+    /// Everything queued, or waits up to `timeout` (forever if `nil`) for something.
+    func next(timeout: Duration?) async -> Next {
         while true {
             let next = state.withLockedValue { state -> Next? in
                 if state.overflowed {
@@ -98,6 +98,11 @@ final class StreamSession: Sendable {
                 return state.closed ? .closed : nil
             }
             if let next { return next }
+            guard let timeout else {
+                await wakeup.wait()
+                if Task.isCancelled { return .closed }
+                continue
+            }
             let before = ContinuousClock.now
             await wakeup.wait(timeout: timeout)
             if Task.isCancelled { return .closed }

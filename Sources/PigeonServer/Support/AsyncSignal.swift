@@ -23,6 +23,34 @@ final class AsyncSignal: Sendable {
         waiter?.resume()
     }
 
+    /// Returns when notified or when the task is cancelled. Costs no task of its own (idle streams wait here).
+    func wait() async {
+        let alreadyNotified = state.withLockedValue { state -> Bool in
+            defer { state.pending = false }
+            return state.pending
+        }
+        if alreadyNotified || Task.isCancelled { return }
+        let id = state.withLockedValue { state -> UInt64 in
+            state.waiterID &+= 1
+            return state.waiterID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let resumeNow = state.withLockedValue { state -> Bool in
+                    if state.pending || state.waiterID != id {
+                        state.pending = false
+                        return true
+                    }
+                    state.waiter = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            cancelWaiter(id: id)
+        }
+    }
+
     /// Returns when notified, after `timeout`, or when the task is cancelled.
     func wait(timeout: Duration) async {
         let alreadyNotified = state.withLockedValue { state -> Bool in
