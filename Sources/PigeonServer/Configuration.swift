@@ -40,7 +40,7 @@ public struct ServerConfiguration: Sendable {
     public var maxBufferedMessages = 100_000
 
     /// Largest batch the processor stores in one transaction.
-    public var batchSize = 500
+    public var batchSize = 1_000
     /// Processing attempts before a message is dead-lettered.
     public var maxAttempts = 3
     /// Delay before the first retry of a failed message; doubles per attempt.

@@ -48,7 +48,7 @@ struct Serve: AsyncParsableCommand {
     var maxBuffered: Int = 100_000
 
     @Option(name: .customLong("batch-size"), help: "Messages stored per processing transaction at most.")
-    var batchSize: Int = 500
+    var batchSize: Int = 1_000
 
     @Option(name: .customLong("max-attempts"), help: "Processing attempts before a message is dead-lettered.")
     var maxAttempts: Int = 3

@@ -1,6 +1,9 @@
 import GRDB
 
 /// The embedded store's schema, one migration per version.
+///
+/// Messages are unique by `server_id`; (device, clientMessageId) uniqueness is the embedded buffer's
+/// de-duplication index, which every message passes through, so the store does not pay for a second one.
 enum SQLiteSchema {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -41,7 +44,6 @@ enum SQLiteSchema {
                         accepted_at INTEGER NOT NULL,
                         stored_at INTEGER NOT NULL,
                         PRIMARY KEY(conversation_id, seq));
-                    CREATE UNIQUE INDEX messages_sender ON messages(sender_device_id, client_message_id);
                     CREATE TABLE events(
                         id INTEGER PRIMARY KEY AUTOINCREMENT,
                         user_id TEXT NOT NULL,
