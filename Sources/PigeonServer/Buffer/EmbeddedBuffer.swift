@@ -61,7 +61,9 @@ public final class EmbeddedBuffer: IngestBuffer {
         (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
     }
 
-    public func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void) {
+    public func append(
+        _ message: BufferedMessage, admitNew: Bool, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void
+    ) {
         writer.submit(
             { db -> AppendOutcome in
                 try db.cachedStatement(
@@ -76,6 +78,8 @@ public final class EmbeddedBuffer: IngestBuffer {
                         arguments: [message.senderDeviceId, message.clientMessageId])!
                     return .duplicate(serverId: row[0], acceptedAt: row[1])
                 }
+                // Rolls back this write's savepoint, the de-duplication row included.
+                guard admitNew else { throw PigeonError.overloaded("the ingest buffer is full; retry shortly") }
                 try db.cachedStatement(
                     sql: """
                         INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,

@@ -64,7 +64,10 @@ public enum AppendOutcome: Sendable, Equatable {
 ///   out again after a restart, so the store must be idempotent by serverId.
 public protocol IngestBuffer: Sendable {
     /// Appends a message durably; `completion` runs once it is durable or has failed.
-    func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void)
+    ///
+    /// With `admitNew` false (the buffer is full) only a duplicate is answered; a new message fails with
+    /// `overloaded` and nothing is appended.
+    func append(_ message: BufferedMessage, admitNew: Bool, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void)
 
     /// The next entries not yet handed out by this buffer instance, in append order, at most `max`.
     /// Waits up to `wait` for one to arrive; returns an empty array if none did.
@@ -85,9 +88,9 @@ public protocol IngestBuffer: Sendable {
 
 extension IngestBuffer {
     /// Async form of ``append(_:completion:)``.
-    public func append(_ message: BufferedMessage) async throws -> AppendOutcome {
+    public func append(_ message: BufferedMessage, admitNew: Bool = true) async throws -> AppendOutcome {
         try await withCheckedThrowingContinuation { continuation in
-            append(message) { continuation.resume(with: $0) }
+            append(message, admitNew: admitNew) { continuation.resume(with: $0) }
         }
     }
 }

@@ -42,7 +42,8 @@ final class Ingest: Sendable {
     /// Starts the durable append of a prepared message; `completion` runs with the answer once it is durable.
     /// Appends started one after the other are buffered in that order.
     func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<Accepted, PigeonError>) -> Void) {
-        buffer.append(message) { [metrics, store] result in
+        // A full buffer still answers resends: it refuses only new messages, inside the append.
+        buffer.append(message, admitNew: buffer.depth < maxBuffered) { [metrics, store] result in
             switch result {
             case .success(.accepted):
                 metrics.accepted.increment()
@@ -92,9 +93,6 @@ final class Ingest: Sendable {
         }
         if let rateLimiter, let wait = rateLimiter.take(device.deviceId) {
             throw PigeonError(.rateLimited, "too many messages from this device; retry in \(wait) s", retryAfter: wait)
-        }
-        guard buffer.depth < maxBuffered else {
-            throw PigeonError.overloaded("the ingest buffer is full; retry shortly")
         }
         let now = WallClock.nowMillis()
         return BufferedMessage(
