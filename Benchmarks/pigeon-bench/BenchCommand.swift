@@ -1,0 +1,260 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+
+/// `pigeon-bench`: the load generator that measures a Pigeon server against the targets of DESIGN.md (accepted
+/// messages per second, send → ✓✓ latency, memory per open stream), with mosquitto under the same load shapes as a
+/// reference point.
+@main
+struct PigeonBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pigeon-bench",
+        abstract: "Measure a Pigeon server's throughput, latency and memory, with mosquitto as a baseline.",
+        discussion: """
+            By default it spawns the server binary on a fresh data directory and a free loopback port, waits for \
+            GET /readyz, runs the scenarios and stops the server with SIGTERM. With --url it measures a server that \
+            is already running (add --server-pid for its memory and CPU). It only connects to 127.0.0.1.
+
+            Scenarios, in the order `all` runs them: idle-streams (memory per open WebSocket stream), ws-throughput \
+            (pipelined WebSocket sends), http-throughput (POST …/messages on keep-alive connections), latency (paced \
+            sends: send → message.new and send → ✓✓), mosquitto (the throughput and latency shapes over MQTT QoS 1).
+            """
+    )
+
+    @Option(help: "Comma-separated scenarios to run.")
+    var scenario = ScenarioList([.all])
+
+    @Option(help: "The pigeon-server executable to spawn.")
+    var serverBinary = ".build/release/pigeon-server"
+
+    @Option(help: "Measure the server already running at this loopback URL instead (e.g. http://127.0.0.1:8080).")
+    var url: String?
+
+    @Option(help: "With --url: the server's process id, for its memory and CPU figures.")
+    var serverPid: Int32?
+
+    @Option(help: "Sender connections (each with its own conversation, or MQTT topic).")
+    var connections = 16
+
+    @Option(help: "Sends in flight per WebSocket or MQTT connection in the throughput runs.")
+    var window = 64
+
+    @Option(help: "Measured seconds per run.")
+    var duration = 10
+
+    @Option(help: "Warm-up seconds before each measured window.")
+    var warmup = 2
+
+    @Option(help: "Total paced send rate of the latency runs, messages/s.")
+    var rate = 1000
+
+    @Option(help: "Several latency rates, comma-separated (e.g. 1000,2000); replaces --rate.")
+    var rates: RateList?
+
+    @Option(help: "Idle streams to open.")
+    var streams = 10_000
+
+    @Option(help: "Devices the idle streams are spread over.")
+    var streamDevices = 100
+
+    @Option(help: "Idle streams being opened at the same time.")
+    var openConcurrency = 200
+
+    @Option(help: "Message body (and MQTT payload) size in bytes.")
+    var bodySize = 100
+
+    @Option(help: "Seconds a latency run waits for late messages and receipts.")
+    var grace = 5
+
+    @Option(help: "Seconds a throughput run waits for outstanding answers, then for every accepted message to be stored.")
+    var drainTimeout = 60
+
+    @Option(help: "The mosquitto executable (default: mosquitto on PATH or in /usr/sbin).")
+    var mosquittoBinary: String?
+
+    @Option(help: "Also write the results as JSON to this file.")
+    var json: String?
+
+    func validate() throws {
+        for (name, value, minimum) in [
+            ("connections", connections, 1), ("window", window, 1), ("duration", duration, 1), ("warmup", warmup, 1),
+            ("rate", rate, 1), ("streams", streams, 0), ("stream-devices", streamDevices, 1), ("open-concurrency", openConcurrency, 1),
+            ("body-size", bodySize, 0), ("grace", grace, 0), ("drain-timeout", drainTimeout, 1),
+        ] where value < minimum {
+            throw ValidationError("--\(name) must be at least \(minimum)")
+        }
+        guard bodySize <= 65_536 else { throw ValidationError("--body-size must be at most 65536 (the server's default limit)") }
+        if let url {
+            guard let components = URLComponents(string: url), components.scheme == "http",
+                components.host == "127.0.0.1", components.port != nil,
+                components.path.isEmpty || components.path == "/"
+            else {
+                throw ValidationError("--url must be a loopback base URL such as http://127.0.0.1:8080")
+            }
+        } else if serverPid != nil {
+            throw ValidationError("--server-pid goes with --url")
+        }
+    }
+
+    private var settings: BenchSettings {
+        BenchSettings(
+            connections: connections,
+            window: window,
+            warmupSeconds: warmup,
+            durationSeconds: duration,
+            rates: rates?.rates ?? [rate],
+            streams: streams,
+            streamDevices: streamDevices,
+            openConcurrency: openConcurrency,
+            bodySize: bodySize,
+            graceSeconds: grace,
+            drainTimeoutSeconds: drainTimeout
+        )
+    }
+
+    func run() async throws {
+        let openFileLimit = try ProcessStats.raiseOpenFileLimit()
+        let settings = settings
+        let scenarios = scenario.selected
+        if url == nil, scenarios.contains(where: \.needsPigeonServer), !FileManager.default.isExecutableFile(atPath: serverBinary) {
+            throw BenchError.missingExecutable(
+                "no pigeon-server at \(serverBinary): "
+                    + "build it with `swift build -c release --product pigeon-server` or pass --server-binary"
+            )
+        }
+        let mosquitto = try scenarios.contains(.mosquitto) ? locateMosquitto() : nil
+        print(
+            "pigeon-bench: \(scenarios.map(\.rawValue).joined(separator: ", ")); \(connections) connections, window \(window), "
+                + "\(bodySize)-byte bodies, \(warmup) s warm-up + \(duration) s per run; open-file limit \(openFileLimit)"
+        )
+
+        let workDirectory = try LocalEnvironment.makeTemporaryDirectory(prefix: "pigeon-bench")
+        var httpConfiguration = HTTPClient.Configuration()
+        httpConfiguration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 8))
+        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
+        var report = BenchReport(settings: settings)
+        do {
+            if scenarios.contains(where: \.needsPigeonServer) {
+                report.pigeon = try await withPigeonServer(http: http, workDirectory: workDirectory) { server in
+                    try await runPigeon(scenarios, api: PigeonAPI(http: http, baseURL: server.baseURL), server: server, settings: settings)
+                }
+            }
+            if let mosquitto {
+                report.mosquitto = try await runMosquitto(binary: mosquitto, workDirectory: workDirectory, settings: settings)
+            }
+        } catch {
+            try? await http.shutdown()
+            print("logs kept in \(workDirectory)")
+            throw error
+        }
+        try await http.shutdown()
+        try? FileManager.default.removeItem(atPath: workDirectory)
+
+        report.printSummary()
+        if let json {
+            try report.writeJSON(to: json)
+            print("results written to \(json)")
+        }
+    }
+
+    private func locateMosquitto() throws -> String {
+        if let mosquittoBinary { return mosquittoBinary }
+        guard let path = LocalEnvironment.findExecutable("mosquitto") else {
+            throw BenchError.missingExecutable(
+                "mosquitto not found: install it (apt-get install -y mosquitto, as scripts/bench.sh does) or pass --mosquitto-binary"
+            )
+        }
+        return path
+    }
+
+    private func withPigeonServer<T>(http: HTTPClient, workDirectory: String, _ body: (PigeonServer) async throws -> T) async throws -> T {
+        guard let url else {
+            return try await PigeonServer.withSpawned(
+                binary: serverBinary,
+                workDirectory: workDirectory,
+                http: http,
+                startupTimeout: .seconds(60),
+                body
+            )
+        }
+        let server = PigeonServer(baseURL: url.hasSuffix("/") ? String(url.dropLast()) : url, pid: serverPid)
+        try await server.waitUntilReady(http: http, timeout: .seconds(10))
+        return try await body(server)
+    }
+
+    private func runPigeon(
+        _ scenarios: [Scenario],
+        api: PigeonAPI,
+        server: PigeonServer,
+        settings: BenchSettings
+    ) async throws -> PigeonResults {
+        // User ids unique to this run, so that runs against one long-lived server do not collide.
+        let namePrefix = "bench-" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        var results = PigeonResults(residentBytesAtStartup: server.pid.flatMap(ProcessStats.residentBytes))
+        print(
+            "pigeon-server at \(server.baseURL), pid \(server.pid.map { "\($0)" } ?? "unknown"), "
+                + "RSS \(Format.mebibytes(results.residentBytesAtStartup)) at start"
+        )
+        let throughput = { (suffix: String) in
+            PigeonThroughput(api: api, server: server, settings: settings, namePrefix: namePrefix + suffix)
+        }
+        for scenario in scenarios {
+            switch scenario {
+            case .idleStreams:
+                print(
+                    "\n== idle-streams: \(streams) WebSocket streams over \(streamDevices) devices, \(openConcurrency) opening at a time =="
+                )
+                let result = try await IdleStreams(api: api, server: server, settings: settings, namePrefix: namePrefix + "-i")
+                    .measure(residentBytesAtStartup: results.residentBytesAtStartup)
+                result.printLines()
+                results.idleStreams = result
+            case .wsThroughput:
+                print("\n== ws-throughput: \(connections) WebSockets × \(window) sends in flight ==")
+                let result = try await throughput("-w").overWebSocket()
+                result.printLines(accepted: "acks", drained: "all stored")
+                results.wsThroughput = result
+            case .httpThroughput:
+                print("\n== http-throughput: \(connections) keep-alive connections × 1 request in flight ==")
+                let result = try await throughput("-h").overHTTP()
+                result.printLines(accepted: "202s", drained: "all stored")
+                results.httpThroughput = result
+            case .latency:
+                for rate in settings.rates {
+                    print("\n== latency at \(rate) msg/s: \(connections) senders, each with its receiver connected ==")
+                    let result = try await PigeonLatency(api: api, server: server, settings: settings, namePrefix: namePrefix + "-l")
+                        .measure(rate: rate)
+                    result.printLines(receiverLabel: "send → message.new")
+                    results.latency.append(result)
+                }
+            case .all, .mosquitto:
+                continue
+            }
+        }
+        return results
+    }
+
+    private func runMosquitto(binary: String, workDirectory: String, settings: BenchSettings) async throws -> MosquittoResults {
+        try await MosquittoBroker.withBroker(binary: binary, workDirectory: workDirectory) { broker in
+            var results = MosquittoResults(version: broker.version, residentBytesIdle: ProcessStats.residentBytes(of: broker.pid))
+            print(
+                "\nmosquitto \(broker.version ?? "(unknown version)") at 127.0.0.1:\(broker.port), pid \(broker.pid), "
+                    + "RSS \(Format.mebibytes(results.residentBytesIdle)) at start"
+            )
+            let load = MQTTLoad(broker: broker, settings: settings)
+            print(
+                "\n== mosquitto throughput: \(connections) publishers × \(window) QoS 1 publishes in flight, "
+                    + "a consuming subscriber per topic =="
+            )
+            let throughput = try await load.throughput()
+            throughput.printLines(accepted: "PUBACKs", drained: "all at their subscribers")
+            results.throughput = throughput
+            for rate in settings.rates {
+                print("\n== mosquitto latency at \(rate) msg/s: \(connections) publishers, each with its subscriber ==")
+                let result = try await load.latency(rate: rate)
+                result.printLines(receiverLabel: "publish → subscriber")
+                results.latency.append(result)
+            }
+            return results
+        }
+    }
+}

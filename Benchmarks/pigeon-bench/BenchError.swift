@@ -1,0 +1,32 @@
+/// Why a benchmark run could not go on.
+enum BenchError: Error, CustomStringConvertible {
+    /// A system call failed with `errno`.
+    case system(String, Int32)
+    /// An executable the run needs is missing.
+    case missingExecutable(String)
+    /// A child process exited before it was ready; `logTail` is the end of its output.
+    case processExited(String, status: Int32, logTail: String)
+    /// An HTTP answer the wire contract does not allow for this request.
+    case unexpectedResponse(request: String, status: UInt, body: String)
+    /// A WebSocket message that is not a server frame of the wire contract.
+    case unexpectedFrame(String)
+    /// An MQTT broker answered outside the protocol.
+    case mqttProtocol(String)
+    /// Something did not happen in time.
+    case timedOut(String)
+    /// A connection of a scenario failed.
+    case connectionFailed(String)
+
+    var description: String {
+        switch self {
+        case .system(let call, let code): "\(call) failed: errno \(code)"
+        case .missingExecutable(let detail): detail
+        case .processExited(let name, let status, let logTail): "\(name) exited with status \(status) before it was ready:\n\(logTail)"
+        case .unexpectedResponse(let request, let status, let body): "\(request) answered \(status): \(body)"
+        case .unexpectedFrame(let text): "unexpected WebSocket message: \(text)"
+        case .mqttProtocol(let detail): "MQTT: \(detail)"
+        case .timedOut(let what): "timed out: \(what)"
+        case .connectionFailed(let detail): "connection failed: \(detail)"
+        }
+    }
+}

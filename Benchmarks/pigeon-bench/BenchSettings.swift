@@ -1,0 +1,102 @@
+import ArgumentParser
+import Foundation
+
+/// A load shape `pigeon-bench` can run.
+enum Scenario: String, CaseIterable, Sendable, ExpressibleByArgument {
+    /// Every scenario, in ``runOrder``.
+    case all
+    /// N idle WebSocket streams: server memory per open stream.
+    case idleStreams = "idle-streams"
+    /// Pipelined `send` operations over WebSockets: accepted messages per second.
+    case wsThroughput = "ws-throughput"
+    /// `POST /v1/conversations/{id}/messages` on keep-alive connections: accepted messages per second.
+    case httpThroughput = "http-throughput"
+    /// Paced sends: send → `message.new` and send → ✓✓ latency.
+    case latency
+    /// The throughput and latency shapes against mosquitto (MQTT QoS 1), for comparison.
+    case mosquitto
+
+    /// The order `all` runs them in. Idle streams come first so that their memory is measured against the
+    /// freshly started server, before the load scenarios grow its caches.
+    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .mosquitto]
+
+    /// Whether the scenario talks to the Pigeon server (and so needs one running).
+    var needsPigeonServer: Bool { self != .mosquitto }
+}
+
+/// A comma-separated list of scenarios, e.g. `ws-throughput,latency`.
+struct ScenarioList: ExpressibleByArgument, Sendable {
+    var scenarios: [Scenario]
+
+    init(_ scenarios: [Scenario]) {
+        self.scenarios = scenarios
+    }
+
+    init?(argument: String) {
+        var scenarios: [Scenario] = []
+        for name in argument.split(separator: ",") {
+            guard let scenario = Scenario(rawValue: name.trimmingCharacters(in: .whitespaces)) else { return nil }
+            scenarios.append(scenario)
+        }
+        guard !scenarios.isEmpty else { return nil }
+        self.scenarios = scenarios
+    }
+
+    var defaultValueDescription: String { scenarios.map(\.rawValue).joined(separator: ",") }
+
+    static var allValueStrings: [String] { Scenario.allCases.map(\.rawValue) }
+
+    /// The scenarios to run, in ``Scenario/runOrder`` and without repeats.
+    var selected: [Scenario] {
+        scenarios.contains(.all) ? Scenario.runOrder : Scenario.runOrder.filter(scenarios.contains)
+    }
+}
+
+/// A comma-separated list of positive message rates, e.g. `1000,2000`.
+struct RateList: ExpressibleByArgument, Sendable {
+    var rates: [Int]
+
+    init?(argument: String) {
+        var rates: [Int] = []
+        for item in argument.split(separator: ",") {
+            guard let rate = Int(item.trimmingCharacters(in: .whitespaces)), rate > 0 else { return nil }
+            rates.append(rate)
+        }
+        guard !rates.isEmpty else { return nil }
+        self.rates = rates
+    }
+}
+
+/// The load parameters every scenario shares, fixed for one run.
+struct BenchSettings: Sendable, Codable {
+    /// Sender connections (WebSocket, HTTP or MQTT publisher).
+    var connections: Int
+    /// Un-acknowledged sends in flight per connection in the throughput scenarios.
+    var window: Int
+    /// Warm-up before each measured window, in seconds; its results are not counted.
+    var warmupSeconds: Int
+    /// Length of each measured window, in seconds.
+    var durationSeconds: Int
+    /// Total paced send rates of the latency scenarios, messages per second.
+    var rates: [Int]
+    /// Idle streams to open.
+    var streams: Int
+    /// Devices the idle streams are spread over.
+    var streamDevices: Int
+    /// Streams being opened at the same time.
+    var openConcurrency: Int
+    /// Message body size in bytes (the MQTT payload has the same size).
+    var bodySize: Int
+    /// How long the latency scenarios wait for late messages and receipts after the last send, in seconds.
+    var graceSeconds: Int
+    /// How long a throughput scenario waits for outstanding work to finish after sending stops, in seconds.
+    var drainTimeoutSeconds: Int
+
+    var warmup: Duration { .seconds(warmupSeconds) }
+    var duration: Duration { .seconds(durationSeconds) }
+    var grace: Duration { .seconds(graceSeconds) }
+    var drainTimeout: Duration { .seconds(drainTimeoutSeconds) }
+
+    /// The message body the Pigeon scenarios send: `bodySize` ASCII characters.
+    var messageBody: String { String(repeating: "x", count: bodySize) }
+}

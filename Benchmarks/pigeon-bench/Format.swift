@@ -1,0 +1,85 @@
+import Foundation
+
+/// Rows of text printed in aligned columns.
+struct Table {
+    private var rows: [[String]]
+
+    init(header: [String]) {
+        rows = [header]
+    }
+
+    /// Adds a row, cut to the header's number of columns.
+    mutating func add(_ row: [String]) {
+        rows.append(Array(row.prefix(rows[0].count)))
+    }
+
+    func print() {
+        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
+        for row in rows {
+            let cells = zip(row, widths).map { cell, width in cell + String(repeating: " ", count: width - cell.count) }
+            Swift.print(String(cells.joined(separator: "  ").reversed().drop { $0 == " " }.reversed()))
+        }
+    }
+}
+
+/// How numbers are shown: thousands separators, fixed units, "n/a" for what was not measured.
+enum Format {
+    static func count(_ value: Int) -> String {
+        let digits = String(value.magnitude)
+        var grouped = ""
+        for (offset, digit) in digits.enumerated() {
+            if offset > 0, (digits.count - offset) % 3 == 0 { grouped.append(",") }
+            grouped.append(digit)
+        }
+        return value < 0 ? "-" + grouped : grouped
+    }
+
+    static func rate(_ perSecond: Double?) -> String {
+        guard let perSecond else { return "n/a" }
+        return "\(count(Int(perSecond.rounded()))) msg/s"
+    }
+
+    static func ratio(_ numerator: Double?, _ denominator: Double?) -> String {
+        guard let numerator, let denominator, denominator > 0 else { return "n/a" }
+        return String(format: "%.2f", numerator / denominator)
+    }
+
+    static func seconds(_ value: Double) -> String {
+        String(format: "%.1f s", value)
+    }
+
+    static func milliseconds(_ value: Double) -> String {
+        String(format: "%.2f ms", value)
+    }
+
+    static func mebibytes(_ bytes: UInt64?) -> String {
+        guard let bytes else { return "n/a" }
+        return String(format: "%.1f MiB", Double(bytes) / 1_048_576)
+    }
+
+    static func bytes(_ value: Double?) -> String {
+        guard let value else { return "n/a" }
+        return "\(count(Int(value.rounded()))) bytes"
+    }
+
+    static func latency(_ summary: LatencySummary) -> String {
+        "p50 \(milliseconds(summary.p50Ms)), p99 \(milliseconds(summary.p99Ms)), max \(milliseconds(summary.maxMs)) "
+            + "(\(count(summary.count)) messages)"
+    }
+
+    static func percentiles(_ summary: LatencySummary?) -> String {
+        guard let summary, summary.count > 0 else { return "n/a" }
+        return String(format: "%.2f / %.2f / %.2f ms", summary.p50Ms, summary.p99Ms, summary.maxMs)
+    }
+
+    static func errors(_ errors: [String: Int]) -> String {
+        guard !errors.isEmpty else { return "0" }
+        return errors.sorted { $0.key < $1.key }.map { "\($0.key) \(count($0.value))" }.joined(separator: ", ")
+    }
+
+    static func load(_ load: LoadSample) -> String {
+        func cores(_ value: Double?) -> String { value.map { String(format: "%.2f cores", $0) } ?? "n/a" }
+        return "server RSS \(mebibytes(load.residentBytesAtStart)) at start, \(mebibytes(load.peakResidentBytes)) peak; "
+            + "CPU during the window: server \(cores(load.serverCores)), bench \(cores(load.benchCores))"
+    }
+}

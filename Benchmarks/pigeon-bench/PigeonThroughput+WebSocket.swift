@@ -1,0 +1,44 @@
+import PigeonProtocol
+
+extension PigeonThroughput {
+    /// Pipelined sends over WebSockets: each sender device keeps `settings.window` `send` operations in flight on its
+    /// own stream, sending the next one whenever an `ack` or `error` answers one; counts acks per second.
+    func overWebSocket() async throws -> ThroughputResult {
+        let baseURL = api.baseURL
+        let depth = settings.window
+        let body = settings.messageBody
+        return try await measure(inFlightWindow: depth) { pair, window, tally in
+            try await PigeonWebSocket(baseURL: baseURL, token: pair.sender.token).run { frames, writer in
+                var answers = ConnectionAnswers()
+                var inFlight = 0
+                func sendNext() async throws {
+                    try await writer.send(.send(conversationId: pair.conversationId, .benchmark(body: body)))
+                    inFlight += 1
+                }
+                for _ in 0..<depth {
+                    try await sendNext()
+                }
+                for try await frame in frames {
+                    let now = ContinuousClock.now
+                    switch frame {
+                    case .ack:
+                        answers.accepted += 1
+                        tally.recordAccepted(at: now)
+                    case .error(let error):
+                        tally.recordError(error.error.code.rawValue)
+                    case .event:
+                        continue
+                    }
+                    inFlight -= 1
+                    if now < window.end {
+                        try await sendNext()
+                    } else if inFlight == 0 {
+                        break
+                    }
+                }
+                answers.unanswered = inFlight
+                return answers
+            }
+        }
+    }
+}
