@@ -65,7 +65,18 @@ public final class EmbeddedBuffer: IngestBuffer {
         _ message: BufferedMessage, admitNew: Bool, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void
     ) {
         writer.submit(
+            isolated: false,
             { db -> AppendOutcome in
+                if !admitNew {
+                    // Full: answer a duplicate, write nothing.
+                    if let row = try Row.fetchOne(
+                        db.cachedStatement(sql: "SELECT server_id, accepted_at FROM dedupe WHERE device_id = ? AND client_message_id = ?"),
+                        arguments: [message.senderDeviceId, message.clientMessageId])
+                    {
+                        return .duplicate(serverId: row[0], acceptedAt: row[1])
+                    }
+                    throw PigeonError.overloaded("the ingest buffer is full; retry shortly")
+                }
                 try db.cachedStatement(
                     sql: """
                         INSERT INTO dedupe(device_id, client_message_id, server_id, accepted_at) VALUES (?, ?, ?, ?)
@@ -78,8 +89,6 @@ public final class EmbeddedBuffer: IngestBuffer {
                         arguments: [message.senderDeviceId, message.clientMessageId])!
                     return .duplicate(serverId: row[0], acceptedAt: row[1])
                 }
-                // Rolls back this write's savepoint, the de-duplication row included.
-                guard admitNew else { throw PigeonError.overloaded("the ingest buffer is full; retry shortly") }
                 try db.cachedStatement(
                     sql: """
                         INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,

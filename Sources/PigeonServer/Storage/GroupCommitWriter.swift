@@ -5,12 +5,15 @@ import NIOConcurrencyHelpers
 ///
 /// Every write submitted while a transaction is in progress joins the next one, so under load one
 /// commit (and one fsync, with `synchronous = FULL`) covers many callers. Each write runs in its own
-/// savepoint: one that throws is rolled back and fails alone, the others commit. A write's completion is
+/// savepoint: one that throws is rolled back and fails alone, the others commit. Writes submitted with
+/// `isolated: false` skip their savepoint (two statements saved per tiny write); if one of them throws, the
+/// transaction is rolled back and run again with every write isolated. A write's completion is
 /// called only after its transaction has committed, in submission order, followed by its `afterCommit`
 /// action; the next transaction starts only after those actions ran, so post-commit effects (publishing
 /// events) happen in commit order.
 final class GroupCommitWriter: Sendable {
     private struct PendingWrite: Sendable {
+        let isolated: Bool
         let body: @Sendable (Database) throws -> Void
         let onSuccess: @Sendable () -> Void
         let onFailure: @Sendable (any Error) -> Void
@@ -35,12 +38,14 @@ final class GroupCommitWriter: Sendable {
     ///
     /// Writes submitted by one caller, one after the other, commit in that order.
     func submit<T: Sendable>(
+        isolated: Bool = true,
         _ body: @escaping @Sendable (Database) throws -> T,
         afterCommit: (@Sendable (T) -> Void)? = nil,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let result = NIOLockedValueBox<T?>(nil)
         let write = PendingWrite(
+            isolated: isolated,
             body: { db in
                 let value = try body(db)
                 result.withLockedValue { $0 = value }
@@ -92,29 +97,49 @@ final class GroupCommitWriter: Sendable {
         }
     }
 
+    private struct UnisolatedWriteFailed: Error {}
+
     private func commit(_ batch: [PendingWrite], _ db: Database) {
         var succeeded: [PendingWrite] = []
         var failed: [(PendingWrite, any Error)] = []
         succeeded.reserveCapacity(batch.count)
-        do {
-            try db.inTransaction(.immediate) {
-                for write in batch {
-                    do {
-                        try db.inSavepoint {
-                            try write.body(db)
-                            return .commit
+        var isolateAll = false
+        while true {
+            succeeded.removeAll(keepingCapacity: true)
+            failed.removeAll()
+            do {
+                try db.inTransaction(.immediate) {
+                    for write in batch {
+                        if write.isolated || isolateAll {
+                            do {
+                                try db.inSavepoint {
+                                    try write.body(db)
+                                    return .commit
+                                }
+                                succeeded.append(write)
+                            } catch {
+                                failed.append((write, error))
+                            }
+                        } else {
+                            do {
+                                try write.body(db)
+                                succeeded.append(write)
+                            } catch {
+                                throw UnisolatedWriteFailed()
+                            }
                         }
-                        succeeded.append(write)
-                    } catch {
-                        failed.append((write, error))
                     }
+                    return .commit
                 }
-                return .commit
+            } catch is UnisolatedWriteFailed where !isolateAll {
+                isolateAll = true
+                continue
+            } catch {
+                // The transaction itself failed (disk full, I/O error): nothing of it is durable.
+                for write in batch { write.onFailure(error) }
+                return
             }
-        } catch {
-            // The transaction itself failed (disk full, I/O error): nothing of it is durable.
-            for write in batch { write.onFailure(error) }
-            return
+            break
         }
         for (write, error) in failed { write.onFailure(error) }
         for write in succeeded { write.onSuccess() }

@@ -152,14 +152,32 @@ public final class SQLiteMessageStore: MessageStore {
         var events: [StoredEvent]
     }
 
-    public func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
-        try await writer.write(
-            { [self] db -> BatchOutcome in try processInTransaction(items, db) },
-            afterCommit: { [sink] outcome in sink.publish(outcome.events) }
-        ).results
+    /// A message of a batch failed while it was processed without per-message savepoints.
+    private struct BatchNeedsIsolation: Error {
+        var index: Int
+        var error: any Error
     }
 
-    private func processInTransaction(_ items: [ProcessingItem], _ db: Database) throws -> BatchOutcome {
+    public func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        // Optimistically without a savepoint per message; if one fails, again with them, so it fails alone.
+        do {
+            return try await writer.write(
+                { [self] db -> BatchOutcome in try processInTransaction(items, db, isolated: false, knownFailure: nil) },
+                afterCommit: { [sink] outcome in sink.publish(outcome.events) }
+            ).results
+        } catch let failure as BatchNeedsIsolation {
+            // The failed message is not run twice: this round is its one attempt.
+            let knownFailure = (failure.index, failure.error)
+            return try await writer.write(
+                { [self] db -> BatchOutcome in try processInTransaction(items, db, isolated: true, knownFailure: knownFailure) },
+                afterCommit: { [sink] outcome in sink.publish(outcome.events) }
+            ).results
+        }
+    }
+
+    private func processInTransaction(
+        _ items: [ProcessingItem], _ db: Database, isolated: Bool, knownFailure: (index: Int, error: any Error)?
+    ) throws -> BatchOutcome {
         let payloads = EventPayload()
         let now = WallClock.nowMillis()
         var results: [ProcessingResult] = []
@@ -168,7 +186,7 @@ public final class SQLiteMessageStore: MessageStore {
         var blocked = Set<String>()
         /// conversation → its last seq so far in this batch; written back once at the end.
         var lastSeqs: [String: Int64] = [:]
-        for item in items {
+        for (index, item) in items.enumerated() {
             let message = item.entry.message
             if blocked.contains(message.conversationId) {
                 results.append(.deferred)
@@ -178,15 +196,27 @@ public final class SQLiteMessageStore: MessageStore {
                 var written: [StoredEvent] = []
                 var outcome = ProcessingResult.deferred
                 let lastSeq = try lastSeqs[message.conversationId] ?? Self.fetchLastSeq(db, message.conversationId)
-                try db.inSavepoint {
-                    outcome = try storeMessage(message, seq: lastSeq + 1, now: now, payloads: payloads, db, into: &written)
-                    return .commit
+                if let knownFailure, knownFailure.index == index {
+                    throw knownFailure.error
+                } else if isolated {
+                    try db.inSavepoint {
+                        outcome = try storeMessage(message, seq: lastSeq + 1, now: now, payloads: payloads, db, into: &written)
+                        return .commit
+                    }
+                } else {
+                    do {
+                        outcome = try storeMessage(message, seq: lastSeq + 1, now: now, payloads: payloads, db, into: &written)
+                    } catch {
+                        throw BatchNeedsIsolation(index: index, error: error)
+                    }
                 }
                 if case .stored(let seq) = outcome {
                     lastSeqs[message.conversationId] = seq
                     events.append(contentsOf: written)
                 }
                 results.append(outcome)
+            } catch let error as BatchNeedsIsolation {
+                throw error
             } catch {
                 let permanent = (error as? PigeonError)?.isPermanent ?? false
                 if item.isFinalAttempt || permanent {
