@@ -51,13 +51,20 @@ enum JSONBody {
         }
     }
 
+    /// Keys sorted, so equal answers are equal bytes.
+    static func encoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return encoder
+    }
+
     static func response<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
-        let data = try JSONEncoder().encode(value)
+        let data = try encoder().encode(value)
         return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
     static func errorResponse(_ error: PigeonError) -> Response {
-        let data = (try? JSONEncoder().encode(ErrorBody(code: error.code, message: error.message))) ?? Data()
+        let data = (try? encoder().encode(ErrorBody(code: error.code, message: error.message))) ?? Data()
         var headers: HTTPFields = [.contentType: "application/json"]
         if let retryAfter = error.retryAfter { headers[.retryAfter] = String(retryAfter) }
         return Response(

@@ -1,4 +1,5 @@
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 
@@ -17,13 +18,17 @@ public enum PigeonApplication {
         core.addRoutes(to: router)
         core.addStreamRoutes(to: router)
         core.addOperationsRoutes(to: router)
+        let webSocketResponder = core.makeWebSocketRouter().buildResponder()
+        let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
+            http1: .init(idleTimeout: .seconds(120)),
+            ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30))))
         return Application(
             router: router,
-            server: .http1WebSocketUpgrade(
-                webSocketRouter: core.makeWebSocketRouter(),
-                configuration: .init(
-                    http1: .init(idleTimeout: .seconds(120)),
-                    ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30))))),
+            server: HTTPServerBuilder { responder in
+                CloseIdleConnectionsOnShutdown(
+                    base: HTTP1WebSocketUpgradeChannel(
+                        responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration))
+            },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
             services: [core.checkpointer].compactMap { $0 } + [core.housekeeping, core.processor, core.typing],
             logger: logger)

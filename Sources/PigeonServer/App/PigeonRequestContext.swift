@@ -7,10 +7,14 @@ public struct PigeonRequestContext: RequestContext, WebSocketRequestContext {
     public var coreContext: CoreRequestContextStorage
     public let webSocket: WebSocketHandlerReference<PigeonRequestContext>
     var device: DeviceIdentity?
+    /// Where a WebSocket's stream starts, fixed before the upgrade is answered (so nothing committed after the
+    /// client sees the upgrade can be missed).
+    var streamStart: StreamStart?
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.webSocket = .init()
         self.device = nil
+        self.streamStart = nil
     }
 }

@@ -59,25 +59,21 @@ extension PigeonCore {
     func makeWebSocketRouter() -> Router<PigeonRequestContext> {
         let router = Router(context: PigeonRequestContext.self)
         router.middlewares.add(WebSocketAuthMiddleware(core: self))
-        router.ws("/v1/ws") { request, context in
-            guard context.device != nil else { return .dontUpgrade }
-            if let cursor = request.uri.queryParameters.get("cursor"), EventCursor.isMalformed(String(cursor)) { return .dontUpgrade }
-            return .upgrade([:])
+        router.ws("/v1/ws") { _, context in
+            context.device != nil && context.streamStart != nil ? .upgrade([:]) : .dontUpgrade
         } onUpgrade: { inbound, outbound, context in
-            guard let device = context.requestContext.device else { return }
-            let cursor = context.request.uri.queryParameters.get("cursor").map { String($0) }
-            try await self.runWebSocket(device: device, cursor: cursor, inbound: inbound, outbound: outbound)
+            guard let device = context.requestContext.device, let start = context.requestContext.streamStart else { return }
+            try await self.runWebSocket(device: device, start: start, inbound: inbound, outbound: outbound)
         }
         return router
     }
 
     private func runWebSocket(
-        device: DeviceIdentity, cursor: String?, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
+        device: DeviceIdentity, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
     ) async throws {
         let session = hub.makeSession(device: device, transport: "ws")
         hub.register(session)
         defer { hub.unregister(session) }
-        let start = try await store.resolveStart(cursor)
         let receipts = ReceiptQueue()
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -188,14 +184,19 @@ extension PigeonCore {
     }
 }
 
-/// Authenticates WebSocket upgrade requests (header or `access_token`); an unauthenticated request is not
-/// upgraded and falls through to the HTTP route, which answers 401.
+/// Authenticates WebSocket upgrade requests (header or `access_token`) and fixes where the stream starts.
+/// A request with a bad token or cursor is not upgraded and falls through to the HTTP route, which answers
+/// 401 or 400.
 struct WebSocketAuthMiddleware: RouterMiddleware {
     let core: PigeonCore
 
     func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
         var context = context
         context.device = try? await core.authenticate(request, allowQuery: true)
+        if context.device != nil {
+            // A malformed cursor (or a store failure) leaves no start: not upgraded, the HTTP route answers.
+            context.streamStart = try? await core.store.resolveStart(core.cursorParameter(request, allowHeader: false))
+        }
         return try await next(request, context)
     }
 }

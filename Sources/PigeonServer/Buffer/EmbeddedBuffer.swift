@@ -62,20 +62,20 @@ public final class EmbeddedBuffer: IngestBuffer {
     }
 
     public func append(
-        _ message: BufferedMessage, admitNew: Bool, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void
+        _ message: BufferedMessage, refusal: PigeonError?, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void
     ) {
         writer.submit(
             isolated: false,
             { db -> AppendOutcome in
-                if !admitNew {
-                    // Full: answer a duplicate, write nothing.
+                if let refusal {
+                    // Refused: answer a duplicate, write nothing.
                     if let row = try Row.fetchOne(
                         db.cachedStatement(sql: "SELECT server_id, accepted_at FROM dedupe WHERE device_id = ? AND client_message_id = ?"),
                         arguments: [message.senderDeviceId, message.clientMessageId])
                     {
                         return .duplicate(serverId: row[0], acceptedAt: row[1])
                     }
-                    throw PigeonError.overloaded("the ingest buffer is full; retry shortly")
+                    throw refusal
                 }
                 try db.cachedStatement(
                     sql: """

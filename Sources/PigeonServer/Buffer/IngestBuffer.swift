@@ -65,9 +65,10 @@ public enum AppendOutcome: Sendable, Equatable {
 public protocol IngestBuffer: Sendable {
     /// Appends a message durably; `completion` runs once it is durable or has failed.
     ///
-    /// With `admitNew` false (the buffer is full) only a duplicate is answered; a new message fails with
-    /// `overloaded` and nothing is appended.
-    func append(_ message: BufferedMessage, admitNew: Bool, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void)
+    /// With a `refusal` (the buffer is full, the device is over its rate) only a duplicate is answered; a new
+    /// message fails with that error and nothing is appended.
+    func append(
+        _ message: BufferedMessage, refusal: PigeonError?, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void)
 
     /// The next entries not yet handed out by this buffer instance, in append order, at most `max`.
     /// Waits up to `wait` for one to arrive; returns an empty array if none did.
@@ -88,9 +89,9 @@ public protocol IngestBuffer: Sendable {
 
 extension IngestBuffer {
     /// Async form of ``append(_:completion:)``.
-    public func append(_ message: BufferedMessage, admitNew: Bool = true) async throws -> AppendOutcome {
+    public func append(_ message: BufferedMessage, refusal: PigeonError? = nil) async throws -> AppendOutcome {
         try await withCheckedThrowingContinuation { continuation in
-            append(message, admitNew: admitNew) { continuation.resume(with: $0) }
+            append(message, refusal: refusal) { continuation.resume(with: $0) }
         }
     }
 }

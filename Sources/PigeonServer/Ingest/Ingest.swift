@@ -42,8 +42,14 @@ final class Ingest: Sendable {
     /// Starts the durable append of a prepared message; `completion` runs with the answer once it is durable.
     /// Appends started one after the other are buffered in that order.
     func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<Accepted, PigeonError>) -> Void) {
-        // A full buffer still answers resends: it refuses only new messages, inside the append.
-        buffer.append(message, admitNew: buffer.depth < maxBuffered) { [metrics, store] result in
+        // Over the rate or a full buffer still answers resends: the buffer refuses only new messages.
+        var refusal: PigeonError?
+        if let rateLimiter, let wait = rateLimiter.take(message.senderDeviceId) {
+            refusal = PigeonError(.rateLimited, "too many messages from this device; retry in \(wait) s", retryAfter: wait)
+        } else if buffer.depth >= maxBuffered {
+            refusal = .overloaded("the ingest buffer is full; retry shortly")
+        }
+        buffer.append(message, refusal: refusal) { [metrics, store] result in
             switch result {
             case .success(.accepted):
                 metrics.accepted.increment()
@@ -90,9 +96,6 @@ final class Ingest: Sendable {
         }
         guard let members = try await store.members(of: conversationId), members.contains(device.userId) else {
             throw PigeonError.conversationNotFound
-        }
-        if let rateLimiter, let wait = rateLimiter.take(device.deviceId) {
-            throw PigeonError(.rateLimited, "too many messages from this device; retry in \(wait) s", retryAfter: wait)
         }
         let now = WallClock.nowMillis()
         return BufferedMessage(

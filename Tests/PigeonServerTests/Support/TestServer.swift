@@ -3,10 +3,12 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import PigeonProtocol
 import PigeonServer
+import Testing
 
 /// Runs a real Pigeon server (embedded mode, live HTTP on a free loopback port, a fresh data directory) for
 /// the duration of `body`.
@@ -27,8 +29,31 @@ func withTestServer<T: Sendable>(
     logger.logLevel = .warning
     let app = try PigeonApplication.make(configuration: configuration, logger: logger)
     return try await app.test(.live) { client in
-        try await body(PigeonTestClient(port: client.port!))
+        // An HTTP client of its own, shut down before the server stops: a pooled connection that was opened but
+        // never carried a request would otherwise keep the server's graceful shutdown waiting forever (the
+        // upgradable HTTP/1 pipeline only reacts to shutdown once a connection has sent its first request).
+        let port = client.port!
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        TestHTTPClients.register(http, port: port)
+        let result: Result<T, any Error>
+        do {
+            result = .success(try await body(PigeonTestClient(port: port, http: http)))
+        } catch {
+            result = .failure(error)
+        }
+        TestHTTPClients.unregister(port: port)
+        try? await http.shutdown()
+        return try result.get()
     }
+}
+
+/// The HTTP client of each running test server, by port (the SSE test client finds it here).
+enum TestHTTPClients {
+    private static let clients = NIOLockedValueBox([Int: HTTPClient]())
+    static func register(_ client: HTTPClient, port: Int) { clients.withLockedValue { $0[port] = client } }
+    static func unregister(port: Int) { _ = clients.withLockedValue { $0.removeValue(forKey: port) } }
+    /// The client for a server's port, or the shared one.
+    static func client(for port: Int) -> HTTPClient { clients.withLockedValue { $0[port] } ?? .shared }
 }
 
 func makeTemporaryDirectory() -> String {
@@ -50,6 +75,41 @@ struct HTTPAnswer: Sendable {
     /// The error body's code, if this is an error answer.
     var errorCode: ErrorCode? { (try? decode(ErrorBody.self))?.error.code }
     var text: String { String(decoding: body, as: UTF8.self) }
+    /// The body as a JSON object (to check which keys are present), or `nil`.
+    var jsonObject: [String: Any]? { (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] }
+}
+
+/// Expects an error answer of API.md: this status, `{"error": {"code": code, "message": <non-empty>}}` and a JSON
+/// content type (and, for 429 and 503, a `Retry-After` of whole seconds ≥ 1).
+func expectError(
+    _ answer: HTTPAnswer, _ status: Int, _ code: ErrorCode, _ context: String = "",
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    #expect(answer.status == status, "\(context): status \(answer.status), body \(answer.text)", sourceLocation: sourceLocation)
+    guard let body = try? answer.decode(ErrorBody.self) else {
+        Issue.record("\(context): not an error body: \(answer.text)", sourceLocation: sourceLocation)
+        return
+    }
+    #expect(body.error.code == code, "\(context): \(answer.text)", sourceLocation: sourceLocation)
+    #expect(!body.error.message.isEmpty, "\(context): empty message", sourceLocation: sourceLocation)
+    let keys = answer.jsonObject.map { Set($0.keys) }
+    #expect(keys == ["error"], "\(context): \(answer.text)", sourceLocation: sourceLocation)
+    #expect(answer.headers["content-type"]?.hasPrefix("application/json") == true, "\(context)", sourceLocation: sourceLocation)
+    if status == 429 || status == 503 {
+        let retryAfter = answer.headers["retry-after"].flatMap { Int($0) }
+        #expect(retryAfter.map { $0 >= 1 } == true, "\(context): Retry-After \(answer.headers["retry-after"] ?? "missing")", sourceLocation: sourceLocation)
+    }
+}
+
+/// A new lowercase UUID string.
+func newId() -> String { UUID().uuidString.lowercased() }
+
+/// Milliseconds since the epoch, now.
+func nowMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+/// Whether `value` is a lowercase UUID string.
+func isLowercaseUUID(_ value: String) -> Bool {
+    value.count == 36 && UUID(uuidString: value) != nil && value == value.lowercased()
 }
 
 /// A registered device as the tests use it.
@@ -62,6 +122,8 @@ struct TestDevice: Sendable {
 /// Talks to a test server over real HTTP, WebSocket and SSE.
 struct PigeonTestClient: Sendable {
     let port: Int
+    /// The client the requests go through (shut down when the test server stops).
+    var http: HTTPClient = .shared
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// Any request; `body` is sent as is (so tests can send malformed JSON).
@@ -76,7 +138,7 @@ struct PigeonTestClient: Sendable {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(string: body))
         }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let response = try await http.execute(request, timeout: .seconds(30))
         let bytes = try await response.body.collect(upTo: 16 << 20)
         var responseHeaders: [String: String] = [:]
         for header in response.headers { responseHeaders[header.name.lowercased()] = header.value }
@@ -109,6 +171,57 @@ struct PigeonTestClient: Sendable {
         try await request(
             .POST, "/v1/conversations/\(conversationId)/messages", token: device.token,
             body: json(SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: 1_763_700_000_000)))
+    }
+
+    /// Sends a raw JSON text as a message (malformed or unusual bodies).
+    func sendRaw(_ device: TestDevice, to conversationId: String, json: String) async throws -> HTTPAnswer {
+        try await request(.POST, "/v1/conversations/\(conversationId)/messages", token: device.token, body: json)
+    }
+
+    /// Sends and requires `202`; returns the accept answer.
+    @discardableResult
+    func sendAccepted(
+        _ device: TestDevice, to conversationId: String, body: String, clientMessageId: String = UUID().uuidString.lowercased(),
+        type: String = "text"
+    ) async throws -> SendMessageResponse {
+        let answer = try await send(device, to: conversationId, body: body, clientMessageId: clientMessageId, type: type)
+        guard answer.status == 202 else { throw TestFailure("send \(body): \(answer.status) \(answer.text)") }
+        return try answer.decode(SendMessageResponse.self)
+    }
+
+    /// `GET /v1/conversations/{id}`, required to be `200`.
+    func conversation(_ device: TestDevice, _ conversationId: String) async throws -> Conversation {
+        let answer = try await request(.GET, "/v1/conversations/\(conversationId)", token: device.token)
+        guard answer.status == 200 else { throw TestFailure("get conversation: \(answer.status) \(answer.text)") }
+        return try answer.decode(Conversation.self)
+    }
+
+    /// `GET /v1/conversations`, required to be `200`.
+    func conversations(_ device: TestDevice) async throws -> [Conversation] {
+        let answer = try await request(.GET, "/v1/conversations", token: device.token)
+        guard answer.status == 200 else { throw TestFailure("list conversations: \(answer.status) \(answer.text)") }
+        return try answer.decode(ConversationList.self).conversations
+    }
+
+    func typing(_ device: TestDevice, _ conversationId: String, active: Bool) async throws -> HTTPAnswer {
+        try await request(.POST, "/v1/conversations/\(conversationId)/typing", token: device.token, body: json(TypingRequest(active: active)))
+    }
+
+    /// Polls until `count` messages are stored, and returns them (all of them, in seq order).
+    func waitForCount(_ device: TestDevice, _ conversationId: String, _ count: Int, timeout: Duration = .seconds(20)) async throws -> [Message] {
+        try await waitForMessages(device, conversationId, timeout: timeout) { $0.count >= count }
+    }
+
+    /// The `/metrics` text.
+    func metricsText() async throws -> String {
+        let answer = try await request(.GET, "/metrics")
+        guard answer.status == 200 else { throw TestFailure("metrics: \(answer.status)") }
+        return answer.text
+    }
+
+    /// The value of a Prometheus sample, `name` including any labels as written (e.g. `x{transport="ws"}`).
+    func metric(_ name: String) async throws -> Double? {
+        metricValue(name, in: try await metricsText())
     }
 
     func history(_ device: TestDevice, _ conversationId: String, query: String = "after=0&limit=500") async throws -> MessagePage {
@@ -162,4 +275,15 @@ struct PigeonTestClient: Sendable {
 struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
+}
+
+/// The value of a Prometheus sample in exposition text; `name` includes labels as written, if any.
+func metricValue(_ name: String, in text: String) -> Double? {
+    for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+        guard line.hasPrefix(name) else { continue }
+        let rest = line.dropFirst(name.count)
+        guard rest.first == " " else { continue }
+        return Double(rest.dropFirst().split(separator: " ").first ?? "")
+    }
+    return nil
 }

@@ -33,6 +33,25 @@ final class Inbox<Item: Sendable>: Sendable {
         }
     }
 
+    /// Waits for the first item matching `predicate` and removes only that one; the others stay queued in order.
+    func take(timeout: Duration = .seconds(10), where predicate: (Item) -> Bool) async -> Item? {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let found = state.withLockedValue { state -> Item? in
+                guard let index = state.items.firstIndex(where: predicate) else { return nil }
+                return state.items.remove(at: index)
+            }
+            if let found { return found }
+            if ContinuousClock.now >= deadline || isClosed { return nil }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
+
+    /// Everything that arrives within `duration` (for short checks that something does not arrive).
+    func drain(for duration: Duration) async -> [Item] {
+        await collect(timeout: duration) { _ in false }
+    }
+
     /// Items until `predicate` says stop (inclusive) or the timeout passes.
     func collect(timeout: Duration = .seconds(10), until predicate: ([Item]) -> Bool) async -> [Item] {
         let deadline = ContinuousClock.now + timeout
@@ -58,7 +77,30 @@ final class TestWebSocket: Sendable {
     }
 
     /// Connects; throws if the server refuses the upgrade.
-    static func connect(port: Int, token: String?, cursor: String? = nil) async throws -> TestWebSocket {
+    ///
+    /// With `waitUntilLive` (the default) it returns only once the server streams to this socket: the upgrade
+    /// answer comes before the server has registered the connection, so an event committed right after
+    /// `connect` returned could otherwise be missed by a stream that starts "now". It sends an operation the
+    /// server refuses and waits for that error frame, which the server writes after any replayed events; the
+    /// probe's frame is removed from the inboxes, everything else stays.
+    static func connect(port: Int, token: String?, cursor: String? = nil, waitUntilLive: Bool = true) async throws -> TestWebSocket {
+        let socket = try await connectOnly(port: port, token: token, cursor: cursor)
+        if waitUntilLive { try await socket.waitUntilLive() }
+        return socket
+    }
+
+    /// Sends a probe the server answers with an error frame naming it, and waits for (and removes) that frame.
+    func waitUntilLive(timeout: Duration = .seconds(10)) async throws {
+        let probe = UUID().uuidString.lowercased()
+        sendRaw("{\"op\":\"test.probe\",\"clientMessageId\":\"\(probe)\"}")
+        let frame = await inbox.take(timeout: timeout) { frame in
+            if case .error(let error) = frame { error.clientMessageId == probe } else { false }
+        }
+        guard frame != nil else { throw TestFailure("WebSocket did not answer the liveness probe within \(timeout)") }
+        _ = await rawInbox.take(timeout: timeout) { $0.contains(probe) }
+    }
+
+    private static func connectOnly(port: Int, token: String?, cursor: String?) async throws -> TestWebSocket {
         var query: [String] = []
         if let token { query.append("access_token=\(token)") }
         if let cursor { query.append("cursor=\(cursor)") }
@@ -117,6 +159,24 @@ final class TestWebSocket: Sendable {
         await task?.value
     }
 
+    /// Sends a message with `{"op": "send"}`.
+    func sendMessage(
+        to conversationId: String, body: String, clientMessageId: String = UUID().uuidString.lowercased(), type: String = "text",
+        clientTimestamp: Int64 = 1_763_700_000_000
+    ) {
+        send(.send(conversationId: conversationId, SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp)))
+    }
+
+    /// The first frame matching `predicate` (removed from the inbox; frames before it stay), or `nil` after the timeout.
+    func first(timeout: Duration = .seconds(10), where predicate: (ServerFrame) -> Bool) async -> ServerFrame? {
+        await inbox.take(timeout: timeout, where: predicate)
+    }
+
+    /// The first stream event matching `predicate` (removed; others stay), or `nil` after the timeout.
+    func firstEvent(timeout: Duration = .seconds(10), where predicate: (ServerEvent) -> Bool) async -> ServerEvent? {
+        await inbox.take(timeout: timeout) { frame in frame.event.map(predicate) ?? false }?.event
+    }
+
     /// Frames until one matches `predicate` (which is included), or the timeout.
     func frames(timeout: Duration = .seconds(10), until predicate: @escaping (ServerFrame) -> Bool) async -> [ServerFrame] {
         await inbox.collect(timeout: timeout) { frames in frames.last.map(predicate) ?? false }
@@ -137,6 +197,8 @@ final class TestSSE: Sendable {
     let events = Inbox<SSEEvent>()
     let comments = NIOLockedValueBox(0)
     let status = NIOLockedValueBox<Int?>(nil)
+    /// The response headers, names lowercased.
+    let headers = NIOLockedValueBox<[String: String]>([:])
     private let task: NIOLockedValueBox<Task<Void, Never>?> = .init(nil)
 
     /// Opens the stream and waits for the response head; `status` tells whether it was accepted.
@@ -151,8 +213,11 @@ final class TestSSE: Sendable {
             head.withLockedValue { $0 = ready }
             let task = Task {
                 do {
-                    let response = try await HTTPClient.shared.execute(finalRequest, timeout: .seconds(3600))
+                    let response = try await TestHTTPClients.client(for: port).execute(finalRequest, timeout: .seconds(3600))
                     sse.status.withLockedValue { $0 = Int(response.status.code) }
+                    sse.headers.withLockedValue { headers in
+                        for header in response.headers { headers[header.name.lowercased()] = header.value }
+                    }
                     head.withLockedValue { $0?.resume(); $0 = nil }
                     var pending = ""
                     var current = SSEEvent(id: nil, event: nil, data: "")
@@ -190,4 +255,30 @@ final class TestSSE: Sendable {
         task?.cancel()
         await task?.value
     }
+}
+
+extension TestSSE {
+    /// The first event matching `predicate` (removed; others stay), or `nil` after the timeout.
+    func first(timeout: Duration = .seconds(10), where predicate: (SSEEvent) -> Bool) async -> SSEEvent? {
+        await events.take(timeout: timeout, where: predicate)
+    }
+}
+
+// MARK: - Frame and event accessors
+
+extension ServerFrame {
+    var event: ServerEvent? { if case .event(let event) = self { event } else { nil } }
+    var ack: AckFrame? { if case .ack(let ack) = self { ack } else { nil } }
+    var errorFrame: ErrorFrame? { if case .error(let error) = self { error } else { nil } }
+}
+
+extension ServerEvent {
+    /// The message of a `message.new`.
+    var newMessage: Message? { if case .messageNew(_, let message) = self { message } else { nil } }
+    var stored: MessageStoredEvent? { if case .messageStored(_, let event) = self { event } else { nil } }
+    var failed: MessageFailedEvent? { if case .messageFailed(_, let event) = self { event } else { nil } }
+    var receipt: ReceiptEvent? { if case .receipt(_, let event) = self { event } else { nil } }
+    var typing: TypingEvent? { if case .typing(let event) = self { event } else { nil } }
+    var createdConversation: Conversation? { if case .conversationCreated(_, let conversation) = self { conversation } else { nil } }
+    var isReset: Bool { if case .reset = self { true } else { false } }
 }
