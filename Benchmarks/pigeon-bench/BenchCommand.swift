@@ -27,6 +27,9 @@ struct PigeonBench: AsyncParsableCommand {
     @Option(help: "The pigeon-server executable to spawn.")
     var serverBinary = ".build/release/pigeon-server"
 
+    @Option(name: .customLong("server-arg"), parsing: .unconditionalSingleValue, help: "An argument for the spawned pigeon-server (repeatable), e.g. --server-arg=--no-fsync.")
+    var serverArguments: [String] = []
+
     @Option(help: "Measure the server already running at this loopback URL instead (e.g. http://127.0.0.1:8080).")
     var url: String?
 
@@ -171,6 +174,7 @@ struct PigeonBench: AsyncParsableCommand {
         guard let url else {
             return try await PigeonServer.withSpawned(
                 binary: serverBinary,
+                arguments: serverArguments,
                 workDirectory: workDirectory,
                 http: http,
                 startupTimeout: .seconds(60),

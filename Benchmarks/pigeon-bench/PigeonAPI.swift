@@ -106,10 +106,10 @@ struct PigeonAPI: Sendable {
 }
 
 extension SendMessageRequest {
-    /// A new `text` message with a fresh `clientMessageId`.
+    /// A new `text` message with a fresh, time-ordered `clientMessageId` (as PigeonKit sends them).
     static func benchmark(body: String) -> SendMessageRequest {
         SendMessageRequest(
-            clientMessageId: UUID().uuidString.lowercased(),
+            clientMessageId: TimeOrderedID.make(),
             type: "text",
             body: body,
             clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000)

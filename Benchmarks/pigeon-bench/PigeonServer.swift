@@ -12,6 +12,7 @@ struct PigeonServer: Sendable {
     /// `GET /readyz` answers 200, runs `body`, and stops the server with SIGTERM whatever happens.
     static func withSpawned<T>(
         binary: String,
+        arguments extraArguments: [String] = [],
         workDirectory: String,
         http: HTTPClient,
         startupTimeout: Duration,
@@ -23,7 +24,7 @@ struct PigeonServer: Sendable {
         let process = try ChildProcess(
             name: "pigeon-server",
             executable: binary,
-            arguments: ["serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory],
+            arguments: ["serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory] + extraArguments,
             logPath: workDirectory + "/pigeon-server.log"
         )
         let server = PigeonServer(baseURL: "http://127.0.0.1:\(port)", pid: process.pid)
