@@ -53,36 +53,11 @@ final class AsyncSignal: Sendable {
 
     /// Returns when notified, after `timeout`, or when the task is cancelled.
     func wait(timeout: Duration) async {
-        let alreadyNotified = state.withLockedValue { state -> Bool in
-            defer { state.pending = false }
-            return state.pending
-        }
-        if alreadyNotified || Task.isCancelled { return }
-        let id = state.withLockedValue { state -> UInt64 in
-            state.waiterID &+= 1
-            return state.waiterID
-        }
         await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                await withCheckedContinuation { continuation in
-                    let resumeNow = self.state.withLockedValue { state -> Bool in
-                        if state.pending || state.waiterID != id {
-                            state.pending = false
-                            return true
-                        }
-                        state.waiter = continuation
-                        return false
-                    }
-                    if resumeNow { continuation.resume() }
-                }
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-            }
+            group.addTask { await self.wait() }
+            group.addTask { try? await Task.sleep(for: timeout) }
             await group.next()
             group.cancelAll()
-            self.cancelWaiter(id: id)
-            await group.waitForAll()
         }
     }
 
