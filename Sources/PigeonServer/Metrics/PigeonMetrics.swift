@@ -19,27 +19,29 @@ public final class PigeonMetrics: Sendable {
     let acceptToStored: DurationHistogram
     let storedToDelivered: DurationHistogram
 
+    /// `pigeon_<name>` with its help text.
+    private static func name(_ name: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(namespace: "pigeon", metricName: name, unitName: "", helpText: help)
+    }
+
     public init() {
         let latencyBuckets: [Duration] = [
             .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
             .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5),
             .seconds(10), .seconds(30), .seconds(60),
         ]
-        accepted = registry.makeCounter(name: "pigeon_messages_accepted_total", help: "Messages accepted durably into the ingest buffer")
-        duplicates = registry.makeCounter(name: "pigeon_messages_duplicate_total", help: "Resends answered with the original message")
-        rejected = registry.makeCounter(name: "pigeon_messages_rejected_total", help: "Sends refused (invalid, unauthorized, overloaded, rate limited)")
-        stored = registry.makeCounter(name: "pigeon_messages_stored_total", help: "Messages persisted with a seq")
-        retried = registry.makeCounter(name: "pigeon_messages_retried_total", help: "Processing attempts that failed and will be retried")
-        deadLettered = registry.makeCounter(name: "pigeon_messages_failed_total", help: "Messages moved to the dead-letter store")
-        bufferDepth = registry.makeGauge(name: "pigeon_buffer_depth", help: "Messages accepted and not yet processed (queue size)")
-        deadLetters = registry.makeGauge(name: "pigeon_dead_letters", help: "Messages in the dead-letter store")
-        wsStreams = registry.makeGauge(name: "pigeon_open_streams", labels: [("transport", "ws")], help: "Open event streams")
-        sseStreams = registry.makeGauge(name: "pigeon_open_streams", labels: [("transport", "sse")], help: "Open event streams")
-        processingBatch = registry.makeDurationHistogram(
-            name: "pigeon_processing_seconds", buckets: latencyBuckets, help: "Time to process one batch into the store")
-        acceptToStored = registry.makeDurationHistogram(
-            name: "pigeon_accept_to_stored_seconds", buckets: latencyBuckets, help: "Latency from accept to stored")
-        storedToDelivered = registry.makeDurationHistogram(
-            name: "pigeon_stored_to_delivered_seconds", buckets: latencyBuckets, help: "Latency from stored to the delivered receipt")
+        accepted = registry.makeCounter(descriptor: Self.name("messages_accepted_total", "Messages accepted durably into the ingest buffer"))
+        duplicates = registry.makeCounter(descriptor: Self.name("messages_duplicate_total", "Resends answered with the original message"))
+        rejected = registry.makeCounter(descriptor: Self.name("messages_rejected_total", "Sends refused (invalid, unauthorized, overloaded, rate limited)"))
+        stored = registry.makeCounter(descriptor: Self.name("messages_stored_total", "Messages persisted with a seq"))
+        retried = registry.makeCounter(descriptor: Self.name("messages_retried_total", "Processing attempts that failed and will be retried"))
+        deadLettered = registry.makeCounter(descriptor: Self.name("messages_failed_total", "Messages moved to the dead-letter store"))
+        bufferDepth = registry.makeGauge(descriptor: Self.name("buffer_depth", "Messages accepted and not yet processed (queue size)"))
+        deadLetters = registry.makeGauge(descriptor: Self.name("dead_letters", "Messages in the dead-letter store"))
+        wsStreams = registry.makeGauge(descriptor: Self.name("open_streams", "Open event streams"), labels: [("transport", "ws")])
+        sseStreams = registry.makeGauge(descriptor: Self.name("open_streams", "Open event streams"), labels: [("transport", "sse")])
+        processingBatch = registry.makeDurationHistogram(descriptor: Self.name("processing_seconds", "Time to process one batch into the store"), buckets: latencyBuckets)
+        acceptToStored = registry.makeDurationHistogram(descriptor: Self.name("accept_to_stored_seconds", "Latency from accept to stored"), buckets: latencyBuckets)
+        storedToDelivered = registry.makeDurationHistogram(descriptor: Self.name("stored_to_delivered_seconds", "Latency from stored to the delivered receipt"), buckets: latencyBuckets)
     }
 }
