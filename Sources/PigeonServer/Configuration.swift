@@ -31,8 +31,10 @@ public struct ServerConfiguration: Sendable {
     /// Largest request body or WebSocket message, in bytes.
     public var maxBodyBytes = 65_536
     public var maxMembers = 1_000
-    /// Open device registration (`POST /v1/devices`).
-    public var openRegistration = true
+    /// Open device registration (`POST /v1/devices`); `nil`: on unless a JWT key is set.
+    public var openRegistration: Bool?
+    /// HS256 key of the app backend's JWTs (`sub` = userId, `did` = deviceId, `exp`); `nil`: no JWTs.
+    public var jwtSecret: String?
     /// Sends per second per device; 0 turns the limit off.
     public var rateLimitPerDevice: Double = 0
     public var rateLimitBurst: Double = 100
@@ -63,4 +65,7 @@ public struct ServerConfiguration: Sendable {
     public var processingFaultInjector: SQLiteMessageStore.FaultInjector?
 
     public init() {}
+
+    /// Whether `POST /v1/devices` registers devices.
+    public var isOpenRegistrationEnabled: Bool { openRegistration ?? (jwtSecret == nil) }
 }

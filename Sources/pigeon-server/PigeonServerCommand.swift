@@ -15,7 +15,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the server. Without --store/--buffer it runs the embedded default (SQLite under --data-dir).",
-        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER and PIGEON_LOG_LEVEL set the same; flags win.")
+        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_LOG_LEVEL and PIGEON_JWT_SECRET set the same; flags win.")
 
     @Option(help: "Address to listen on (default 127.0.0.1).")
     var host: String?
@@ -56,14 +56,21 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("event-retention-hours"), help: "How long events stay resumable by cursor (default 168 = 7 days).")
     var eventRetentionHours: Int = 168
 
-    @Flag(name: .customLong("no-open-registration"), help: "Refuse POST /v1/devices.")
+    @Flag(name: .customLong("no-open-registration"), help: "Refuse POST /v1/devices (the default with a JWT key).")
     var noOpenRegistration = false
+
+    @Flag(name: .customLong("open-registration"), help: "Allow POST /v1/devices even with a JWT key.")
+    var openRegistration = false
+
+    @Option(name: .customLong("jwt-secret"), help: "HS256 key of your backend's device tokens (better: PIGEON_JWT_SECRET).")
+    var jwtSecret: String?
 
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
         guard maxBuffered > 0, batchSize > 0, maxAttempts > 0, eventRetentionHours > 0 else {
             throw ValidationError("--max-buffered, --batch-size, --max-attempts and --event-retention-hours must be positive")
         }
+        if noOpenRegistration && openRegistration { throw ValidationError("--open-registration and --no-open-registration exclude each other") }
         guard rateLimit >= 0, rateLimitBurst >= 1 else { throw ValidationError("--rate-limit must be ≥ 0 and --rate-limit-burst ≥ 1") }
     }
 
@@ -87,7 +94,10 @@ struct Serve: AsyncParsableCommand {
         configuration.batchSize = batchSize
         configuration.maxAttempts = maxAttempts
         configuration.eventRetention = .seconds(eventRetentionHours * 3600)
-        configuration.openRegistration = !noOpenRegistration
+        configuration.jwtSecret = jwtSecret ?? environment["PIGEON_JWT_SECRET"]
+        if configuration.jwtSecret?.isEmpty == true { throw ValidationError("the JWT key must not be empty") }
+        if openRegistration { configuration.openRegistration = true }
+        if noOpenRegistration { configuration.openRegistration = false }
 
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)

@@ -45,7 +45,7 @@ final class PigeonCore: Sendable {
             throw PigeonError.invalid("--buffer redis is not supported yet; run with the embedded buffer")
         }
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, configuration: configuration)
-        self.authenticator = Authenticator(store: store)
+        self.authenticator = Authenticator(store: store, jwtSecret: configuration.jwtSecret)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
         self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout)
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)

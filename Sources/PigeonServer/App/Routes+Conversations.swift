@@ -7,7 +7,7 @@ extension PigeonCore {
         let limit = configuration.maxBodyBytes
 
         router.post("/v1/devices") { request, _ -> Response in
-            guard self.configuration.openRegistration else {
+            guard self.configuration.isOpenRegistrationEnabled else {
                 throw PigeonError(.unauthorized, "open device registration is disabled on this server")
             }
             let body = try await JSONBody.decode(RegisterDeviceRequest.self, from: request, limit: limit)

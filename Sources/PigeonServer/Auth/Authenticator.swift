@@ -3,15 +3,17 @@ import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
 
-/// Opaque bearer tokens: issued at registration, stored as SHA-256 hashes, looked up per request
-/// (with an in-memory cache of known hashes).
+/// Bearer tokens: opaque ones issued at registration (stored as SHA-256 hashes, looked up per request with an
+/// in-memory cache), and, when the server has a JWT key, HS256 tokens minted by the app's backend.
 public final class Authenticator: Sendable {
     private let store: any MessageStore
+    private let jwt: JWTVerifier?
     private let cache = NIOLockedValueBox([String: DeviceIdentity]())
     private let cacheLimit = 100_000
 
-    init(store: any MessageStore) {
+    init(store: any MessageStore, jwtSecret: String? = nil) {
         self.store = store
+        self.jwt = jwtSecret.map { JWTVerifier(secret: $0) }
     }
 
     /// Registers a device of `userId` and returns its token (shown once).
@@ -27,7 +29,11 @@ public final class Authenticator: Sendable {
 
     /// The device a token belongs to.
     func device(token: String) async throws -> DeviceIdentity {
-        guard !token.isEmpty, token.utf8.count <= 512 else { throw PigeonError.unauthorized }
+        guard !token.isEmpty, token.utf8.count <= 4096 else { throw PigeonError.unauthorized }
+        if let jwt, !token.hasPrefix("pgn_") {
+            guard let device = jwt.device(token: token) else { throw PigeonError.unauthorized }
+            return device
+        }
         let hash = Self.hash(token)
         if let device = cache.withLockedValue({ $0[hash] }) { return device }
         guard let device = try await store.device(tokenHash: hash) else { throw PigeonError.unauthorized }
