@@ -33,6 +33,8 @@ public struct ServerConfiguration: Sendable {
     public var maxMembers = 1_000
     /// Open device registration (`POST /v1/devices`); `nil`: on unless a JWT key is set.
     public var openRegistration: Bool?
+    /// Bearer token of the admin routes (dead-letter inspection and replay); `nil`: no admin routes.
+    public var adminToken: String?
     /// HS256 key of the app backend's JWTs (`sub` = userId, `did` = deviceId, `exp`); `nil`: no JWTs.
     public var jwtSecret: String?
     /// Sends per second per device; 0 turns the limit off.

@@ -15,7 +15,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the server. Without --store/--buffer it runs the embedded default (SQLite under --data-dir).",
-        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_LOG_LEVEL and PIGEON_JWT_SECRET set the same; flags win.")
+        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET and PIGEON_ADMIN_TOKEN set the same; flags win.")
 
     @Option(help: "Address to listen on (default 127.0.0.1).")
     var host: String?
@@ -62,6 +62,9 @@ struct Serve: AsyncParsableCommand {
     @Flag(name: .customLong("open-registration"), help: "Allow POST /v1/devices even with a JWT key.")
     var openRegistration = false
 
+    @Option(name: .customLong("admin-token"), help: "Bearer token of the dead-letter admin routes (better: PIGEON_ADMIN_TOKEN).")
+    var adminToken: String?
+
     @Option(name: .customLong("jwt-secret"), help: "HS256 key of your backend's device tokens (better: PIGEON_JWT_SECRET).")
     var jwtSecret: String?
 
@@ -94,6 +97,8 @@ struct Serve: AsyncParsableCommand {
         configuration.batchSize = batchSize
         configuration.maxAttempts = maxAttempts
         configuration.eventRetention = .seconds(eventRetentionHours * 3600)
+        configuration.adminToken = adminToken ?? environment["PIGEON_ADMIN_TOKEN"]
+        if configuration.adminToken?.isEmpty == true { throw ValidationError("the admin token must not be empty") }
         configuration.jwtSecret = jwtSecret ?? environment["PIGEON_JWT_SECRET"]
         if configuration.jwtSecret?.isEmpty == true { throw ValidationError("the JWT key must not be empty") }
         if openRegistration { configuration.openRegistration = true }

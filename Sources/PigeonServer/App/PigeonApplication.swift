@@ -18,6 +18,7 @@ public enum PigeonApplication {
         core.addRoutes(to: router)
         core.addStreamRoutes(to: router)
         core.addOperationsRoutes(to: router)
+        core.addAdminRoutes(to: router)
         let webSocketResponder = core.makeWebSocketRouter().buildResponder()
         let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
             http1: .init(idleTimeout: .seconds(120)),

@@ -89,15 +89,7 @@ public final class EmbeddedBuffer: IngestBuffer {
                         arguments: [message.senderDeviceId, message.clientMessageId])!
                     return .duplicate(serverId: row[0], acceptedAt: row[1])
                 }
-                try db.cachedStatement(
-                    sql: """
-                        INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,
-                            type, body, client_timestamp, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """
-                ).execute(arguments: [
-                    message.serverId, message.conversationId, message.senderId, message.senderDeviceId,
-                    message.clientMessageId, message.type, message.body, message.clientTimestamp, message.acceptedAt,
-                ])
+                try Self.insertEntry(message, db)
                 return .accepted
             },
             afterCommit: { [state, arrivals] outcome in
@@ -108,6 +100,27 @@ public final class EmbeddedBuffer: IngestBuffer {
             },
             completion: completion
         )
+    }
+
+    private static func insertEntry(_ message: BufferedMessage, _ db: Database) throws {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,
+                    type, body, client_timestamp, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [
+            message.serverId, message.conversationId, message.senderId, message.senderDeviceId,
+            message.clientMessageId, message.type, message.body, message.clientTimestamp, message.acceptedAt,
+        ])
+    }
+
+    public func requeue(_ message: BufferedMessage) async throws {
+        try await writer.write(
+            { db in try Self.insertEntry(message, db) },
+            afterCommit: { [state, arrivals] _ in
+                state.withLockedValue { $0.depth += 1 }
+                arrivals.notify()
+            })
     }
 
     public func nextBatch(max: Int, wait: Duration) async throws -> [BufferEntry] {

@@ -77,6 +77,10 @@ public protocol IngestBuffer: Sendable {
     /// Removes entries whose processing ended (stored or dead-lettered).
     func acknowledge(entryIds: [String]) async throws
 
+    /// Appends a message that was accepted before (a dead letter an operator replays) for processing again,
+    /// with a fresh attempt count; its de-duplication record stays as it is.
+    func requeue(_ message: BufferedMessage) async throws
+
     /// Records a failed processing attempt, so the count survives a restart.
     func recordFailedAttempt(entryId: String, attempts: Int) async throws
 

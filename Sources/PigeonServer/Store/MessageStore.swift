@@ -141,6 +141,10 @@ public protocol MessageStore: Sendable {
     func pruneEvents(olderThan cutoff: Int64) async throws -> Int
 
     func deadLetters(limit: Int) async throws -> [DeadLetter]
+    /// The dead-lettered message with this serverId, as it was accepted.
+    func deadLetter(serverId: String) async throws -> BufferedMessage?
+    /// Forgets a dead letter (after it was requeued).
+    func removeDeadLetter(serverId: String) async throws
     func deadLetterCount() async throws -> Int
 
     func isReady() async -> Bool

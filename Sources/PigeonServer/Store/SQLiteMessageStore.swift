@@ -519,6 +519,29 @@ public final class SQLiteMessageStore: MessageStore {
         }
     }
 
+    public func deadLetter(serverId: String) async throws -> BufferedMessage? {
+        try await pool.read { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp,
+                        accepted_at FROM dead_letters WHERE server_id = ?
+                    """,
+                arguments: [serverId]
+            ).map { row in
+                BufferedMessage(
+                    serverId: row[0], conversationId: row[1], senderId: row[2], senderDeviceId: row[3], clientMessageId: row[4],
+                    type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8])
+            }
+        }
+    }
+
+    public func removeDeadLetter(serverId: String) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM dead_letters WHERE server_id = ?", arguments: [serverId])
+        }
+    }
+
     public func deadLetterCount() async throws -> Int {
         try await pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM dead_letters") ?? 0 }
     }
