@@ -161,4 +161,41 @@ import Testing
         try Self.verify(messages, logs: [log], requireAll: true)
         try await server.stop(signal: SIGTERM)
     }
+
+    /// Cursors survive a restart (same event log): a device resumes after it exactly where it stopped.
+    /// A wiped data directory is another log: the same cursor gets `reset`.
+    @Test func cursorsSurviveARestartAndAWipedServerAnswersReset() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var server = try await ServerProcess(dataDirectory: directory)
+        let alice = try await server.client.register("alice")
+        let bob = try await server.client.register("bob")
+        let conversation = try await server.client.createConversation(alice, members: ["bob"])
+        _ = try await server.client.sendAccepted(alice, to: conversation.id, body: "before")
+        _ = try await server.client.waitForMessages(bob, conversation.id) { $0.count == 1 }
+        let cursor = try await server.client.sync(bob, cursor: nil).cursor
+        try await server.stop(signal: SIGKILL)
+
+        server = try await ServerProcess(dataDirectory: directory)
+        _ = try await server.client.sendAccepted(alice, to: conversation.id, body: "after restart")
+        let socket = try await TestWebSocket.connect(port: server.port, token: bob.token, cursor: cursor)
+        let frames = await socket.frames { if case .event(.messageNew) = $0 { true } else { false } }
+        guard case .event(.messageNew(_, let message)) = frames.last else {
+            Issue.record("no message.new after the restart: \(frames)")
+            return
+        }
+        #expect(message.body == "after restart")
+        #expect(message.seq == 2)
+        #expect(!frames.contains { if case .event(.reset) = $0 { true } else { false } })
+        await socket.close()
+        try await server.stop(signal: SIGTERM)
+
+        let wiped = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: wiped) }
+        server = try await ServerProcess(dataDirectory: wiped)
+        let carol = try await server.client.register("carol")
+        let sync = try await server.client.sync(carol, cursor: cursor)
+        #expect(sync.events.first.map { if case .reset = $0 { true } else { false } } == true, "a cursor of another log must reset")
+        try await server.stop(signal: SIGTERM)
+    }
 }
