@@ -38,7 +38,7 @@ struct Serve: AsyncParsableCommand {
     @Flag(name: .customLong("no-fsync"), help: "Do not fsync commits: a ✓ survives a crash of the process but not of the machine.")
     var noFsync = false
 
-    @Option(name: .customLong("rate-limit"), help: "Sends per second per device (0, the default, turns it off).")
+    @Option(name: .customLong("rate-limit"), help: "Sends per second per device; 0 turns the limit off.")
     var rateLimit: Double = 0
 
     @Option(name: .customLong("rate-limit-burst"), help: "Burst size of the per-device rate limit.")
@@ -53,7 +53,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-attempts"), help: "Processing attempts before a message is dead-lettered.")
     var maxAttempts: Int = 3
 
-    @Option(name: .customLong("event-retention-hours"), help: "How long events stay resumable by cursor (default 168 = 7 days).")
+    @Option(name: .customLong("event-retention-hours"), help: "How long events stay resumable by cursor (168 = 7 days).")
     var eventRetentionHours: Int = 168
 
     @Flag(name: .customLong("no-open-registration"), help: "Refuse POST /v1/devices (the default with a JWT key).")
