@@ -10,7 +10,8 @@ import ServiceLifecycle
 /// - A store that fails as a whole (down, disk full) is retried with backoff, without spending attempts.
 /// - Buffer entries are acknowledged only after the store committed (in the background, overlapping the next
 ///   batch); a crash in between hands them out again and the store recognises them by serverId.
-/// - On graceful shutdown it keeps going until the buffer is empty (bounded by `shutdownDrainTimeout`).
+/// - On graceful shutdown it keeps going until the buffer is empty (bounded by `shutdownDrainTimeout`); when
+///   cancelled it stops at once (the buffer keeps the rest).
 final class Processor: Service {
     private struct Pending {
         var entry: BufferEntry
@@ -52,7 +53,9 @@ final class Processor: Service {
         var drainDeadline: ContinuousClock.Instant?
         let batchSize = configuration.batchSize
         while true {
-            if drainDeadline == nil, Task.isShuttingDownGracefully || Task.isCancelled {
+            // Cancelled (not a graceful shutdown): stop at once; what is buffered stays durable for the next start.
+            if Task.isCancelled { return }
+            if drainDeadline == nil, Task.isShuttingDownGracefully {
                 drainDeadline = clock.now + configuration.shutdownDrainTimeout
                 logger.info("processor draining the buffer", metadata: ["depth": "\(buffer.depth)"])
             }
