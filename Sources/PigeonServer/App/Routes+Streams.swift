@@ -127,7 +127,7 @@ extension PigeonCore {
         }
         let operation: ClientOperation
         do {
-            operation = try JSONBody.decode(ClientOperation.self, from: Data(text.utf8))
+            operation = try ClientOperationParser.parse(text)
         } catch {
             session.send(type: "error", json: Self.errorFrame(Self.clientMessageId(in: text), error as? PigeonError ?? .invalid("malformed JSON")))
             return
