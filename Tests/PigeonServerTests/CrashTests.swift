@@ -30,7 +30,8 @@ import Testing
             let id = clientMessageId(sender: senderIndex, index: index)
             log.sent.append(id)
             index += 1
-            guard let answer = try? await client.send(log.device, to: conversationId, body: "m\(index)", clientMessageId: id),
+            // A short timeout: a request caught by the kill must not hold the test for the default 30 s.
+            guard let answer = try? await client.send(log.device, to: conversationId, body: "m\(index)", clientMessageId: id, timeout: .seconds(3)),
                 answer.status == 202 || answer.status == 200,
                 let response = try? answer.decode(SendMessageResponse.self)
             else { break }
@@ -115,15 +116,19 @@ import Testing
             return results
         }
         logs = (0..<5).map { results[$0]! }
+        let phase = ContinuousClock.now
+        func log(_ step: String) { print("crash test: \(step) at +\(ContinuousClock.now - phase)") }
         let answered = logs.map(\.answered.count).reduce(0, +)
         #expect(answered > 50, "the storm should have had messages accepted before the kill (got \(answered))")
 
         server = try await ServerProcess(dataDirectory: directory)
+        log("restarted")
         let restarted = server.client
         let answeredIds = Set(logs.flatMap { log in log.answered.keys.map { log.device.deviceId + "/" + $0 } })
         var messages = try await restarted.waitForMessages(receiver, conversation.id, timeout: .seconds(30)) { messages in
             answeredIds.isSubset(of: Set(messages.map { $0.senderDeviceId + "/" + $0.clientMessageId }))
         }
+        log("answered messages found")
         try Self.verify(messages, logs: logs, requireAll: false)
 
         // Resend every message that got no answer, in order per device: each converges to exactly once.
@@ -134,6 +139,7 @@ import Testing
                 logs[index].answered[clientId] = try answer.decode(SendMessageResponse.self).serverId
             }
         }
+        log("resent the unanswered ones")
         let total = logs.map(\.sent.count).reduce(0, +)
         messages = try await restarted.waitForMessages(receiver, conversation.id, timeout: .seconds(30)) { $0.count >= total }
         #expect(messages.count == total)

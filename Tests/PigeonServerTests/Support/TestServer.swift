@@ -127,9 +127,10 @@ struct PigeonTestClient: Sendable {
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// Any request; `body` is sent as is (so tests can send malformed JSON).
-    func request(_ method: HTTPMethod, _ path: String, token: String? = nil, body: String? = nil, headers: [String: String] = [:])
-        async throws -> HTTPAnswer
-    {
+    func request(
+        _ method: HTTPMethod, _ path: String, token: String? = nil, body: String? = nil, headers: [String: String] = [:],
+        timeout: TimeAmount = .seconds(30)
+    ) async throws -> HTTPAnswer {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = method
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
@@ -138,7 +139,7 @@ struct PigeonTestClient: Sendable {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(string: body))
         }
-        let response = try await http.execute(request, timeout: .seconds(30))
+        let response = try await http.execute(request, timeout: timeout)
         let bytes = try await response.body.collect(upTo: 16 << 20)
         var responseHeaders: [String: String] = [:]
         for header in response.headers { responseHeaders[header.name.lowercased()] = header.value }
@@ -166,11 +167,12 @@ struct PigeonTestClient: Sendable {
     /// Sends over HTTP; returns the raw answer.
     func send(
         _ device: TestDevice, to conversationId: String, body: String, clientMessageId: String = UUID().uuidString.lowercased(),
-        type: String = "text"
+        type: String = "text", timeout: TimeAmount = .seconds(30)
     ) async throws -> HTTPAnswer {
         try await request(
             .POST, "/v1/conversations/\(conversationId)/messages", token: device.token,
-            body: json(SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: 1_763_700_000_000)))
+            body: json(SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: 1_763_700_000_000)),
+            timeout: timeout)
     }
 
     /// Sends a raw JSON text as a message (malformed or unusual bodies).
