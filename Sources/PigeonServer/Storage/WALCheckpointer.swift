@@ -12,7 +12,7 @@ final class WALCheckpointer: Service {
     private let interval: Duration
     private let logger: Logger
 
-    init(paths: [String], interval: Duration = .milliseconds(200), logger: Logger) {
+    init(paths: [String], interval: Duration = .milliseconds(50), logger: Logger) {
         self.paths = paths
         self.interval = interval
         self.logger = logger
