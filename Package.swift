@@ -10,6 +10,7 @@ let package = Package(
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .library(name: "PigeonProtocol", targets: ["PigeonProtocol"]),
+        .library(name: "PigeonRedis", targets: ["PigeonRedis"]),
         .library(name: "PigeonServer", targets: ["PigeonServer"]),
         .executable(name: "pigeon-server", targets: ["pigeon-server"]),
         .executable(name: "pigeon-bench", targets: ["pigeon-bench"]),
@@ -27,10 +28,21 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .target(
             name: "PigeonProtocol",
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PigeonRedis",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -48,6 +60,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -77,13 +90,36 @@ let package = Package(
             path: "Benchmarks/pigeon-bench",
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "PigeonTestSupport",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/PigeonTestSupport",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PigeonRedisTests",
+            dependencies: [
+                "PigeonRedis",
+                "PigeonTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOTestUtils", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "PigeonServerTests",
             dependencies: [
                 "PigeonServer",
                 "pigeon-server",
                 "PigeonProtocol",
+                "PigeonTestSupport",
+                "PigeonRedis",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

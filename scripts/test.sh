@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs Pigeon's whole test suite: builds everything (server, benchmark tool, tests) and runs the tests.
+# Runs Pigeon's whole test suite: builds everything (server, benchmark tool, tests), starts redis-server and
+# PostgreSQL on loopback when they are not reachable (installing them if missing; see scripts/services.sh),
+# runs the tests (the API suite twice: embedded, then PostgreSQL store + Redis buffer) and stops what it started.
 # Usage: scripts/test.sh [extra `swift test` arguments, e.g. --filter CrashTests]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +11,20 @@ if ! command -v swift >/dev/null 2>&1; then
     exit 1
 fi
 
+export PIGEON_SERVICES_STARTED
+PIGEON_SERVICES_STARTED="$(mktemp -t pigeon-test-services.XXXXXX)"
+trap 'scripts/services.sh stop; rm -f "$PIGEON_SERVICES_STARTED"' EXIT
+
+echo "== starting services"
+eval "$(scripts/services.sh start)"
+export PIGEON_TEST_REDIS_URL="${PIGEON_TEST_REDIS_URL:-$PIGEON_REDIS_URL}"
+export PIGEON_TEST_POSTGRES_URL="${PIGEON_TEST_POSTGRES_URL:-$PIGEON_POSTGRES_URL}"
+
 echo "== building (debug)"
 swift build --build-tests
 
-echo "== running tests"
+echo "== running tests (embedded store and buffer; Redis and PostgreSQL units)"
 swift test --skip-build "$@"
+
+echo "== running the server tests again against --store postgres --buffer redis"
+PIGEON_TEST_BACKEND=production swift test --skip-build --filter PigeonServerTests "$@"

@@ -64,7 +64,7 @@ public struct ServerConfiguration: Sendable {
     public var typingTimeout = Duration.seconds(10)
 
     /// Test hook: called for each message inside the processing transaction; throwing fails that message.
-    public var processingFaultInjector: SQLiteMessageStore.FaultInjector?
+    public var processingFaultInjector: ProcessingFaultInjector?
 
     public init() {}
 

@@ -113,7 +113,7 @@ struct Serve: AsyncParsableCommand {
         logger.logLevel = level
         let app: any ApplicationRunnable
         do {
-            app = try PigeonApplication.make(configuration: configuration, logger: logger)
+            app = try await PigeonApplication.make(configuration: configuration, logger: logger)
         } catch {
             logger.critical("cannot start", metadata: ["error": "\(error)"])
             throw ExitCode.failure

@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
+import PigeonTestSupport
 import Testing
 
 /// Kills the real `pigeon-server` binary mid-stream and checks the invariants on restart: every message that

@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
 import PigeonServer
+import PigeonTestSupport
 import Testing
 
 /// Dead-letter inspection and replay through the admin routes.

@@ -1,5 +1,6 @@
 import Foundation
 import PigeonProtocol
+import PigeonTestSupport
 import Testing
 
 @testable import PigeonServer

@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
 import PigeonServer
+import PigeonTestSupport
 import Testing
 
 /// Store errors injected into processing: retried with backoff, dead-lettered after the last attempt with

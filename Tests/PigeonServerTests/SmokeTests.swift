@@ -1,5 +1,6 @@
 import Foundation
 import PigeonProtocol
+import PigeonTestSupport
 import Testing
 
 @Suite struct SmokeTests {

@@ -6,13 +6,13 @@ import Logging
 /// Builds a runnable Pigeon server.
 public enum PigeonApplication {
     /// The Hummingbird application for `configuration`: HTTP routes, the WebSocket endpoint, and the
-    /// processor, typing and housekeeping services. Opening the data files and migrating happen here, before
+    /// processor, typing and housekeeping services. Opening the data files (or connecting to PostgreSQL and Redis) and migrating happen here, before
     /// the server accepts anything.
     ///
     /// Run it with `runService()` (graceful shutdown on SIGINT/SIGTERM: stop accepting, close streams,
     /// drain the buffer, exit) or inside a `ServiceGroup`.
-    public static func make(configuration: ServerConfiguration, logger: Logger) throws -> Application<RouterResponder<PigeonRequestContext>> {
-        let core = try PigeonCore(configuration: configuration, logger: logger)
+    public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<RouterResponder<PigeonRequestContext>> {
+        let core = try await PigeonCore(configuration: configuration, logger: logger)
         let router = Router(context: PigeonRequestContext.self)
         router.middlewares.add(ErrorMiddleware())
         core.addRoutes(to: router)
@@ -31,7 +31,7 @@ public enum PigeonApplication {
                         responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration))
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: [core.checkpointer].compactMap { $0 } + [core.housekeeping, core.processor, core.typing],
+            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.housekeeping, core.processor, core.typing],
             logger: logger)
     }
 }

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import PigeonProtocol
+import ServiceLifecycle
 
 /// The server's parts, wired together once per server instance.
 final class PigeonCore: Sendable {
@@ -19,22 +20,29 @@ final class PigeonCore: Sendable {
     let housekeeping: Housekeeping
     /// Background WAL checkpoints of the embedded files (nil when neither store nor buffer is embedded).
     let checkpointer: WALCheckpointer?
+    /// Services of the production backends (connection pools, event tail, buffer heartbeats), to run before the
+    /// processor so they stop after it.
+    let backendServices: [any Service]
 
-    init(configuration: ServerConfiguration, logger: Logger) throws {
+    init(configuration: ServerConfiguration, logger: Logger) async throws {
         self.configuration = configuration
         self.logger = logger
         self.metrics = PigeonMetrics()
         self.hub = StreamHub()
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
         var sqliteFiles: [String] = []
+        var backendServices: [any Service] = []
         switch configuration.store {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
             self.store = try SQLiteMessageStore(
                 path: path, durable: configuration.durable, sink: hub, faultInjector: configuration.processingFaultInjector)
             sqliteFiles.append(path)
-        case .postgres:
-            throw PigeonError.invalid("--store postgres is not supported yet; run with the embedded store")
+        case .postgres(let url):
+            let store = try await PostgresMessageStore.open(
+                url: url, sink: hub, faultInjector: configuration.processingFaultInjector, logger: logger)
+            self.store = store
+            backendServices.append(store)
         }
         switch configuration.buffer {
         case .embedded:
@@ -50,6 +58,7 @@ final class PigeonCore: Sendable {
         self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout)
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
+        self.backendServices = backendServices
     }
 
     /// The device behind a request's bearer token.

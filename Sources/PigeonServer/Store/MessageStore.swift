@@ -55,6 +55,10 @@ public protocol EventSink: Sendable {
     func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int
 }
 
+/// Called inside the processing transaction for each message before it is written; throwing fails that message as
+/// a store error would. For fault-injection tests.
+public typealias ProcessingFaultInjector = @Sendable (BufferedMessage) throws -> Void
+
 /// A buffered message handed to the store for processing.
 public struct ProcessingItem: Sendable {
     public var entry: BufferEntry

@@ -5,9 +5,7 @@ import PigeonProtocol
 
 /// The embedded store: one SQLite file (WAL), writes through group commit.
 public final class SQLiteMessageStore: MessageStore {
-    /// Called inside the processing transaction for each message before it is written; throwing fails that
-    /// message as a store error would. For fault-injection tests.
-    public typealias FaultInjector = @Sendable (BufferedMessage) throws -> Void
+    public typealias FaultInjector = ProcessingFaultInjector
 
     public let epoch: String
     private let pool: DatabasePool

@@ -3,6 +3,7 @@ import NIOConcurrencyHelpers
 import NIOHTTP1
 import PigeonProtocol
 import PigeonServer
+import PigeonTestSupport
 import Testing
 
 /// API.md's error table: every code with its status and body, and a refused request changes nothing.

@@ -1,5 +1,6 @@
 import Foundation
 import PigeonProtocol
+import PigeonTestSupport
 import Testing
 
 /// API.md "History and gap recovery": paging after and before a seq.

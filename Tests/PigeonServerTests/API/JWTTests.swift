@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import PigeonProtocol
+import PigeonTestSupport
 import Testing
 
 /// API.md, "Devices and auth": with a JWT key configured, a token is an HS256 JWT minted by the app's backend

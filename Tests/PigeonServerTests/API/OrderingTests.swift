@@ -1,5 +1,6 @@
 import Foundation
 import PigeonProtocol
+import PigeonTestSupport
 import Testing
 
 /// API.md "Per-device order" and "Processing": seq 1, 2, 3 … without gaps or repeats, each device's messages in

@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
 import PigeonServer
+import PigeonTestSupport
 import Testing
 
 /// API.md "Sending": the accept answer, idempotent resends and per-device order.

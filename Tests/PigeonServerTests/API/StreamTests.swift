@@ -1,6 +1,7 @@
 import Foundation
 import PigeonProtocol
 import PigeonServer
+import PigeonTestSupport
 import Testing
 
 /// API.md "Events: one resumable stream per device" over WebSocket, SSE and `/v1/sync`, and the WebSocket

@@ -8,10 +8,11 @@ import NIOCore
 import NIOHTTP1
 import PigeonProtocol
 import PigeonServer
+import PigeonTestSupport
 import Testing
 
-/// Runs a real Pigeon server (embedded mode, live HTTP on a free loopback port, a fresh data directory) for
-/// the duration of `body`.
+/// Runs a real Pigeon server (live HTTP on a free loopback port, a fresh data directory; the store and buffer of
+/// ``TestBackend/current``, each test with a fresh database and key prefix) for the duration of `body`.
 func withTestServer<T: Sendable>(
     dataDirectory: String? = nil,
     configure: (inout ServerConfiguration) -> Void = { _ in },
@@ -19,15 +20,30 @@ func withTestServer<T: Sendable>(
 ) async throws -> T {
     let directory = dataDirectory ?? makeTemporaryDirectory()
     defer { if dataDirectory == nil { try? FileManager.default.removeItem(atPath: directory) } }
+    let backend = try await TestBackendInstance.make()
     var configuration = ServerConfiguration()
     configuration.port = 0
     configuration.dataDirectory = directory
     configuration.durable = false
     configuration.keepAliveInterval = .seconds(1)
+    backend.apply(to: &configuration)
     configure(&configuration)
     var logger = Logger(label: "pigeon-test")
     logger.logLevel = .warning
-    let app = try PigeonApplication.make(configuration: configuration, logger: logger)
+    let outcome: Result<T, any Error>
+    do {
+        outcome = .success(try await runTestServer(configuration: configuration, logger: logger, body))
+    } catch {
+        outcome = .failure(error)
+    }
+    await backend.tearDown()
+    return try outcome.get()
+}
+
+private func runTestServer<T: Sendable>(
+    configuration: ServerConfiguration, logger: Logger, _ body: @Sendable (PigeonTestClient) async throws -> T
+) async throws -> T {
+    let app = try await PigeonApplication.make(configuration: configuration, logger: logger)
     return try await app.test(.live) { client in
         // An HTTP client of its own, shut down before the server stops: a pooled connection that was opened but
         // never carried a request would otherwise keep the server's graceful shutdown waiting forever (the
@@ -272,11 +288,6 @@ struct PigeonTestClient: Sendable {
     func headCursor(_ device: TestDevice) async throws -> String {
         try await sync(device, cursor: nil).cursor
     }
-}
-
-struct TestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
 }
 
 /// The value of a Prometheus sample in exposition text; `name` includes labels as written, if any.

@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import PigeonProtocol
+import PigeonTestSupport
 
 /// Received items with a timed wait, shared by the WebSocket and SSE test clients.
 final class Inbox<Item: Sendable>: Sendable {

@@ -1,0 +1,817 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PigeonProtocol
+import PostgresNIO
+import ServiceLifecycle
+
+/// The production store: PostgreSQL through postgres-nio's pooled `PostgresClient`.
+///
+/// - One transaction per processing batch: the batch's conversations are locked (`FOR UPDATE`, in id order),
+///   seqs assigned, messages, dead letters and events inserted with one `UNNEST` statement per table.
+/// - Event ids come from a one-row counter bumped inside each writing transaction. Its row lock is held to
+///   the commit, so ids are in commit order and a reader that sees event n has seen every event below n.
+/// - Events reach devices through a tail of the events table (``run()``): woken after each local commit and by
+///   `NOTIFY pigeon_events` (sent inside the writing transaction, so it arrives only if and when that
+///   transaction committed, in commit order) from other nodes, and every second as a safety net. Every node
+///   pushes every event exactly once, in id order, whichever node wrote it.
+public final class PostgresMessageStore: MessageStore, Service {
+    public static let notificationChannel = "pigeon_events"
+
+    public let epoch: String
+    private let client: PostgresClient
+    private let sink: any EventSink
+    private let logger: Logger
+    private let faultInjector: ProcessingFaultInjector?
+    private let membersCache = NIOLockedValueBox([String: [String]]())
+    /// The last event id pushed to the sink by the tail.
+    private let tailPosition: NIOLockedValueBox<Int64>
+    private let tailWakeUp = AsyncSignal()
+    private let listening = NIOLockedValueBox(false)
+
+    /// Connects, applies migrations and reads the store's identity; ``run()`` must run for queries to be served.
+    public static func open(
+        url: String, sink: any EventSink, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20
+    ) async throws -> PostgresMessageStore {
+        let parsed = try PostgresURL(url)
+        let connection = try await PostgresConnection.connect(configuration: parsed.connectionConfiguration(), id: 1, logger: logger)
+        do {
+            if let schema = parsed.schema {
+                try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
+            }
+            try await PostgresSchema.migrate(connection, logger: logger)
+            let candidate = Identifiers.randomHex(bytes: 4)
+            try await connection.query("INSERT INTO meta(key, value) VALUES ('epoch', \(candidate)) ON CONFLICT (key) DO NOTHING", logger: logger)
+            var epoch = candidate
+            for try await value in try await connection.query("SELECT value FROM meta WHERE key = 'epoch'", logger: logger).decode(String.self) {
+                epoch = value
+            }
+            var head: Int64 = 0
+            for try await value in try await connection.query("SELECT last_id FROM event_counter", logger: logger).decode(Int64.self) {
+                head = value
+            }
+            try await connection.close()
+            let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
+            return PostgresMessageStore(epoch: epoch, head: head, client: client, sink: sink, faultInjector: faultInjector, logger: logger)
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+    }
+
+    private init(epoch: String, head: Int64, client: PostgresClient, sink: any EventSink, faultInjector: ProcessingFaultInjector?, logger: Logger) {
+        self.epoch = epoch
+        self.client = client
+        self.sink = sink
+        self.faultInjector = faultInjector
+        self.logger = logger
+        self.tailPosition = NIOLockedValueBox(head)
+    }
+
+    /// Runs the connection pool, the `LISTEN` connection and the event tail until graceful shutdown or cancellation.
+    /// List it before the processor among the services, so it stops after the processor drained.
+    public func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.client.run() }
+            await cancelWhenGracefulShutdown {
+                await withTaskGroup(of: Void.self) { inner in
+                    inner.addTask { await self.listen() }
+                    inner.addTask { await self.tail() }
+                    await inner.waitForAll()
+                }
+            }
+            // The pool stops last: the tail and the listener no longer need it.
+            group.cancelAll()
+        }
+    }
+
+    public func isReady() async -> Bool {
+        do {
+            return try await withTimeout(.seconds(2)) { [client] in
+                try await client.query("SELECT 1").collect().count == 1
+            }
+        } catch {
+            return false
+        }
+    }
+
+    // MARK: Devices
+
+    public func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity {
+        let deviceId = Identifiers.uuidV4()
+        try await client.query(
+            "INSERT INTO devices(id, user_id, name, token_hash, created_at) VALUES (\(deviceId), \(userId), \(name), \(tokenHash), \(WallClock.nowMillis()))",
+            logger: logger)
+        return DeviceIdentity(userId: userId, deviceId: deviceId)
+    }
+
+    public func device(tokenHash: String) async throws -> DeviceIdentity? {
+        for try await (userId, deviceId) in try await client.query(
+            "SELECT user_id, id FROM devices WHERE token_hash = \(tokenHash)", logger: logger
+        ).decode((String, String).self) {
+            return DeviceIdentity(userId: userId, deviceId: deviceId)
+        }
+        return nil
+    }
+
+    // MARK: Conversations
+
+    public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
+        let id = Identifiers.uuidV7()
+        let now = WallClock.nowMillis()
+        let userIds = Array(Set(members + [creator])).sorted()
+        let conversation = Conversation(
+            id: id, name: name, createdAt: now, lastSeq: 0,
+            members: userIds.map { ConversationMember(userId: $0, deliveredSeq: 0, readSeq: 0) })
+        let payload = try EventPayload().conversationCreated(conversation)
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query(
+                "INSERT INTO conversations(id, name, created_by, created_at) VALUES (\(id), \(name), \(creator), \(now))", logger: logger)
+            try await connection.query(
+                "INSERT INTO members(conversation_id, user_id) SELECT \(id), u FROM unnest(\(userIds)::text[]) AS u", logger: logger)
+            var events = EventRows()
+            for userId in userIds {
+                events.append(type: "conversation.created", userId: userId, payload: payload, at: now)
+            }
+            try await Self.insert(events, connection, logger: logger)
+        }
+        membersCache.withLockedValue { $0[id] = userIds }
+        tailWakeUp.notify()
+        return conversation
+    }
+
+    public func conversations(of userId: String) async throws -> [Conversation] {
+        var conversations: [Conversation] = []
+        for try await (id, name, createdAt, lastSeq) in try await client.query(
+            """
+            SELECT c.id, c.name, c.created_at, c.last_seq FROM members m JOIN conversations c ON c.id = m.conversation_id
+            WHERE m.user_id = \(userId) ORDER BY c.created_at, c.id
+            """, logger: logger
+        ).decode((String, String?, Int64, Int64).self) {
+            conversations.append(Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, members: []))
+        }
+        var membersByConversation: [String: [ConversationMember]] = [:]
+        for try await (conversationId, member, delivered, read) in try await client.query(
+            """
+            SELECT conversation_id, user_id, delivered_seq, read_seq FROM members
+            WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = \(userId))
+            ORDER BY conversation_id, user_id
+            """, logger: logger
+        ).decode((String, String, Int64, Int64).self) {
+            membersByConversation[conversationId, default: []].append(ConversationMember(userId: member, deliveredSeq: delivered, readSeq: read))
+        }
+        for index in conversations.indices {
+            conversations[index].members = membersByConversation[conversations[index].id] ?? []
+        }
+        return conversations
+    }
+
+    public func conversation(id: String, for userId: String) async throws -> Conversation? {
+        guard let members = try await members(of: id), members.contains(userId) else { return nil }
+        var conversation: Conversation?
+        for try await (id, name, createdAt, lastSeq) in try await client.query(
+            "SELECT id, name, created_at, last_seq FROM conversations WHERE id = \(id)", logger: logger
+        ).decode((String, String?, Int64, Int64).self) {
+            conversation = Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, members: [])
+        }
+        guard var conversation else { return nil }
+        for try await (member, delivered, read) in try await client.query(
+            "SELECT user_id, delivered_seq, read_seq FROM members WHERE conversation_id = \(id) ORDER BY user_id", logger: logger
+        ).decode((String, Int64, Int64).self) {
+            conversation.members.append(ConversationMember(userId: member, deliveredSeq: delivered, readSeq: read))
+        }
+        return conversation
+    }
+
+    public func members(of conversationId: String) async throws -> [String]? {
+        if let cached = membersCache.withLockedValue({ $0[conversationId] }) { return cached }
+        var members: [String] = []
+        for try await member in try await client.query(
+            "SELECT user_id FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
+        ).decode(String.self) {
+            members.append(member)
+        }
+        guard !members.isEmpty else { return nil }
+        membersCache.withLockedValue { $0[conversationId] = members }
+        return members
+    }
+
+    // MARK: Processing
+
+    public func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        do {
+            return try await processBatch(items)
+        } catch let error where Self.isMessageError(error) {
+            // Something in the batch was refused by the database (bad data): one message per transaction, so
+            // the one at fault fails alone and the rest are stored.
+            logger.warning("batch refused by PostgreSQL; processing its messages one by one", metadata: ["error": "\(String(reflecting: error))"])
+            var results: [ProcessingResult] = []
+            var blocked = Set<String>()
+            for item in items {
+                if blocked.contains(item.entry.message.conversationId) {
+                    results.append(.deferred)
+                    continue
+                }
+                let result: ProcessingResult
+                do {
+                    result = try await processBatch([item]).first ?? .deferred
+                } catch let error where Self.isMessageError(error) {
+                    if item.isFinalAttempt {
+                        try await deadLetterAlone(item.entry.message, error: error)
+                        result = .deadLettered(error)
+                    } else {
+                        result = .failed(error)
+                    }
+                }
+                if case .failed = result { blocked.insert(item.entry.message.conversationId) }
+                results.append(result)
+            }
+            return results
+        }
+    }
+
+    /// Whether a database error is about the data of a message (it fails that message) rather than the store
+    /// being unavailable (the batch waits and is tried again).
+    static func isMessageError(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, error.code == .server, let state = error.serverInfo?[.sqlState] else { return false }
+        // 22: data exception (e.g. a NUL character in text); 23: integrity constraint; 54: program limit exceeded.
+        return state.hasPrefix("22") || state.hasPrefix("23") || state.hasPrefix("54")
+    }
+
+    private func processBatch(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        let messages = items.map(\.entry.message)
+        let conversationIds = Array(Set(messages.map(\.conversationId))).sorted()
+        let missingMembers = conversationIds.filter { id in membersCache.withLockedValue { $0[id] == nil } }
+        let results = try await client.withTransaction(logger: logger) { connection -> [ProcessingResult] in
+            var lastSeqs: [String: Int64] = [:]
+            for try await (id, lastSeq) in try await connection.query(
+                "SELECT id, last_seq FROM conversations WHERE id = ANY(\(conversationIds)) ORDER BY id FOR UPDATE", logger: logger
+            ).decode((String, Int64).self) {
+                lastSeqs[id] = lastSeq
+            }
+            if !missingMembers.isEmpty {
+                var fetched: [String: [String]] = [:]
+                for try await (conversationId, userId) in try await connection.query(
+                    "SELECT conversation_id, user_id FROM members WHERE conversation_id = ANY(\(missingMembers)) ORDER BY conversation_id, user_id",
+                    logger: logger
+                ).decode((String, String).self) {
+                    fetched[conversationId, default: []].append(userId)
+                }
+                membersCache.withLockedValue { cache in cache.merge(fetched) { old, _ in old } }
+            }
+            // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
+            // buffer de-duplication record expired): by serverId or by (device, clientMessageId).
+            var storedByServerId: [String: Int64] = [:]
+            var storedByClientId: [String: Int64] = [:]
+            for try await (serverId, deviceId, clientMessageId, seq) in try await connection.query(
+                """
+                SELECT m.server_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
+                WHERE m.server_id = ANY(\(messages.map(\.serverId)))
+                UNION ALL
+                SELECT m.server_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
+                JOIN unnest(\(messages.map(\.senderDeviceId))::text[], \(messages.map(\.clientMessageId))::text[]) AS k(d, c)
+                    ON m.sender_device_id = k.d AND m.client_message_id = k.c
+                """, logger: logger
+            ).decode((String, String, String, Int64).self) {
+                storedByServerId[serverId] = seq
+                storedByClientId[deviceId + " " + clientMessageId] = seq
+            }
+
+            let payloads = EventPayload()
+            let now = WallClock.nowMillis()
+            var results: [ProcessingResult] = []
+            results.reserveCapacity(items.count)
+            var blocked = Set<String>()
+            var rows = MessageRows()
+            var deadLetters = DeadLetterRows()
+            var events = EventRows()
+            var newLastSeqs: [String: Int64] = [:]
+            for item in items {
+                let message = item.entry.message
+                if blocked.contains(message.conversationId) {
+                    results.append(.deferred)
+                    continue
+                }
+                if let seq = storedByServerId[message.serverId] ?? storedByClientId[message.senderDeviceId + " " + message.clientMessageId] {
+                    results.append(.alreadyStored(seq: seq))
+                    continue
+                }
+                do {
+                    try faultInjector?(message)
+                    guard let lastSeq = newLastSeqs[message.conversationId] ?? lastSeqs[message.conversationId],
+                        let members = membersCache.withLockedValue({ $0[message.conversationId] }), members.contains(message.senderId)
+                    else { throw PigeonError.conversationNotFound }
+                    let seq = lastSeq + 1
+                    newLastSeqs[message.conversationId] = seq
+                    let stored = Message(
+                        serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId,
+                        seq: seq, senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
+                        clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
+                    rows.append(stored)
+                    for userId in members {
+                        events.append(
+                            type: "message.new", userId: userId,
+                            excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: nil, at: now,
+                            message: (message.conversationId, seq))
+                    }
+                    let recipients = members.filter { $0 != message.senderId }
+                    events.append(
+                        type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId,
+                        payload: payloads.messageStored(
+                            MessageStoredEvent(
+                                conversationId: message.conversationId, serverId: message.serverId,
+                                clientMessageId: message.clientMessageId, seq: seq, storedAt: now,
+                                recipientsOnline: sink.onlineDeviceCount(of: recipients, excluding: message.senderDeviceId))),
+                        at: now)
+                    results.append(.stored(seq: seq))
+                } catch {
+                    let permanent = (error as? PigeonError)?.isPermanent ?? false
+                    if item.isFinalAttempt || permanent {
+                        let detail = Self.errorDetail(error)
+                        deadLetters.append(message, failedAt: now, error: detail)
+                        events.append(
+                            type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
+                            payload: try payloads.messageFailed(
+                                MessageFailedEvent(
+                                    conversationId: message.conversationId, serverId: message.serverId,
+                                    clientMessageId: message.clientMessageId, error: detail)),
+                            at: now)
+                        results.append(.deadLettered(error))
+                    } else {
+                        blocked.insert(message.conversationId)
+                        results.append(.failed(error))
+                    }
+                }
+            }
+            try await rows.insert(connection, logger: logger)
+            try await deadLetters.insert(connection, logger: logger)
+            if !newLastSeqs.isEmpty {
+                let ids = Array(newLastSeqs.keys)
+                try await connection.query(
+                    """
+                    UPDATE conversations c SET last_seq = u.seq FROM unnest(\(ids)::text[], \(ids.map { newLastSeqs[$0]! })::bigint[]) AS u(id, seq)
+                    WHERE c.id = u.id
+                    """, logger: logger)
+            }
+            try await Self.insert(events, connection, logger: logger)
+            return results
+        }
+        tailWakeUp.notify()
+        return results
+    }
+
+    /// Dead-letters one message in a transaction of its own (after the database refused it).
+    private func deadLetterAlone(_ message: BufferedMessage, error: any Error) async throws {
+        let now = WallClock.nowMillis()
+        let detail = Self.errorDetail(error)
+        var deadLetters = DeadLetterRows()
+        deadLetters.append(message, failedAt: now, error: detail)
+        var events = EventRows()
+        events.append(
+            type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
+            payload: try EventPayload().messageFailed(
+                MessageFailedEvent(
+                    conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: detail)),
+            at: now)
+        try await client.withTransaction(logger: logger) { connection in
+            try await deadLetters.insert(connection, logger: logger)
+            try await Self.insert(events, connection, logger: logger)
+        }
+        tailWakeUp.notify()
+    }
+
+    private static func errorDetail(_ error: any Error) -> ErrorDetail {
+        if let error = error as? PigeonError { return error.detail }
+        if let error = error as? PSQLError, let message = error.serverInfo?[.message] {
+            return ErrorDetail(code: .invalidRequest, message: "the store refused the message: \(message)")
+        }
+        return ErrorDetail(code: .internalError, message: "processing failed: \(error)")
+    }
+
+    public func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {
+        for try await (kind, seq) in try await client.query(
+            """
+            SELECT 's', seq FROM messages WHERE server_id = \(serverId)
+            UNION ALL SELECT 'f', 0 FROM dead_letters WHERE server_id = \(serverId)
+            """, logger: logger
+        ).decode((String, Int64).self) {
+            return kind == "s" ? (.stored, seq) : (.failed, nil)
+        }
+        return nil
+    }
+
+    // MARK: History
+
+    static let messageColumns = """
+        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at
+        """
+
+    private typealias MessageTuple = (String, String, String, Int64, String, String, String, String, Int64, Int64, Int64)
+
+    private static func message(_ t: MessageTuple) -> Message {
+        Message(
+            serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6, body: t.7,
+            clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10)
+    }
+
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
+        let query: PostgresQuery
+        if let after {
+            query = """
+                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND seq > \(after)
+                ORDER BY seq LIMIT \(limit + 1)
+                """
+        } else {
+            query = """
+                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND seq < \(before ?? Int64.max)
+                ORDER BY seq DESC LIMIT \(limit + 1)
+                """
+        }
+        var messages: [Message] = []
+        for try await row in try await client.query(query, logger: logger).decode(MessageTuple.self) {
+            messages.append(Self.message(row))
+        }
+        let hasMore = messages.count > limit
+        if hasMore { messages.removeLast() }
+        return MessagePage(messages: after == nil ? messages.reversed() : messages, hasMore: hasMore)
+    }
+
+    // MARK: Receipts
+
+    public func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
+        guard let members = try await members(of: conversationId), members.contains(userId) else { throw PigeonError.conversationNotFound }
+        let (outcome, wroteEvents) = try await client.withTransaction(logger: logger) { connection -> (ReceiptOutcome, Bool) in
+            var current: (Int64, Int64, Int64)?
+            for try await row in try await connection.query(
+                """
+                SELECT m.delivered_seq, m.read_seq, c.last_seq FROM members m JOIN conversations c ON c.id = m.conversation_id
+                WHERE m.conversation_id = \(conversationId) AND m.user_id = \(userId) FOR UPDATE OF m
+                """, logger: logger
+            ).decode((Int64, Int64, Int64).self) {
+                current = row
+            }
+            guard let (oldDelivered, oldRead, lastSeq) = current else { throw PigeonError.conversationNotFound }
+            let target = min(upToSeq, lastSeq)
+            let delivered = max(oldDelivered, target)
+            let read = kind == .read ? max(oldRead, target) : oldRead
+            var outcome = ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: delivered, readSeq: read), deliveredMessageStoredAt: nil)
+            guard delivered != oldDelivered || read != oldRead else { return (outcome, false) }
+            try await connection.query(
+                """
+                UPDATE members SET delivered_seq = \(delivered), read_seq = \(read)
+                WHERE conversation_id = \(conversationId) AND user_id = \(userId)
+                """, logger: logger)
+            let now = WallClock.nowMillis()
+            let payloads = EventPayload()
+            var events = EventRows()
+            var moved: [(ReceiptKind, Int64)] = []
+            if delivered != oldDelivered { moved.append((.delivered, delivered)) }
+            if read != oldRead { moved.append((.read, read)) }
+            for (movedKind, seq) in moved {
+                let payload = try payloads.receipt(
+                    ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: seq, at: now))
+                for member in members {
+                    events.append(type: "receipt", userId: member, payload: payload, at: now)
+                }
+            }
+            try await Self.insert(events, connection, logger: logger)
+            if delivered != oldDelivered {
+                for try await (storedAt, senderId) in try await connection.query(
+                    "SELECT stored_at, sender_id FROM messages WHERE conversation_id = \(conversationId) AND seq = \(delivered)", logger: logger
+                ).decode((Int64, String).self) where senderId != userId {
+                    outcome.deliveredMessageStoredAt = storedAt
+                }
+            }
+            return (outcome, true)
+        }
+        if wroteEvents { tailWakeUp.notify() }
+        return outcome
+    }
+
+    // MARK: Events
+
+    private typealias EventTuple = (
+        Int64, String, String, String?, String?, String?,
+        String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?
+    )
+
+    private static let eventSelect = """
+        SELECT e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, e.payload,
+            m.server_id, m.client_message_id, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.type, m.body,
+            m.client_timestamp, m.accepted_at, m.stored_at
+        FROM events e LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+        """
+
+    private static func storedEvent(_ t: EventTuple, payloads: EventPayload) -> StoredEvent? {
+        let payload: String
+        if let stored = t.5 {
+            payload = stored
+        } else if let serverId = t.6, let clientMessageId = t.7, let conversationId = t.8, let seq = t.9, let senderId = t.10,
+            let senderDeviceId = t.11, let type = t.12, let body = t.13, let clientTimestamp = t.14, let acceptedAt = t.15,
+            let storedAt = t.16
+        {
+            payload = payloads.messageNew(
+                Message(
+                    serverId: serverId, clientMessageId: clientMessageId, conversationId: conversationId, seq: seq, senderId: senderId,
+                    senderDeviceId: senderDeviceId, type: type, body: body, clientTimestamp: clientTimestamp, acceptedAt: acceptedAt,
+                    storedAt: storedAt))
+        } else {
+            return nil
+        }
+        return StoredEvent(id: t.0, type: t.1, userId: t.2, deviceId: t.3, excludedDeviceId: t.4, payload: payload)
+    }
+
+    public func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        let payloads = EventPayload()
+        var events: [StoredEvent] = []
+        for try await row in try await client.query(
+            """
+            \(unescaped: Self.eventSelect)
+            WHERE e.user_id = \(device.userId) AND e.id > \(after) AND (e.device_id IS NULL OR e.device_id = \(device.deviceId))
+                AND (e.excluded_device_id IS NULL OR e.excluded_device_id <> \(device.deviceId))
+            ORDER BY e.id LIMIT \(limit)
+            """, logger: logger
+        ).decode(EventTuple.self) {
+            if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+        }
+        return events
+    }
+
+    public func headEventId() async throws -> Int64 {
+        for try await id in try await client.query("SELECT last_id FROM event_counter", logger: logger).decode(Int64.self) {
+            return id
+        }
+        return 0
+    }
+
+    public func prunedThrough() async throws -> Int64 {
+        for try await value in try await client.query("SELECT value FROM meta WHERE key = 'pruned_through'", logger: logger).decode(String.self) {
+            return Int64(value) ?? 0
+        }
+        return 0
+    }
+
+    @discardableResult
+    public func pruneEvents(olderThan cutoff: Int64) async throws -> Int {
+        try await client.withTransaction(logger: logger) { connection -> Int in
+            // Event ids grow with time: the newest id created before the cutoff bounds the deletion.
+            var boundary: Int64?
+            for try await id in try await connection.query(
+                "SELECT MAX(id) FROM events WHERE created_at < \(cutoff)", logger: logger
+            ).decode(Int64?.self) {
+                boundary = id
+            }
+            guard let boundary else { return 0 }
+            var deleted = 0
+            for try await count in try await connection.query(
+                "WITH d AS (DELETE FROM events WHERE id <= \(boundary) RETURNING 1) SELECT COUNT(*) FROM d", logger: logger
+            ).decode(Int.self) {
+                deleted = count
+            }
+            try await connection.query(
+                """
+                INSERT INTO meta(key, value) VALUES ('pruned_through', \(String(boundary)))
+                ON CONFLICT (key) DO UPDATE SET value = GREATEST(meta.value::bigint, excluded.value::bigint)::text
+                """, logger: logger)
+            return deleted
+        }
+    }
+
+    // MARK: Dead letters
+
+    public func deadLetters(limit: Int) async throws -> [DeadLetter] {
+        var letters: [DeadLetter] = []
+        for try await t in try await client.query(
+            """
+            SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
+                accepted_at, failed_at, error_code, error_message FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
+            """, logger: logger
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String).self) {
+            letters.append(
+                DeadLetter(
+                    message: Message(
+                        serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: 0, senderId: t.3, senderDeviceId: t.4, type: t.5,
+                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0),
+                    failedAt: t.9, error: ErrorDetail(code: ErrorCode(rawValue: t.10), message: t.11)))
+        }
+        return letters
+    }
+
+    public func deadLetter(serverId: String) async throws -> BufferedMessage? {
+        for try await t in try await client.query(
+            """
+            SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp, accepted_at
+            FROM dead_letters WHERE server_id = \(serverId)
+            """, logger: logger
+        ).decode((String, String, String, String, String, String, String, Int64, Int64).self) {
+            return BufferedMessage(
+                serverId: t.0, conversationId: t.1, senderId: t.2, senderDeviceId: t.3, clientMessageId: t.4, type: t.5, body: t.6,
+                clientTimestamp: t.7, acceptedAt: t.8)
+        }
+        return nil
+    }
+
+    public func removeDeadLetter(serverId: String) async throws {
+        try await client.query("DELETE FROM dead_letters WHERE server_id = \(serverId)", logger: logger)
+    }
+
+    public func deadLetterCount() async throws -> Int {
+        for try await count in try await client.query("SELECT COUNT(*) FROM dead_letters", logger: logger).decode(Int.self) {
+            return count
+        }
+        return 0
+    }
+
+    // MARK: Event tail
+
+    /// Pushes committed events to the sink in id order: woken by local commits and `NOTIFY`s, and every second.
+    private func tail() async {
+        let payloads = EventPayload()
+        while !Task.isCancelled {
+            await tailWakeUp.wait(timeout: .seconds(1))
+            if Task.isCancelled { return }
+            do {
+                while true {
+                    let after = tailPosition.withLockedValue { $0 }
+                    var events: [StoredEvent] = []
+                    for try await row in try await client.query(
+                        "\(unescaped: Self.eventSelect) WHERE e.id > \(after) ORDER BY e.id LIMIT 2000", logger: logger
+                    ).decode(EventTuple.self) {
+                        if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+                    }
+                    guard let last = events.last else { break }
+                    tailPosition.withLockedValue { $0 = last.id }
+                    sink.publish(events)
+                    if events.count < 2000 { break }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("event tail failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
+                try? await Task.sleep(for: .milliseconds(200))
+                tailWakeUp.notify()
+            }
+        }
+    }
+
+    /// Holds a `LISTEN` on ``notificationChannel`` and wakes the tail for each notification (other nodes'
+    /// commits) and after every (re)connection (notifications may have been missed while it was down).
+    private func listen() async {
+        var delay = Duration.milliseconds(100)
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    try await connection.listen(on: Self.notificationChannel) { notifications in
+                        listening.withLockedValue { $0 = true }
+                        tailWakeUp.notify()
+                        delay = .milliseconds(100)
+                        for try await _ in notifications {
+                            tailWakeUp.notify()
+                        }
+                    }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("LISTEN connection lost; reconnecting", metadata: ["error": "\(String(reflecting: error))"])
+            }
+            listening.withLockedValue { $0 = false }
+            try? await Task.sleep(for: delay)
+            delay = min(.seconds(2), delay * 2)
+        }
+    }
+
+    // MARK: Writing rows
+
+    /// Inserts `events` with ids from the event counter, and notifies listening nodes at commit.
+    private static func insert(_ events: EventRows, _ connection: PostgresConnection, logger: Logger) async throws {
+        guard events.count > 0 else { return }
+        var last: Int64 = 0
+        for try await id in try await connection.query(
+            "UPDATE event_counter SET last_id = last_id + \(Int64(events.count)) RETURNING last_id", logger: logger
+        ).decode(Int64.self) {
+            last = id
+        }
+        let first = last - Int64(events.count) + 1
+        try await connection.query(
+            """
+            INSERT INTO events(id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload)
+            SELECT \(first) + o - 1, u, NULLIF(d, ''), NULLIF(x, ''), t, c, NULLIF(ci, ''), NULLIF(s, 0), NULLIF(p, '')
+            FROM unnest(\(events.userIds)::text[], \(events.deviceIds)::text[], \(events.excludedDeviceIds)::text[], \(events.types)::text[],
+                \(events.createdAt)::bigint[], \(events.conversationIds)::text[], \(events.seqs)::bigint[], \(events.payloads)::text[])
+                WITH ORDINALITY AS e(u, d, x, t, c, ci, s, p, o)
+            """, logger: logger)
+        try await connection.query("SELECT pg_notify(\(notificationChannel), \(String(last)))", logger: logger)
+    }
+}
+
+/// Events to insert, column by column (`""` and 0 stand for NULL).
+private struct EventRows {
+    var userIds: [String] = []
+    var deviceIds: [String] = []
+    var excludedDeviceIds: [String] = []
+    var types: [String] = []
+    var createdAt: [Int64] = []
+    var conversationIds: [String] = []
+    var seqs: [Int64] = []
+    var payloads: [String] = []
+
+    var count: Int { userIds.count }
+
+    /// `payload` nil: a `message.new` that refers to its message (conversation and seq) instead of copying it.
+    mutating func append(
+        type: String, userId: String, deviceId: String? = nil, excludedDeviceId: String? = nil, payload: String?, at now: Int64,
+        message: (conversationId: String, seq: Int64)? = nil
+    ) {
+        userIds.append(userId)
+        deviceIds.append(deviceId ?? "")
+        excludedDeviceIds.append(excludedDeviceId ?? "")
+        types.append(type)
+        createdAt.append(now)
+        conversationIds.append(message?.conversationId ?? "")
+        seqs.append(message?.seq ?? 0)
+        payloads.append(payload ?? "")
+    }
+}
+
+/// Messages to insert, column by column.
+private struct MessageRows {
+    var serverIds: [String] = []
+    var clientMessageIds: [String] = []
+    var conversationIds: [String] = []
+    var seqs: [Int64] = []
+    var senderIds: [String] = []
+    var senderDeviceIds: [String] = []
+    var types: [String] = []
+    var bodies: [String] = []
+    var clientTimestamps: [Int64] = []
+    var acceptedAt: [Int64] = []
+    var storedAt: [Int64] = []
+
+    mutating func append(_ message: Message) {
+        serverIds.append(message.serverId)
+        clientMessageIds.append(message.clientMessageId)
+        conversationIds.append(message.conversationId)
+        seqs.append(message.seq)
+        senderIds.append(message.senderId)
+        senderDeviceIds.append(message.senderDeviceId)
+        types.append(message.type)
+        bodies.append(message.body)
+        clientTimestamps.append(message.clientTimestamp)
+        acceptedAt.append(message.acceptedAt)
+        storedAt.append(message.storedAt)
+    }
+
+    func insert(_ connection: PostgresConnection, logger: Logger) async throws {
+        guard !serverIds.isEmpty else { return }
+        try await connection.query(
+            """
+            INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
+                client_timestamp, accepted_at, stored_at)
+            SELECT * FROM unnest(\(serverIds)::text[], \(clientMessageIds)::text[], \(conversationIds)::text[], \(seqs)::bigint[],
+                \(senderIds)::text[], \(senderDeviceIds)::text[], \(types)::text[], \(bodies)::text[], \(clientTimestamps)::bigint[],
+                \(acceptedAt)::bigint[], \(storedAt)::bigint[])
+            """, logger: logger)
+    }
+}
+
+/// Dead letters to insert, column by column.
+private struct DeadLetterRows {
+    var messages: [BufferedMessage] = []
+    var failedAt: [Int64] = []
+    var codes: [String] = []
+    var errors: [String] = []
+
+    mutating func append(_ message: BufferedMessage, failedAt now: Int64, error: ErrorDetail) {
+        messages.append(message)
+        failedAt.append(now)
+        codes.append(error.code.rawValue)
+        errors.append(error.message)
+    }
+
+    func insert(_ connection: PostgresConnection, logger: Logger) async throws {
+        guard !messages.isEmpty else { return }
+        try await connection.query(
+            """
+            INSERT INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
+                client_timestamp, accepted_at, failed_at, error_code, error_message)
+            SELECT * FROM unnest(\(messages.map(\.serverId))::text[], \(messages.map(\.conversationId))::text[],
+                \(messages.map(\.clientMessageId))::text[], \(messages.map(\.senderId))::text[], \(messages.map(\.senderDeviceId))::text[],
+                \(messages.map(\.type))::text[], \(messages.map(\.body))::text[], \(messages.map(\.clientTimestamp))::bigint[],
+                \(messages.map(\.acceptedAt))::bigint[], \(failedAt)::bigint[], \(codes)::text[], \(errors)::text[])
+            ON CONFLICT (server_id) DO UPDATE SET failed_at = excluded.failed_at, error_code = excluded.error_code,
+                error_message = excluded.error_message
+            """, logger: logger)
+    }
+}
+
+/// Runs `operation`, throwing `CancellationError` if it takes longer than `timeout`.
+func withTimeout<T: Sendable>(_ timeout: Duration, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await operation() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            throw CancellationError()
+        }
+        defer { group.cancelAll() }
+        return try await group.next()!
+    }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import PostgresNIO
+
+/// `postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require][&schema=NAME]`, parsed.
+///
+/// `schema` keeps Pigeon's tables in a schema of their own (created at start-up when missing), e.g. to share a
+/// database with an application.
+struct PostgresURL: Sendable {
+    enum SSLMode: String, Sendable { case disable, prefer, require }
+
+    var host: String
+    var port: Int
+    var user: String
+    var password: String?
+    var database: String?
+    var sslMode: SSLMode
+    var schema: String?
+
+    init(_ url: String) throws {
+        guard let components = URLComponents(string: url), let scheme = components.scheme, ["postgres", "postgresql"].contains(scheme)
+        else { throw PigeonError.invalid("--store must be 'embedded' or a postgres://user@host:port/database URL, not '\(url)'") }
+        guard let host = components.host, !host.isEmpty else { throw PigeonError.invalid("the PostgreSQL URL '\(url)' has no host") }
+        guard let user = components.user, !user.isEmpty else { throw PigeonError.invalid("the PostgreSQL URL '\(url)' has no user") }
+        let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { _, last in last })
+        let mode = query["sslmode"] ?? "disable"
+        guard let sslMode = SSLMode(rawValue: mode == "verify-full" ? "require" : mode) else {
+            throw PigeonError.invalid("the PostgreSQL URL's sslmode '\(mode)' is not one of disable, prefer, require")
+        }
+        if let schema = query["schema"] {
+            guard !schema.isEmpty, schema.count <= 63, schema.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }),
+                !schema.first!.isNumber
+            else { throw PigeonError.invalid("the PostgreSQL URL's schema '\(schema)' must be a plain identifier (letters, digits, _)") }
+            self.schema = schema.lowercased()
+        }
+        let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        self.host = host
+        self.port = components.port ?? 5432
+        self.user = user
+        self.password = components.password
+        self.database = database.isEmpty ? nil : database
+        self.sslMode = sslMode
+    }
+
+    func clientConfiguration(maxConnections: Int) -> PostgresClient.Configuration {
+        let tls: PostgresClient.Configuration.TLS
+        switch sslMode {
+        case .disable: tls = .disable
+        case .prefer: tls = .prefer(.makeClientConfiguration())
+        case .require: tls = .require(.makeClientConfiguration())
+        }
+        var configuration = PostgresClient.Configuration(host: host, port: port, username: user, password: password, database: database, tls: tls)
+        configuration.options.maximumConnections = maxConnections
+        configuration.options.minimumConnections = 2
+        configuration.options.connectTimeout = .seconds(5)
+        if let schema { configuration.options.additionalStartupParameters = [("search_path", schema)] }
+        return configuration
+    }
+
+    /// A single connection with the same settings (migrations at start-up).
+    func connectionConfiguration() throws -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS
+        switch sslMode {
+        case .disable: tls = .disable
+        case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        }
+        var configuration = PostgresConnection.Configuration(
+            host: host, port: port, username: user, password: password, database: database, tls: tls)
+        if let schema { configuration.options.additionalStartupParameters = [("search_path", schema)] }
+        return configuration
+    }
+}

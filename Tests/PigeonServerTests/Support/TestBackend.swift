@@ -1,0 +1,94 @@
+import Foundation
+import Logging
+import PigeonServer
+import PigeonTestSupport
+import PostgresNIO
+
+/// Which store and buffer the server tests run against: `PIGEON_TEST_BACKEND` = `embedded` (default), `postgres`
+/// (PostgreSQL store, embedded buffer) or `production` (PostgreSQL store, Redis Streams buffer). The services'
+/// URLs come from `PIGEON_TEST_POSTGRES_URL` and `PIGEON_TEST_REDIS_URL` (scripts/test.sh starts them); a
+/// backend whose service is not configured is an error, never a skip.
+enum TestBackend: String {
+    case embedded, postgres, production
+
+    static var current: TestBackend {
+        guard let name = ProcessInfo.processInfo.environment["PIGEON_TEST_BACKEND"], !name.isEmpty else { return .embedded }
+        guard let backend = TestBackend(rawValue: name) else { fatalError("PIGEON_TEST_BACKEND must be embedded, postgres or production, not \(name)") }
+        return backend
+    }
+
+    var usesPostgres: Bool { self != .embedded }
+    var usesRedis: Bool { self == .production }
+
+    static func environmentURL(_ name: String) throws -> String {
+        guard let url = ProcessInfo.processInfo.environment[name], !url.isEmpty else {
+            throw TestFailure("\(name) is not set: run the tests through scripts/test.sh, which starts PostgreSQL and Redis")
+        }
+        return url
+    }
+}
+
+/// The services one test's server uses (and its restarts reuse): a fresh PostgreSQL schema and a fresh Redis
+/// key prefix, so tests running in parallel never see each other's data.
+struct TestBackendInstance: Sendable {
+    var store: ServerConfiguration.StoreBackend = .embedded
+    var buffer: ServerConfiguration.BufferBackend = .embedded
+    var schemaName: String?
+
+    static func make(_ backend: TestBackend = .current) async throws -> TestBackendInstance {
+        var instance = TestBackendInstance()
+        let suffix = UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
+        if backend.usesPostgres {
+            // A schema per test (creating a database per test is slow when dozens run at once).
+            let name = "pigeon_t_\(suffix)"
+            instance.schemaName = name
+            instance.store = .postgres(try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(name)")
+        }
+        if backend.usesRedis {
+            instance.buffer = .redis(try TestBackend.environmentURL("PIGEON_TEST_REDIS_URL") + "?prefix=t\(suffix)")
+        }
+        return instance
+    }
+
+    /// Drops the schema (the Redis keys of a prefix are small and go with the test Redis).
+    func tearDown() async {
+        if let schemaName { try? await TestPostgres.execute("DROP SCHEMA IF EXISTS \(schemaName) CASCADE") }
+    }
+
+    func apply(to configuration: inout ServerConfiguration) {
+        configuration.store = store
+        configuration.buffer = buffer
+    }
+
+    /// The `pigeon-server serve` arguments for these backends.
+    var serverArguments: [String] {
+        var arguments: [String] = []
+        if case .postgres(let url) = store { arguments += ["--store", url] }
+        if case .redis(let url) = buffer { arguments += ["--buffer", url] }
+        return arguments
+    }
+}
+
+/// Administrative statements on the test PostgreSQL server.
+enum TestPostgres {
+    static func execute(_ sql: String) async throws {
+        let base = try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL")
+        guard let components = URLComponents(string: base), let host = components.host, let user = components.user else {
+            throw TestFailure("PIGEON_TEST_POSTGRES_URL is not a postgres://user@host:port/db URL: \(base)")
+        }
+        var logger = Logger(label: "pigeon-test-postgres")
+        logger.logLevel = .error
+        let connection = try await PostgresConnection.connect(
+            configuration: .init(
+                host: host, port: components.port ?? 5432, username: user, password: components.password,
+                database: components.path.isEmpty ? "postgres" : String(components.path.dropFirst()), tls: .disable),
+            id: 1, logger: logger)
+        do {
+            try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        try await connection.close()
+    }
+}
