@@ -31,6 +31,12 @@ public enum Validation {
         }
     }
 
+    /// Whether free text (a message body, a conversation or device name) can be stored: no U+0000, which
+    /// PostgreSQL's text type cannot hold (refused by every backend, so all behave alike).
+    public static func isStorableText(_ value: String) -> Bool {
+        !value.utf8.contains(0)
+    }
+
     /// A UUID in its canonical textual form (8-4-4-4-12 hex digits). Upper case is accepted; ``canonicalUUID(_:)`` lowers it.
     public static func isValidUUID(_ value: String) -> Bool {
         canonicalUUID(value) != nil

@@ -15,6 +15,9 @@ extension PigeonCore {
                 throw PigeonError.invalid("userId must be 1-64 characters of [A-Za-z0-9._@-]")
             }
             if let name = body.deviceName, name.count > 128 { throw PigeonError.invalid("deviceName is longer than 128 characters") }
+            if let name = body.deviceName, !Validation.isStorableText(name) {
+                throw PigeonError.invalid("deviceName must not contain the character U+0000")
+            }
             return try JSONBody.response(try await self.authenticator.register(userId: body.userId, deviceName: body.deviceName), status: .created)
         }
 
@@ -29,6 +32,7 @@ extension PigeonCore {
                 throw PigeonError.invalid("a conversation has at most \(self.configuration.maxMembers) members")
             }
             if let name = body.name, name.count > 256 { throw PigeonError.invalid("name is longer than 256 characters") }
+            if let name = body.name, !Validation.isStorableText(name) { throw PigeonError.invalid("name must not contain the character U+0000") }
             let conversation = try await self.store.createConversation(creator: device.userId, members: Array(members), name: body.name)
             return try JSONBody.response(conversation, status: .created)
         }

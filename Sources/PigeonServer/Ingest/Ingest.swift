@@ -94,6 +94,9 @@ final class Ingest: Sendable {
         guard request.body.utf8.count <= maxBodyBytes else {
             throw PigeonError(.payloadTooLarge, "body is larger than \(maxBodyBytes) bytes")
         }
+        guard Validation.isStorableText(request.body) else {
+            throw PigeonError.invalid("body must not contain the character U+0000")
+        }
         guard let members = try await store.members(of: conversationId), members.contains(device.userId) else {
             throw PigeonError.conversationNotFound
         }

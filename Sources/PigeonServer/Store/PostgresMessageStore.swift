@@ -95,6 +95,15 @@ public final class PostgresMessageStore: MessageStore, Service {
         }
     }
 
+    /// A transaction; the closure's own error is rethrown as it is (not wrapped), after the rollback.
+    private func transaction<Result>(_ body: (PostgresConnection) async throws -> sending Result) async throws -> sending Result {
+        do {
+            return try await client.withTransaction(logger: logger, body)
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.beginError ?? error.commitError ?? error
+        }
+    }
+
     // MARK: Devices
 
     public func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity {
@@ -124,7 +133,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             id: id, name: name, createdAt: now, lastSeq: 0,
             members: userIds.map { ConversationMember(userId: $0, deliveredSeq: 0, readSeq: 0) })
         let payload = try EventPayload().conversationCreated(conversation)
-        try await client.withTransaction(logger: logger) { connection in
+        try await transaction { connection in
             try await connection.query(
                 "INSERT INTO conversations(id, name, created_by, created_at) VALUES (\(id), \(name), \(creator), \(now))", logger: logger)
             try await connection.query(
@@ -242,7 +251,7 @@ public final class PostgresMessageStore: MessageStore, Service {
         let messages = items.map(\.entry.message)
         let conversationIds = Array(Set(messages.map(\.conversationId))).sorted()
         let missingMembers = conversationIds.filter { id in membersCache.withLockedValue { $0[id] == nil } }
-        let results = try await client.withTransaction(logger: logger) { connection -> [ProcessingResult] in
+        let results = try await transaction { connection -> [ProcessingResult] in
             var lastSeqs: [String: Int64] = [:]
             for try await (id, lastSeq) in try await connection.query(
                 "SELECT id, last_seq FROM conversations WHERE id = ANY(\(conversationIds)) ORDER BY id FOR UPDATE", logger: logger
@@ -360,10 +369,24 @@ public final class PostgresMessageStore: MessageStore, Service {
         return results
     }
 
-    /// Dead-letters one message in a transaction of its own (after the database refused it).
+    /// Dead-letters one message in a transaction of its own (after the database refused it). If the database
+    /// refuses the dead letter too (text it cannot hold), U+0000 characters are kept as U+FFFD.
     private func deadLetterAlone(_ message: BufferedMessage, error: any Error) async throws {
+        do {
+            try await deadLetterAlone(message, detail: Self.errorDetail(error))
+        } catch let refusal where Self.isMessageError(refusal) {
+            func storable(_ text: String) -> String { text.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}") }
+            var sanitized = message
+            sanitized.body = storable(message.body)
+            sanitized.type = storable(message.type)
+            var detail = Self.errorDetail(error)
+            detail.message = storable(detail.message) + " (U+0000 kept as U+FFFD in this dead letter)"
+            try await deadLetterAlone(sanitized, detail: detail)
+        }
+    }
+
+    private func deadLetterAlone(_ message: BufferedMessage, detail: ErrorDetail) async throws {
         let now = WallClock.nowMillis()
-        let detail = Self.errorDetail(error)
         var deadLetters = DeadLetterRows()
         deadLetters.append(message, failedAt: now, error: detail)
         var events = EventRows()
@@ -373,7 +396,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 MessageFailedEvent(
                     conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: detail)),
             at: now)
-        try await client.withTransaction(logger: logger) { connection in
+        try await transaction { connection in
             try await deadLetters.insert(connection, logger: logger)
             try await Self.insert(events, connection, logger: logger)
         }
@@ -440,7 +463,7 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     public func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
         guard let members = try await members(of: conversationId), members.contains(userId) else { throw PigeonError.conversationNotFound }
-        let (outcome, wroteEvents) = try await client.withTransaction(logger: logger) { connection -> (ReceiptOutcome, Bool) in
+        let (outcome, wroteEvents) = try await transaction { connection -> (ReceiptOutcome, Bool) in
             var current: (Int64, Int64, Int64)?
             for try await row in try await connection.query(
                 """
@@ -553,7 +576,7 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     @discardableResult
     public func pruneEvents(olderThan cutoff: Int64) async throws -> Int {
-        try await client.withTransaction(logger: logger) { connection -> Int in
+        try await transaction { connection -> Int in
             // Event ids grow with time: the newest id created before the cutoff bounds the deletion.
             var boundary: Int64?
             for try await id in try await connection.query(

@@ -174,6 +174,23 @@ import Testing
         }
     }
 
+    /// U+0000 cannot be stored by PostgreSQL's text type: every backend refuses it up front, instead of accepting a
+    /// message (✓) that could then never be stored.
+    @Test func nulCharactersAre400() async throws {
+        try await withTestServer { client in
+            let f = try await Fixture.make(client)
+            let before = try await Snapshot.take(client, f)
+            expectError(try await client.sendRaw(f.alice, to: f.conversation.id, json: sendJSON(body: "a\\u0000b")), 400, .invalidRequest, "body")
+            expectError(
+                try await client.request(.POST, "/v1/conversations", token: f.alice.token, body: "{\"members\":[\"bob\"],\"name\":\"a\\u0000\"}"), 400,
+                .invalidRequest, "conversation name")
+            expectError(
+                try await client.request(.POST, "/v1/devices", body: "{\"userId\":\"dave\",\"deviceName\":\"\\u0000\"}"), 400, .invalidRequest,
+                "device name")
+            try await expectNothingChanged(client, f, since: before)
+        }
+    }
+
     @Test func badUserIdsAre400() async throws {
         try await withTestServer { client in
             let f = try await Fixture.make(client)
@@ -481,6 +498,7 @@ import Testing
                 "{\"op\":\"send\",\"conversationId\":\"nope\",\"clientMessageId\":\"\(newId())\",\"type\":\"text\",\"body\":\"x\",\"clientTimestamp\":1}",
                 "{\"op\":\"receipt\",\"conversationId\":\"\(c)\",\"kind\":\"seen\",\"upToSeq\":1}",
                 "{\"op\":\"typing\",\"conversationId\":\"\(c)\",\"active\":\"yes\"}",
+                "{\"op\":\"send\",\"conversationId\":\"\(c)\",\"clientMessageId\":\"\(newId())\",\"type\":\"text\",\"body\":\"\\u0000\",\"clientTimestamp\":1}",
             ]
             for operation in operations {
                 socket.sendRaw(operation)

@@ -1,0 +1,272 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PigeonProtocol
+@testable import PigeonServer
+import PigeonTestSupport
+import Testing
+
+/// The ``MessageStore`` contract, checked directly (no server) against both implementations: the embedded SQLite
+/// store and the PostgreSQL store (which needs `PIGEON_TEST_POSTGRES_URL`: scripts/test.sh starts PostgreSQL).
+@Suite struct StoreContractTests {
+    enum Kind: String, CaseIterable, Sendable { case sqlite, postgres }
+
+    /// Records what a store publishes, in order.
+    final class RecordingSink: EventSink {
+        private let events = NIOLockedValueBox([StoredEvent]())
+        func publish(_ events: [StoredEvent]) { self.events.withLockedValue { $0.append(contentsOf: events) } }
+        func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int { 0 }
+        var published: [StoredEvent] { events.withLockedValue { $0 } }
+
+        /// Waits until `predicate` holds for what was published (the PostgreSQL store publishes from its tail).
+        func wait(until predicate: ([StoredEvent]) -> Bool) async throws -> [StoredEvent] {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                let current = published
+                if predicate(current) { return current }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            throw TestFailure("the sink did not get the expected events; it has \(published.count)")
+        }
+    }
+
+    /// Runs `body` with a fresh store of `kind` (a temporary file, or a schema of its own), and more stores on the
+    /// same data when `nodes` > 1 (the PostgreSQL store only: several server nodes share one database).
+    static func withStores(
+        _ kind: Kind, nodes: Int = 1, faultInjector: ProcessingFaultInjector? = nil,
+        _ body: @Sendable ([any MessageStore], [RecordingSink]) async throws -> Void
+    ) async throws {
+        var logger = Logger(label: "store-contract")
+        logger.logLevel = .error
+        switch kind {
+        case .sqlite:
+            let directory = makeTemporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let sink = RecordingSink()
+            let store = try SQLiteMessageStore(path: directory + "/store.sqlite", durable: false, sink: sink, faultInjector: faultInjector)
+            try await body([store], [sink])
+        case .postgres:
+            let schema = "pigeon_c_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
+            let url = try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(schema)"
+            var stores: [PostgresMessageStore] = []
+            var sinks: [RecordingSink] = []
+            for _ in 0..<nodes {
+                let sink = RecordingSink()
+                stores.append(try await PostgresMessageStore.open(url: url, sink: sink, faultInjector: faultInjector, logger: logger, maxConnections: 4))
+                sinks.append(sink)
+            }
+            let running = stores
+            let result: Result<Void, any Error> = await withThrowingTaskGroup(of: Void.self) { group in
+                for store in running { group.addTask { try await store.run() } }
+                defer { group.cancelAll() }
+                do {
+                    try await body(running, sinks)
+                    return .success(())
+                } catch {
+                    return .failure(error)
+                }
+            }
+            try? await TestPostgres.execute("DROP SCHEMA IF EXISTS \(schema) CASCADE")
+            try result.get()
+        }
+    }
+
+    static func item(
+        conversation: String, sender: String = "alice", device: String = "alice-phone", body: String = "hi", attempts: Int = 0, final: Bool = false
+    ) -> ProcessingItem {
+        let serverId = Identifiers.uuidV7()
+        return ProcessingItem(
+            entry: BufferEntry(
+                id: serverId,
+                message: BufferedMessage(
+                    serverId: serverId, conversationId: conversation, senderId: sender, senderDeviceId: device, clientMessageId: newId(),
+                    type: "text", body: body, clientTimestamp: 1, acceptedAt: WallClock.nowMillis()),
+                attempts: attempts),
+            isFinalAttempt: final)
+    }
+
+    static func seqs(_ results: [ProcessingResult]) -> [Int64?] {
+        results.map { result in
+            switch result {
+            case .stored(let seq): seq
+            case .alreadyStored(let seq): -seq
+            default: nil
+            }
+        }
+    }
+
+    @Test(arguments: Kind.allCases) func seqIsGaplessPerConversationAndRedeliveryStoresNothing(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, sinks in
+            let store = stores[0]
+            let a = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let b = try await store.createConversation(creator: "alice", members: ["carol"], name: "b")
+            let batch = [
+                Self.item(conversation: a.id), Self.item(conversation: b.id), Self.item(conversation: a.id, body: "ü \"q\" 😀"),
+                Self.item(conversation: a.id),
+            ]
+            #expect(Self.seqs(try await store.process(batch)) == [1, 1, 2, 3])
+            // Handed out again (a crash before the buffer acknowledgement): recognised by serverId, nothing written.
+            #expect(Self.seqs(try await store.process(batch)) == [-1, -1, -2, -3])
+            #expect(Self.seqs(try await store.process([Self.item(conversation: a.id)])) == [4])
+            let page = try await store.messages(conversationId: a.id, after: 0, before: nil, limit: 10)
+            #expect(page.messages.map(\.seq) == [1, 2, 3, 4])
+            #expect(page.messages[1].body == "ü \"q\" 😀")
+            #expect(page.messages.map(\.serverId) == [batch[0], batch[2], batch[3]].map(\.entry.message.serverId) + [page.messages[3].serverId])
+            #expect(try await store.conversation(id: a.id, for: "bob")?.lastSeq == 4)
+            #expect(try await store.conversation(id: a.id, for: "carol") == nil)
+            #expect(try await store.status(ofMessage: batch[2].entry.message.serverId)?.seq == 2)
+            // Every event once, ids strictly increasing, in commit order.
+            let events = try await sinks[0].wait { events in events.filter { $0.type == "message.new" }.count == 10 }
+            #expect(events.map(\.id) == events.map(\.id).sorted())
+            #expect(Set(events.map(\.id)).count == events.count)
+            #expect(try await store.headEventId() == events.last?.id)
+        }
+    }
+
+    @Test(arguments: Kind.allCases) func eventsFollowDeviceVisibility(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let conversation = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            _ = try await store.process([Self.item(conversation: conversation.id, device: "alice-phone")])
+            let phone = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-phone"), after: 0, limit: 100)
+            let laptop = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-laptop"), after: 0, limit: 100)
+            let bob = try await store.events(for: DeviceIdentity(userId: "bob", deviceId: "bob-phone"), after: 0, limit: 100)
+            #expect(phone.map(\.type) == ["conversation.created", "message.stored"])
+            #expect(laptop.map(\.type) == ["conversation.created", "message.new"])
+            #expect(bob.map(\.type) == ["conversation.created", "message.new"])
+            #expect(bob[1].payload.contains("\"seq\":1"))
+            let after = try await store.events(for: DeviceIdentity(userId: "bob", deviceId: "bob-phone"), after: bob[0].id, limit: 100)
+            #expect(after.map(\.id) == [bob[1].id])
+        }
+    }
+
+    @Test(arguments: Kind.allCases) func watermarksOnlyMoveUpAndAreClamped(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let conversation = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            _ = try await store.process((0..<3).map { _ in Self.item(conversation: conversation.id) })
+            var outcome = try await store.recordReceipt(conversationId: conversation.id, userId: "bob", kind: .delivered, upToSeq: 99)
+            #expect(outcome.watermarks == ReceiptResponse(deliveredSeq: 3, readSeq: 0))
+            outcome = try await store.recordReceipt(conversationId: conversation.id, userId: "bob", kind: .read, upToSeq: 2)
+            #expect(outcome.watermarks == ReceiptResponse(deliveredSeq: 3, readSeq: 2))
+            outcome = try await store.recordReceipt(conversationId: conversation.id, userId: "bob", kind: .read, upToSeq: 1)
+            #expect(outcome.watermarks == ReceiptResponse(deliveredSeq: 3, readSeq: 2))
+            await #expect(throws: PigeonError.self) {
+                _ = try await store.recordReceipt(conversationId: conversation.id, userId: "carol", kind: .read, upToSeq: 1)
+            }
+            let members = try await store.conversation(id: conversation.id, for: "alice")?.members
+            #expect(members?.first { $0.userId == "bob" } == ConversationMember(userId: "bob", deliveredSeq: 3, readSeq: 2))
+        }
+    }
+
+    /// A failing message fails alone: later messages of its conversation wait, other conversations are stored; the
+    /// final attempt dead-letters it with `message.failed` to its sender's device.
+    @Test(arguments: Kind.allCases) func aFailingMessageFailsAloneAndIsDeadLetteredOnItsLastAttempt(_ kind: Kind) async throws {
+        let injector: ProcessingFaultInjector = { message in if message.body == "poison" { throw TestFailure("injected") } }
+        try await Self.withStores(kind, faultInjector: injector) { stores, _ in
+            let store = stores[0]
+            let a = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let b = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let poison = Self.item(conversation: a.id, body: "poison")
+            let results = try await store.process([
+                Self.item(conversation: a.id), poison, Self.item(conversation: a.id), Self.item(conversation: b.id),
+            ])
+            guard results.count == 4, case .stored(1) = results[0], case .failed = results[1], case .deferred = results[2],
+                case .stored(1) = results[3]
+            else {
+                Issue.record("unexpected results \(results)")
+                return
+            }
+            var last = poison
+            last.isFinalAttempt = true
+            let final = try await store.process([last])
+            guard case .deadLettered = final.first else {
+                Issue.record("unexpected \(final)")
+                return
+            }
+            #expect(try await store.deadLetterCount() == 1)
+            #expect(try await store.deadLetter(serverId: poison.entry.message.serverId) == poison.entry.message)
+            #expect(try await store.status(ofMessage: poison.entry.message.serverId)?.status == .failed)
+            let events = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-phone"), after: 0, limit: 100)
+            #expect(events.last?.type == "message.failed")
+            try await store.removeDeadLetter(serverId: poison.entry.message.serverId)
+            #expect(try await store.deadLetterCount() == 0)
+        }
+    }
+
+    /// PostgreSQL refuses some data the embedded store takes (U+0000 in text; ingest refuses it too, this is the
+    /// second line): the refused message fails alone, the rest of its batch is stored.
+    @Test func aMessageThePostgresStoreRefusesFailsAlone() async throws {
+        try await Self.withStores(.postgres) { stores, _ in
+            let store = stores[0]
+            let a = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let b = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let refused = Self.item(conversation: a.id, body: "nul \u{0}")
+            let results = try await store.process([Self.item(conversation: a.id), refused, Self.item(conversation: a.id), Self.item(conversation: b.id)])
+            #expect(Self.seqs(results) == [1, nil, nil, 1])
+            guard case .failed = results[1], case .deferred = results[2] else {
+                Issue.record("unexpected results \(results)")
+                return
+            }
+            var last = refused
+            last.isFinalAttempt = true
+            guard case .deadLettered = try await store.process([last]).first else {
+                Issue.record("not dead-lettered")
+                return
+            }
+            #expect(try await store.deadLetterCount() == 1)
+        }
+    }
+
+    /// A resend whose buffer de-duplication record is gone (Redis keys expire) is recognised by
+    /// (device, clientMessageId) and not stored again.
+    @Test func theSameClientMessageIdIsStoredOnceEvenWithANewServerId() async throws {
+        try await Self.withStores(.postgres) { stores, _ in
+            let store = stores[0]
+            let a = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let first = Self.item(conversation: a.id)
+            var again = Self.item(conversation: a.id)
+            again.entry.message.clientMessageId = first.entry.message.clientMessageId
+            #expect(Self.seqs(try await store.process([first])) == [1])
+            #expect(Self.seqs(try await store.process([again, Self.item(conversation: a.id)])) == [-1, 2])
+        }
+    }
+
+    /// Several nodes on one database: concurrent batches for the same conversations keep seq gapless, and every
+    /// node's tail publishes every event exactly once, in id order, whichever node wrote it.
+    @Test func nodesSharingTheDatabaseAgreeOnSeqAndSeeEveryEventInOrder() async throws {
+        try await Self.withStores(.postgres, nodes: 3) { stores, sinks in
+            let conversations = [
+                try await stores[0].createConversation(creator: "alice", members: ["bob"], name: nil),
+                try await stores[1].createConversation(creator: "bob", members: ["carol"], name: nil),
+            ]
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (index, store) in stores.enumerated() {
+                    group.addTask {
+                        for round in 0..<20 {
+                            let batch = (0..<5).map { i in
+                                Self.item(
+                                    conversation: conversations[(index + round + i) % 2].id, sender: (index + round + i) % 2 == 0 ? "alice" : "bob",
+                                    device: "d\(index)")
+                            }
+                            _ = try await store.process(batch)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for conversation in conversations {
+                let page = try await stores[2].messages(conversationId: conversation.id, after: 0, before: nil, limit: 500)
+                #expect(page.messages.map(\.seq) == Array(1...Int64(page.messages.count)))
+            }
+            let head = try await stores[0].headEventId()
+            for sink in sinks {
+                let events = try await sink.wait { $0.last?.id == head }
+                #expect(events.map(\.id) == events.map(\.id).sorted(), "out of order")
+                #expect(Set(events.map(\.id)).count == events.count, "duplicates")
+                // 2 conversation.created × 2 members + 300 messages × (2 message.new + 1 message.stored).
+                #expect(events.count == 4 + 300 * 3)
+            }
+        }
+    }
+}
