@@ -49,6 +49,7 @@ let package = Package(
             name: "PigeonServer",
             dependencies: [
                 "PigeonProtocol",
+                "PigeonRedis",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),

@@ -90,7 +90,8 @@ import Testing
     @Test func sigkillMidStreamLosesNothingAndResendsConverge() async throws {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        var server = try await ServerProcess(dataDirectory: directory)
+        let backend = try await TestBackendInstance.make()
+        var server = try await ServerProcess(dataDirectory: directory, backend: backend)
         let client = server.client
         let receiver = try await client.register("receiver")
         var logs: [SenderLog] = []
@@ -122,7 +123,7 @@ import Testing
         let answered = logs.map(\.answered.count).reduce(0, +)
         #expect(answered > 50, "the storm should have had messages accepted before the kill (got \(answered))")
 
-        server = try await ServerProcess(dataDirectory: directory)
+        server = try await ServerProcess(dataDirectory: directory, backend: backend)
         log("restarted")
         let restarted = server.client
         let answeredIds = Set(logs.flatMap { log in log.answered.keys.map { log.device.deviceId + "/" + $0 } })
@@ -146,12 +147,14 @@ import Testing
         #expect(messages.count == total)
         try Self.verify(messages, logs: logs, requireAll: true)
         try await server.stop(signal: SIGTERM)
+        await backend.tearDown()
     }
 
     @Test func sigtermDrainsAndExitsCleanly() async throws {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        var server = try await ServerProcess(dataDirectory: directory)
+        let backend = try await TestBackendInstance.make()
+        var server = try await ServerProcess(dataDirectory: directory, backend: backend)
         let client = server.client
         let alice = try await client.register("alice")
         let conversation = try await client.createConversation(alice, members: ["bob"])
@@ -161,12 +164,13 @@ import Testing
         let status = try await server.stop(signal: SIGTERM)
         #expect(status == 0, "graceful shutdown must exit 0; log: \(server.log())")
 
-        server = try await ServerProcess(dataDirectory: directory)
+        server = try await ServerProcess(dataDirectory: directory, backend: backend)
         // Everything was stored before the exit: the history is complete at once, without waiting for processing.
         let messages = try await server.client.allMessages(alice, conversation.id)
         #expect(messages.count == 2_000)
         try Self.verify(messages, logs: [log], requireAll: true)
         try await server.stop(signal: SIGTERM)
+        await backend.tearDown()
     }
 
     /// Cursors survive a restart (same event log): a device resumes after it exactly where it stopped.
@@ -174,7 +178,8 @@ import Testing
     @Test func cursorsSurviveARestartAndAWipedServerAnswersReset() async throws {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        var server = try await ServerProcess(dataDirectory: directory)
+        let backend = try await TestBackendInstance.make()
+        var server = try await ServerProcess(dataDirectory: directory, backend: backend)
         let alice = try await server.client.register("alice")
         let bob = try await server.client.register("bob")
         let conversation = try await server.client.createConversation(alice, members: ["bob"])
@@ -183,7 +188,7 @@ import Testing
         let cursor = try await server.client.sync(bob, cursor: nil).cursor
         try await server.stop(signal: SIGKILL)
 
-        server = try await ServerProcess(dataDirectory: directory)
+        server = try await ServerProcess(dataDirectory: directory, backend: backend)
         _ = try await server.client.sendAccepted(alice, to: conversation.id, body: "after restart")
         let socket = try await TestWebSocket.connect(port: server.port, token: bob.token, cursor: cursor)
         let frames = await socket.frames { if case .event(.messageNew) = $0 { true } else { false } }
@@ -199,10 +204,13 @@ import Testing
 
         let wiped = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: wiped) }
-        server = try await ServerProcess(dataDirectory: wiped)
+        let wipedBackend = try await TestBackendInstance.make()
+        server = try await ServerProcess(dataDirectory: wiped, backend: wipedBackend)
         let carol = try await server.client.register("carol")
         let sync = try await server.client.sync(carol, cursor: cursor)
         #expect(sync.events.first.map { if case .reset = $0 { true } else { false } } == true, "a cursor of another log must reset")
         try await server.stop(signal: SIGTERM)
+        await backend.tearDown()
+        await wipedBackend.tearDown()
     }
 }

@@ -22,15 +22,15 @@ final class ServerProcess: @unchecked Sendable {
         return executable.deletingLastPathComponent().appendingPathComponent("pigeon-server").path
     }
 
-    /// Starts the server and waits until `/readyz` answers 200.
-    init(dataDirectory: String, port: Int? = nil, arguments: [String] = []) async throws {
+    /// Starts the server (on `backend`'s store and buffer) and waits until `/readyz` answers 200.
+    init(dataDirectory: String, port: Int? = nil, backend: TestBackendInstance = TestBackendInstance(), arguments: [String] = []) async throws {
         self.port = try port ?? freePort()
         self.dataDirectory = dataDirectory
         self.logPath = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Self.binaryPath)
         process.arguments = ["serve", "--host", "127.0.0.1", "--port", String(self.port), "--data-dir", dataDirectory, "--log-level", "warning"]
-            + arguments
+            + backend.serverArguments + arguments
         let logHandle = FileHandle(forWritingAtPath: logPath)
         process.standardOutput = logHandle
         process.standardError = logHandle
