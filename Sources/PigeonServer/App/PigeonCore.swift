@@ -55,7 +55,15 @@ final class PigeonCore: Sendable {
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, configuration: configuration)
         self.authenticator = Authenticator(store: store, jwtSecret: configuration.jwtSecret)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
-        self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout)
+        if let postgres = store as? PostgresMessageStore {
+            // Typing reaches devices connected to the other nodes through PostgreSQL notifications.
+            postgres.onEphemeralFrame { [hub] frame in hub.publishEphemeral(type: frame.type, json: frame.json, to: frame.users, excluding: nil) }
+            self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout) { type, json, users in
+                postgres.broadcast(PostgresMessageStore.EphemeralFrame(type: type, json: json, users: users))
+            }
+        } else {
+            self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout)
+        }
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
         self.backendServices = backendServices

@@ -27,7 +27,11 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// The last event id pushed to the sink by the tail.
     private let tailPosition: NIOLockedValueBox<Int64>
     private let tailWakeUp = AsyncSignal()
-    private let listening = NIOLockedValueBox(false)
+    /// This store instance (one per node) in ephemeral notifications, to skip its own.
+    private let nodeId = Identifiers.randomHex(bytes: 8)
+    private let ephemeralOutbox: AsyncStream<EphemeralFrame>.Continuation
+    private let ephemeralQueue: AsyncStream<EphemeralFrame>
+    private let ephemeralReceiver = NIOLockedValueBox<(@Sendable (EphemeralFrame) -> Void)?>(nil)
 
     /// Connects, applies migrations and reads the store's identity; ``run()`` must run for queries to be served.
     public static func open(
@@ -66,6 +70,7 @@ public final class PostgresMessageStore: MessageStore, Service {
         self.faultInjector = faultInjector
         self.logger = logger
         self.tailPosition = NIOLockedValueBox(head)
+        (self.ephemeralQueue, self.ephemeralOutbox) = AsyncStream.makeStream(of: EphemeralFrame.self, bufferingPolicy: .bufferingNewest(10_000))
     }
 
     /// Runs the connection pool, the `LISTEN` connection and the event tail until graceful shutdown or cancellation.
@@ -76,7 +81,9 @@ public final class PostgresMessageStore: MessageStore, Service {
             await cancelWhenGracefulShutdown {
                 await withTaskGroup(of: Void.self) { inner in
                     inner.addTask { await self.listen() }
+                    inner.addTask { await self.listenForEphemeralFrames() }
                     inner.addTask { await self.tail() }
+                    inner.addTask { await self.sendEphemeralFrames() }
                     await inner.waitForAll()
                 }
             }
@@ -679,26 +686,99 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// Holds a `LISTEN` on ``notificationChannel`` and wakes the tail for each notification (other nodes'
     /// commits) and after every (re)connection (notifications may have been missed while it was down).
     private func listen() async {
+        await listen(on: Self.notificationChannel) { [tailWakeUp] _ in tailWakeUp.notify() }
+    }
+
+    /// Listens on `channel` with reconnection; `handle` gets each payload, and `nil` after every (re)connection.
+    private func listen(on channel: String, handle: @escaping @Sendable (String?) -> Void) async {
         var delay = Duration.milliseconds(100)
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
-                    try await connection.listen(on: Self.notificationChannel) { notifications in
-                        listening.withLockedValue { $0 = true }
-                        tailWakeUp.notify()
+                    try await connection.listen(on: channel) { notifications in
+                        handle(nil)
                         delay = .milliseconds(100)
-                        for try await _ in notifications {
-                            tailWakeUp.notify()
+                        for try await notification in notifications {
+                            handle(notification.payload)
                         }
                     }
                 }
             } catch {
                 if Task.isCancelled { return }
-                logger.warning("LISTEN connection lost; reconnecting", metadata: ["error": "\(String(reflecting: error))"])
+                logger.warning("LISTEN connection lost; reconnecting", metadata: ["channel": "\(channel)", "error": "\(String(reflecting: error))"])
             }
-            listening.withLockedValue { $0 = false }
             try? await Task.sleep(for: delay)
             delay = min(.seconds(2), delay * 2)
+        }
+    }
+
+    // MARK: Ephemeral frames (typing) across nodes
+
+    /// A frame that is pushed and never stored (typing), relayed to the other nodes.
+    public struct EphemeralFrame: Sendable, Codable, Equatable {
+        public var type: String
+        public var json: String
+        public var users: [String]
+        /// The node that sent it.
+        var node: String = ""
+
+        public init(type: String, json: String, users: [String]) {
+            self.type = type
+            self.json = json
+            self.users = users
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case type = "t", json = "j", users = "u", node = "n"
+        }
+    }
+
+    static let ephemeralChannel = "pigeon_ephemeral"
+
+    /// Relays `frame` to the other nodes (in the order of calls; dropped if PostgreSQL is unreachable: typing is
+    /// best effort by design).
+    public func broadcast(_ frame: EphemeralFrame) {
+        ephemeralOutbox.yield(frame)
+    }
+
+    /// Where frames from the other nodes go (this node's stream hub).
+    public func onEphemeralFrame(_ receiver: @escaping @Sendable (EphemeralFrame) -> Void) {
+        ephemeralReceiver.withLockedValue { $0 = receiver }
+    }
+
+    private func sendEphemeralFrames() async {
+        let encoder = JSONEncoder()
+        for await var frame in ephemeralQueue {
+            frame.node = nodeId
+            // NOTIFY payloads must stay under 8,000 bytes: large member lists go in several frames.
+            var chunks: [EphemeralFrame] = []
+            let budget = 7_000 - frame.json.utf8.count - frame.type.utf8.count - 64
+            let perUser = (frame.users.map(\.utf8.count).max() ?? 0) + 3
+            let chunkSize = max(1, budget / perUser)
+            for start in stride(from: 0, to: frame.users.count, by: chunkSize) {
+                var chunk = frame
+                chunk.users = Array(frame.users[start..<min(frame.users.count, start + chunkSize)])
+                chunks.append(chunk)
+            }
+            for chunk in chunks {
+                guard let data = try? encoder.encode(chunk), data.count < 8_000 else { continue }
+                do {
+                    try await client.query("SELECT pg_notify(\(Self.ephemeralChannel), \(String(decoding: data, as: UTF8.self)))", logger: logger)
+                } catch {
+                    if Task.isCancelled { return }
+                    logger.debug("ephemeral frame not relayed", metadata: ["error": "\(String(reflecting: error))"])
+                }
+            }
+        }
+    }
+
+    private func listenForEphemeralFrames() async {
+        let nodeId = self.nodeId
+        let receiver = ephemeralReceiver
+        await listen(on: Self.ephemeralChannel) { payload in
+            guard let payload, let frame = try? JSONDecoder().decode(EphemeralFrame.self, from: Data(payload.utf8)), frame.node != nodeId
+            else { return }
+            receiver.withLockedValue { $0 }?(frame)
         }
     }
 

@@ -20,10 +20,13 @@ final class TypingTracker: Service {
     private let hub: StreamHub
     private let timeout: Duration
     private let active = NIOLockedValueBox([Key: Indicator]())
+    /// Relays frames to the other server nodes (several nodes on one PostgreSQL), if any.
+    private let relay: (@Sendable (_ type: String, _ json: String, _ users: [String]) -> Void)?
 
-    init(hub: StreamHub, timeout: Duration) {
+    init(hub: StreamHub, timeout: Duration, relay: (@Sendable (_ type: String, _ json: String, _ users: [String]) -> Void)? = nil) {
         self.hub = hub
         self.timeout = timeout
+        self.relay = relay
     }
 
     /// Records and pushes a typing change of `device` in a conversation with `members`.
@@ -46,7 +49,10 @@ final class TypingTracker: Service {
     private func push(conversationId: String, userId: String, active: Bool, members: [String]) {
         let event = TypingEvent(conversationId: conversationId, userId: userId, active: active)
         guard let data = try? JSONEncoder().encode(ServerEvent.typing(event)) else { return }
-        hub.publishEphemeral(type: "typing", json: String(decoding: data, as: UTF8.self), to: members.filter { $0 != userId }, excluding: nil)
+        let json = String(decoding: data, as: UTF8.self)
+        let recipients = members.filter { $0 != userId }
+        hub.publishEphemeral(type: "typing", json: json, to: recipients, excluding: nil)
+        relay?("typing", json, recipients)
     }
 
     func run() async throws {

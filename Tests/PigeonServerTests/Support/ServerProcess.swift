@@ -23,7 +23,11 @@ final class ServerProcess: @unchecked Sendable {
     }
 
     /// Starts the server (on `backend`'s store and buffer) and waits until `/readyz` answers 200.
-    init(dataDirectory: String, port: Int? = nil, backend: TestBackendInstance = TestBackendInstance(), arguments: [String] = []) async throws {
+    /// Without `waitUntilReady` it returns once `/healthz` answers (the process is up; `/readyz` may say 503).
+    init(
+        dataDirectory: String, port: Int? = nil, backend: TestBackendInstance = TestBackendInstance(), arguments: [String] = [],
+        waitUntilReady: Bool = true
+    ) async throws {
         self.port = try port ?? freePort()
         self.dataDirectory = dataDirectory
         self.logPath = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
@@ -38,7 +42,7 @@ final class ServerProcess: @unchecked Sendable {
         let client = PigeonTestClient(port: self.port)
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
-            if let answer = try? await client.request(.GET, "/readyz"), answer.status == 200 { return }
+            if let answer = try? await client.request(.GET, waitUntilReady ? "/readyz" : "/healthz"), answer.status == 200 { return }
             guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(50))
         }

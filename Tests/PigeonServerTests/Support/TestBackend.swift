@@ -35,7 +35,8 @@ struct TestBackendInstance: Sendable {
     var buffer: ServerConfiguration.BufferBackend = .embedded
     var schemaName: String?
 
-    static func make(_ backend: TestBackend = .current) async throws -> TestBackendInstance {
+    /// `leaseMilliseconds`: the Redis buffer's partition lease (short in tests that kill a node).
+    static func make(_ backend: TestBackend = .current, leaseMilliseconds: Int? = nil) async throws -> TestBackendInstance {
         var instance = TestBackendInstance()
         let suffix = UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
         if backend.usesPostgres {
@@ -45,7 +46,9 @@ struct TestBackendInstance: Sendable {
             instance.store = .postgres(try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(name)")
         }
         if backend.usesRedis {
-            instance.buffer = .redis(try TestBackend.environmentURL("PIGEON_TEST_REDIS_URL") + "?prefix=t\(suffix)")
+            var url = try TestBackend.environmentURL("PIGEON_TEST_REDIS_URL") + "?prefix=t\(suffix)"
+            if let leaseMilliseconds { url += "&lease_ms=\(leaseMilliseconds)" }
+            instance.buffer = .redis(url)
         }
         return instance
     }

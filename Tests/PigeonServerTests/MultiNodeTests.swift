@@ -1,0 +1,164 @@
+import Foundation
+import NIOConcurrencyHelpers
+import PigeonProtocol
+import PigeonTestSupport
+import Testing
+
+/// Several `pigeon-server` processes on one Redis and one PostgreSQL form one service (always on the production
+/// backends, whatever `PIGEON_TEST_BACKEND` says: that is what these tests are about).
+@Suite(.serialized) struct MultiNodeTests {
+    static func startNodes(_ count: Int, backend: TestBackendInstance, directory: String) async throws -> [ServerProcess] {
+        var nodes: [ServerProcess] = []
+        for index in 0..<count {
+            let nodeDirectory = directory + "/node\(index)"
+            try FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
+            nodes.append(try await ServerProcess(dataDirectory: nodeDirectory, backend: backend))
+        }
+        return nodes
+    }
+
+    static func messageNews(_ frames: [ServerFrame]) -> [Message] {
+        frames.compactMap { if case .event(.messageNew(_, let message)) = $0 { message } else { nil } }
+    }
+
+    static func lastCursor(_ frames: [ServerFrame]) -> String? {
+        frames.compactMap { frame -> String? in
+            guard case .event(let event) = frame else { return nil }
+            return event.cursor
+        }.last
+    }
+
+    /// Senders on node A, a receiver on node B: every message arrives once, in seq order; the receiver then
+    /// reconnects to node A with its cursor and gets exactly what it missed. Processing is shared by both nodes.
+    @Test func sendersOnOneNodeReceiversOnAnotherAndAReconnectThatSwitchesNodes() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production, leaseMilliseconds: 2_000)
+        let nodes = try await Self.startNodes(2, backend: backend, directory: directory)
+        let (a, b) = (nodes[0].client, nodes[1].client)
+        let bob = try await a.register("bob")
+        var senders: [TestDevice] = []
+        var conversations: [Conversation] = []
+        for index in 0..<8 {
+            let sender = try await a.register("sender\(index)")
+            senders.append(sender)
+            conversations.append(try await b.createConversation(sender, members: ["bob"]))
+        }
+        let socket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
+        let perSender = 40
+        let targets = conversations
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, sender) in senders.enumerated() {
+                group.addTask {
+                    for n in 0..<perSender { try await a.sendAccepted(sender, to: targets[index].id, body: "m\(n)") }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let received = await socket.inbox.collect(timeout: .seconds(30)) { items in
+            Self.messageNews(items).count >= senders.count * perSender
+        }
+        let messages = Self.messageNews(received)
+        #expect(messages.count == senders.count * perSender, "bob on node B got \(messages.count) message.new")
+        for conversation in conversations {
+            let seqs = messages.filter { $0.conversationId == conversation.id }.map(\.seq)
+            #expect(seqs == Array(1...Int64(perSender)), "conversation \(conversation.id): \(seqs)")
+        }
+        guard let cursor = Self.lastCursor(received) else {
+            Issue.record("no cursor")
+            return
+        }
+        await socket.close()
+
+        // Sent through node B while bob is away; bob comes back on node A with his cursor.
+        for (index, sender) in senders.enumerated() { try await b.sendAccepted(sender, to: conversations[index].id, body: "later") }
+        let again = try await TestWebSocket.connect(port: nodes[0].port, token: bob.token, cursor: cursor)
+        let missed = Self.messageNews(await again.inbox.collect(timeout: .seconds(30)) { Self.messageNews($0).count >= senders.count })
+        #expect(missed.count == senders.count)
+        #expect(missed.allSatisfy { $0.body == "later" && $0.seq == Int64(perSender + 1) }, "\(missed.map { ($0.body, $0.seq) })")
+        let extra = Self.messageNews(await again.inbox.drain(for: .milliseconds(500)))
+        #expect(extra.isEmpty, "duplicates after resuming: \(extra.count)")
+        await again.close()
+
+        let storedA = try await a.metric("pigeon_messages_stored_total") ?? 0
+        let storedB = try await b.metric("pigeon_messages_stored_total") ?? 0
+        #expect(storedA + storedB == Double(senders.count * (perSender + 1)))
+        #expect(storedA > 0 && storedB > 0, "processing should be shared: node A stored \(storedA), node B \(storedB)")
+        for node in nodes { try await node.stop(signal: SIGTERM) }
+        await backend.tearDown()
+    }
+
+    /// Typing on node A reaches a device on node B.
+    @Test func typingReachesADeviceOnAnotherNode() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production)
+        let nodes = try await Self.startNodes(2, backend: backend, directory: directory)
+        let alice = try await nodes[0].client.register("alice")
+        let bob = try await nodes[0].client.register("bob")
+        let conversation = try await nodes[0].client.createConversation(alice, members: ["bob"])
+        let socket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
+        let answer = try await nodes[0].client.typing(alice, conversation.id, active: true)
+        #expect(answer.status == 204 || answer.status == 200 || answer.status == 202)
+        let typing = await socket.firstEvent(timeout: .seconds(10)) { if case .typing = $0 { true } else { false } }
+        guard case .typing(let event) = typing else {
+            Issue.record("no typing event on node B")
+            return
+        }
+        #expect(event.userId == "alice" && event.active)
+        await socket.close()
+        for node in nodes { try await node.stop(signal: SIGTERM) }
+        await backend.tearDown()
+    }
+
+    /// kill -9 one of two nodes in the middle of a send storm: the other node takes over its partitions (and the
+    /// entries it had been handed) and every acknowledged message is stored exactly once, seq gapless, in order.
+    @Test func killingOneNodeMidBatchLosesNothing() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production, leaseMilliseconds: 2_000)
+        let nodes = try await Self.startNodes(2, backend: backend, directory: directory)
+        let (a, b) = (nodes[0].client, nodes[1].client)
+        let receiver = try await b.register("receiver")
+        var logs: [CrashTests.SenderLog] = []
+        var conversations: [Conversation] = []
+        for index in 0..<4 {
+            logs.append(CrashTests.SenderLog(device: try await b.register("sender\(index)")))
+            conversations.append(try await b.createConversation(receiver, members: ["sender\(index)"]))
+        }
+        let stop = NIOLockedValueBox(false)
+        let initial = logs
+        let targets = conversations
+        let victim = nodes[0]
+        let results = try await withThrowingTaskGroup(of: (Int, CrashTests.SenderLog).self) { group in
+            for index in 0..<4 {
+                // Half of the senders send through the node that dies, half through the survivor.
+                let client = index % 2 == 0 ? a : b
+                group.addTask {
+                    (index, await CrashTests.httpSender(client, initial[index], senderIndex: index, conversationId: targets[index].id, stop: stop))
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .milliseconds(1500))
+                try await victim.stop(signal: SIGKILL)
+                try await Task.sleep(for: .milliseconds(500))
+                stop.withLockedValue { $0 = true }
+                return (-1, initial[0])
+            }
+            var results: [Int: CrashTests.SenderLog] = [:]
+            for try await (index, log) in group where index >= 0 { results[index] = log }
+            return results
+        }
+        logs = (0..<4).map { results[$0]! }
+        #expect(logs.map(\.answered.count).reduce(0, +) > 50)
+        for (index, log) in logs.enumerated() {
+            let answered = Set(log.answered.keys)
+            let messages = try await b.waitForMessages(receiver, conversations[index].id, timeout: .seconds(60)) { messages in
+                answered.isSubset(of: Set(messages.map(\.clientMessageId)))
+            }
+            try CrashTests.verify(messages, logs: [log], requireAll: false)
+        }
+        try await nodes[1].stop(signal: SIGTERM)
+        await backend.tearDown()
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+
+/// A PostgreSQL cluster of a test's own (initdb in a temporary directory, loopback on a free port), for tests that
+/// restart or stop the database. Run as the `postgres` user when the tests run as root (PostgreSQL refuses root).
+/// Missing binaries are an error, never a skip.
+public final class PostgresServerProcess: @unchecked Sendable {
+    public let port: Int
+    public let directory: URL
+    public var url: String { "postgres://postgres@127.0.0.1:\(port)/postgres" }
+
+    private var dataDirectory: String { directory.appendingPathComponent("data").path }
+    private var logPath: String { directory.appendingPathComponent("postgres.log").path }
+
+    public init() async throws {
+        self.port = try freePort()
+        self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-pg-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try Self.run(["chmod", "755", directory.path])
+        if Self.isRoot { try Self.run(["chown", "postgres:postgres", directory.path]) }
+        try asPostgres([try Self.binary("initdb"), "-D", dataDirectory, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"])
+        try await start()
+    }
+
+    /// Starts the cluster and waits until it accepts connections.
+    public func start() async throws {
+        try asPostgres([
+            try Self.binary("pg_ctl"), "-D", dataDirectory, "-l", logPath, "-w", "-t", "60",
+            "-o", "-c listen_addresses=127.0.0.1 -p \(port) -k \(directory.path) -c max_connections=100", "start",
+        ])
+    }
+
+    /// Stops it; `immediate` is a crash (no checkpoint, recovery from the WAL at the next start).
+    public func stop(immediate: Bool = false) throws {
+        try asPostgres([try Self.binary("pg_ctl"), "-D", dataDirectory, "-m", immediate ? "immediate" : "fast", "-w", "stop"])
+    }
+
+    /// A crash-restart: immediate stop, then start (recovery replays the WAL).
+    public func restart() async throws {
+        try stop(immediate: true)
+        try await start()
+    }
+
+    public func logTail() -> String {
+        String(((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").suffix(2_000))
+    }
+
+    deinit {
+        if let pgCtl = try? Self.binary("pg_ctl") {
+            try? asPostgres([pgCtl, "-D", dataDirectory, "-m", "immediate", "-w", "stop"])
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    // MARK: Processes
+
+    private static var isRoot: Bool { getuid() == 0 }
+
+    private func asPostgres(_ arguments: [String]) throws {
+        try Self.run(Self.isRoot ? ["runuser", "-u", "postgres", "--"] + arguments : arguments)
+    }
+
+    /// `name` from PATH or the newest /usr/lib/postgresql/*/bin.
+    static func binary(_ name: String) throws -> String {
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let path = "\(directory)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        for version in versions.sorted(by: { (Int($0) ?? 0) > (Int($1) ?? 0) }) {
+            let path = "/usr/lib/postgresql/\(version)/bin/\(name)"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        throw TestFailure("\(name) not found: install PostgreSQL (scripts/services.sh start does)")
+    }
+
+    @discardableResult
+    static func run(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        guard process.terminationStatus == 0 else {
+            throw TestFailure("\(arguments.joined(separator: " ")) failed (\(process.terminationStatus)): \(text)")
+        }
+        return text
+    }
+}
