@@ -111,6 +111,47 @@ import Testing
         await backend.tearDown()
     }
 
+    /// `recipientsOnline` counts the recipient's device connected to the other node, whichever node processes the
+    /// message (eight conversations spread over both nodes' partitions), and stops counting it once it left.
+    @Test func recipientsOnlineCountsDevicesOnEveryNode() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production)
+        let nodes = try await Self.startNodes(2, backend: backend, directory: directory)
+        let a = nodes[0].client
+        let alice = try await a.register("alice")
+        let bob = try await a.register("bob")
+        var conversations: [Conversation] = []
+        for _ in 0..<8 { conversations.append(try await a.createConversation(alice, members: ["bob"])) }
+        let aliceSocket = try await TestWebSocket.connect(port: nodes[0].port, token: alice.token)
+        let bobSocket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
+
+        /// Sends one message per conversation until every `message.stored` says `expected` (presence is written
+        /// asynchronously, so the first ones may still see the old state).
+        func expectRecipientsOnline(_ expected: Int) async throws {
+            var pending = Set(conversations.map(\.id))
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !pending.isEmpty, ContinuousClock.now < deadline {
+                for id in pending { try await a.sendAccepted(alice, to: id, body: "ping") }
+                let stored = await aliceSocket.inbox.collect(timeout: .seconds(10)) { frames in
+                    frames.filter { if case .event(.messageStored) = $0 { true } else { false } }.count >= pending.count
+                }
+                for frame in stored {
+                    if case .event(.messageStored(_, let event)) = frame, event.recipientsOnline == expected { pending.remove(event.conversationId) }
+                }
+                if !pending.isEmpty { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            #expect(pending.isEmpty, "recipientsOnline never became \(expected) in \(pending.count) conversations")
+        }
+
+        try await expectRecipientsOnline(1)
+        await bobSocket.close()
+        try await expectRecipientsOnline(0)
+        await aliceSocket.close()
+        for node in nodes { try await node.stop(signal: SIGTERM) }
+        await backend.tearDown()
+    }
+
     /// kill -9 one of two nodes in the middle of a send storm: the other node takes over its partitions (and the
     /// entries it had been handed) and every acknowledged message is stored exactly once, seq gapless, in order.
     @Test func killingOneNodeMidBatchLosesNothing() async throws {

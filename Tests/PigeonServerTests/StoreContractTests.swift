@@ -16,6 +16,7 @@ import Testing
         private let events = NIOLockedValueBox([StoredEvent]())
         func publish(_ events: [StoredEvent]) { self.events.withLockedValue { $0.append(contentsOf: events) } }
         func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int { 0 }
+        func onlineDeviceIds(of users: [String]) -> Set<String> { [] }
         var published: [StoredEvent] { events.withLockedValue { $0 } }
 
         /// Waits until `predicate` holds for what was published (the PostgreSQL store publishes from its tail).

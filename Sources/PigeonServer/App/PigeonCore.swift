@@ -58,6 +58,8 @@ final class PigeonCore: Sendable {
         if let postgres = store as? PostgresMessageStore {
             // Typing reaches devices connected to the other nodes through PostgreSQL notifications.
             postgres.onEphemeralFrame { [hub] frame in hub.publishEphemeral(type: frame.type, json: frame.json, to: frame.users, excluding: nil) }
+            // Which devices are connected to which node (`recipientsOnline` counts every node's).
+            hub.observePresence { device, online in postgres.devicePresence(device, online: online) }
             self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout) { type, json, users in
                 postgres.broadcast(PostgresMessageStore.EphemeralFrame(type: type, json: json, users: users))
             }

@@ -53,6 +53,8 @@ public protocol EventSink: Sendable {
     func publish(_ events: [StoredEvent])
     /// Connected devices of `users`, not counting `excludedDevice`.
     func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int
+    /// The ids of the connected devices of `users` (to merge with the devices connected to other nodes).
+    func onlineDeviceIds(of users: [String]) -> Set<String>
 }
 
 /// Called inside the processing transaction for each message before it is written; throwing fails that message as

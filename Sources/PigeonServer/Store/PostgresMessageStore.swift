@@ -12,11 +12,14 @@ import ServiceLifecycle
 /// - Event ids come from a one-row counter bumped inside each writing transaction. Its row lock is held to
 ///   the commit, so ids are in commit order and a reader that sees event n has seen every event below n.
 /// - Events reach devices through a tail of the events table (``run()``): woken after each local commit and by
-///   `NOTIFY pigeon_events` (sent inside the writing transaction, so it arrives only if and when that
+///   `NOTIFY pigeon_events_<epoch>` (sent inside the writing transaction, so it arrives only if and when that
 ///   transaction committed, in commit order) from other nodes, and every second as a safety net. Every node
 ///   pushes every event exactly once, in id order, whichever node wrote it.
 public final class PostgresMessageStore: MessageStore, Service {
-    public static let notificationChannel = "pigeon_events"
+    /// Notification channels are database-wide: they carry the store's epoch, so Pigeon deployments sharing a
+    /// database in different schemas never hear each other.
+    var notificationChannel: String { "pigeon_events_\(epoch)" }
+    var ephemeralChannel: String { "pigeon_ephemeral_\(epoch)" }
 
     public let epoch: String
     private let client: PostgresClient
@@ -84,6 +87,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                     inner.addTask { await self.listenForEphemeralFrames() }
                     inner.addTask { await self.tail() }
                     inner.addTask { await self.sendEphemeralFrames() }
+                    inner.addTask { await self.maintainPresence() }
                     await inner.waitForAll()
                 }
             }
@@ -149,7 +153,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             for userId in userIds {
                 events.append(type: "conversation.created", userId: userId, payload: payload, at: now)
             }
-            try await Self.insert(events, connection, logger: logger)
+            try await insert(events, connection)
         }
         membersCache.withLockedValue { $0[id] = userIds }
         tailWakeUp.notify()
@@ -293,6 +297,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 storedByClientId[deviceId + " " + clientMessageId] = seq
             }
 
+            let remoteDevices = try await remoteOnlineDevices(of: conversationIds, connection)
             let payloads = EventPayload()
             let now = WallClock.nowMillis()
             var results: [ProcessingResult] = []
@@ -331,13 +336,16 @@ public final class PostgresMessageStore: MessageStore, Service {
                             message: (message.conversationId, seq))
                     }
                     let recipients = members.filter { $0 != message.senderId }
+                    var online = sink.onlineDeviceIds(of: recipients)
+                    for recipient in recipients { online.formUnion(remoteDevices[recipient] ?? []) }
+                    online.remove(message.senderDeviceId)
                     events.append(
                         type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId,
                         payload: payloads.messageStored(
                             MessageStoredEvent(
                                 conversationId: message.conversationId, serverId: message.serverId,
                                 clientMessageId: message.clientMessageId, seq: seq, storedAt: now,
-                                recipientsOnline: sink.onlineDeviceCount(of: recipients, excluding: message.senderDeviceId))),
+                                recipientsOnline: online.count)),
                         at: now)
                     results.append(.stored(seq: seq))
                 } catch {
@@ -369,7 +377,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                     WHERE c.id = u.id
                     """, logger: logger)
             }
-            try await Self.insert(events, connection, logger: logger)
+            try await insert(events, connection)
             return results
         }
         tailWakeUp.notify()
@@ -405,7 +413,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             at: now)
         try await transaction { connection in
             try await deadLetters.insert(connection, logger: logger)
-            try await Self.insert(events, connection, logger: logger)
+            try await insert(events, connection)
         }
         tailWakeUp.notify()
     }
@@ -504,7 +512,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                     events.append(type: "receipt", userId: member, payload: payload, at: now)
                 }
             }
-            try await Self.insert(events, connection, logger: logger)
+            try await insert(events, connection)
             if delivered != oldDelivered {
                 for try await (storedAt, senderId) in try await connection.query(
                     "SELECT stored_at, sender_id FROM messages WHERE conversation_id = \(conversationId) AND seq = \(delivered)", logger: logger
@@ -686,7 +694,7 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// Holds a `LISTEN` on ``notificationChannel`` and wakes the tail for each notification (other nodes'
     /// commits) and after every (re)connection (notifications may have been missed while it was down).
     private func listen() async {
-        await listen(on: Self.notificationChannel) { [tailWakeUp] _ in tailWakeUp.notify() }
+        await listen(on: notificationChannel) { [tailWakeUp] _ in tailWakeUp.notify() }
     }
 
     /// Listens on `channel` with reconnection; `handle` gets each payload, and `nil` after every (re)connection.
@@ -733,7 +741,6 @@ public final class PostgresMessageStore: MessageStore, Service {
         }
     }
 
-    static let ephemeralChannel = "pigeon_ephemeral"
 
     /// Relays `frame` to the other nodes (in the order of calls; dropped if PostgreSQL is unreachable: typing is
     /// best effort by design).
@@ -763,7 +770,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             for chunk in chunks {
                 guard let data = try? encoder.encode(chunk), data.count < 8_000 else { continue }
                 do {
-                    try await client.query("SELECT pg_notify(\(Self.ephemeralChannel), \(String(decoding: data, as: UTF8.self)))", logger: logger)
+                    try await client.query("SELECT pg_notify(\(ephemeralChannel), \(String(decoding: data, as: UTF8.self)))", logger: logger)
                 } catch {
                     if Task.isCancelled { return }
                     logger.debug("ephemeral frame not relayed", metadata: ["error": "\(String(reflecting: error))"])
@@ -775,17 +782,111 @@ public final class PostgresMessageStore: MessageStore, Service {
     private func listenForEphemeralFrames() async {
         let nodeId = self.nodeId
         let receiver = ephemeralReceiver
-        await listen(on: Self.ephemeralChannel) { payload in
+        await listen(on: ephemeralChannel) { payload in
             guard let payload, let frame = try? JSONDecoder().decode(EphemeralFrame.self, from: Data(payload.utf8)), frame.node != nodeId
             else { return }
             receiver.withLockedValue { $0 }?(frame)
         }
     }
 
+    // MARK: Presence across nodes
+
+    /// A node that has not heart-beaten for this long is gone: its devices no longer count as online.
+    static let nodeTimeoutMillis: Int64 = 10_000
+    private let pendingPresence = NIOLockedValueBox([String: (userId: String, online: Bool)]())
+    private let presenceWakeUp = AsyncSignal()
+    /// Whether other live nodes were seen at the last heartbeat (if not, presence is all local).
+    private let otherNodesAlive = NIOLockedValueBox(false)
+
+    /// Records that `device` got its first stream on this node (`online`) or lost its last one.
+    public func devicePresence(_ device: DeviceIdentity, online: Bool) {
+        pendingPresence.withLockedValue { $0[device.deviceId] = (device.userId, online) }
+        presenceWakeUp.notify()
+    }
+
+    /// Devices of the members of `conversationIds` with a stream open on another live node, by user.
+    private func remoteOnlineDevices(of conversationIds: [String], _ connection: PostgresConnection) async throws -> [String: Set<String>] {
+        guard otherNodesAlive.withLockedValue({ $0 }) else { return [:] }
+        let users = Array(Set(conversationIds.flatMap { id in membersCache.withLockedValue { $0[id] } ?? [] }))
+        var devices: [String: Set<String>] = [:]
+        for try await (userId, deviceId) in try await connection.query(
+            """
+            SELECT p.user_id, p.device_id FROM presence p JOIN nodes n ON n.node_id = p.node_id
+            WHERE p.user_id = ANY(\(users)) AND p.node_id <> \(nodeId) AND n.seen_at >= \(WallClock.nowMillis() - Self.nodeTimeoutMillis)
+            """, logger: logger
+        ).decode((String, String).self) {
+            devices[userId, default: []].insert(deviceId)
+        }
+        return devices
+    }
+
+    /// Heart-beats this node every 2 s (and forgets nodes that stopped), and writes presence changes as they come.
+    private func maintainPresence() async {
+        var lastHeartbeat = ContinuousClock.now - .seconds(60)
+        while !Task.isCancelled {
+            do {
+                if ContinuousClock.now - lastHeartbeat >= .seconds(2) {
+                    try await heartbeat()
+                    lastHeartbeat = .now
+                }
+                let changes = pendingPresence.withLockedValue { pending in
+                    defer { pending = [:] }
+                    return pending
+                }
+                if !changes.isEmpty {
+                    do {
+                        try await writePresence(changes)
+                    } catch {
+                        // Put them back unless a newer change of the same device arrived meanwhile.
+                        pendingPresence.withLockedValue { pending in for (device, change) in changes where pending[device] == nil { pending[device] = change } }
+                        throw error
+                    }
+                }
+            } catch {
+                if Task.isCancelled { break }
+                logger.warning("presence update failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
+                try? await Task.sleep(for: .milliseconds(500))
+            }
+            await presenceWakeUp.wait(timeout: .seconds(2))
+        }
+    }
+
+    private func heartbeat() async throws {
+        let now = WallClock.nowMillis()
+        let cutoff = now - Self.nodeTimeoutMillis
+        try await client.query(
+            "INSERT INTO nodes(node_id, seen_at) VALUES (\(nodeId), \(now)) ON CONFLICT (node_id) DO UPDATE SET seen_at = excluded.seen_at",
+            logger: logger)
+        try await client.query("DELETE FROM presence WHERE node_id IN (SELECT node_id FROM nodes WHERE seen_at < \(cutoff))", logger: logger)
+        try await client.query("DELETE FROM nodes WHERE seen_at < \(cutoff)", logger: logger)
+        var others = 0
+        for try await count in try await client.query("SELECT COUNT(*) FROM nodes WHERE node_id <> \(nodeId)", logger: logger).decode(Int.self) {
+            others = count
+        }
+        otherNodesAlive.withLockedValue { $0 = others > 0 }
+    }
+
+    private func writePresence(_ changes: [String: (userId: String, online: Bool)]) async throws {
+        let online = changes.filter { $0.value.online }
+        let offline = changes.filter { !$0.value.online }.map(\.key)
+        if !online.isEmpty {
+            let devices = Array(online.keys)
+            try await client.query(
+                """
+                INSERT INTO presence(node_id, device_id, user_id)
+                SELECT \(nodeId), d, u FROM unnest(\(devices)::text[], \(devices.map { online[$0]!.userId })::text[]) AS x(d, u)
+                ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+        if !offline.isEmpty {
+            try await client.query("DELETE FROM presence WHERE node_id = \(nodeId) AND device_id = ANY(\(offline))", logger: logger)
+        }
+    }
+
     // MARK: Writing rows
 
     /// Inserts `events` with ids from the event counter, and notifies listening nodes at commit.
-    private static func insert(_ events: EventRows, _ connection: PostgresConnection, logger: Logger) async throws {
+    private func insert(_ events: EventRows, _ connection: PostgresConnection) async throws {
         guard events.count > 0 else { return }
         var last: Int64 = 0
         for try await id in try await connection.query(

@@ -91,7 +91,23 @@ enum PostgresSchema {
                 """,
                 "CREATE INDEX dead_letters_failed ON dead_letters(failed_at)",
             ]
-        )
+        ),
+        (
+            2,
+            [
+                // Which devices have a stream open on which node, for `recipientsOnline` across nodes. A node that
+                // stops heart-beating (crashed) is ignored after a few seconds and its rows are removed.
+                "CREATE TABLE nodes(node_id TEXT PRIMARY KEY, seen_at BIGINT NOT NULL)",
+                """
+                CREATE TABLE presence(
+                    node_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    PRIMARY KEY(node_id, device_id))
+                """,
+                "CREATE INDEX presence_user ON presence(user_id)",
+            ]
+        ),
     ]
 
     static var latestVersion: Int { migrations.last?.version ?? 0 }

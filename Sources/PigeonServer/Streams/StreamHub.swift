@@ -27,20 +27,34 @@ public final class StreamHub: EventSink {
         return StreamSession(device: device, id: id, transport: transport)
     }
 
+    /// Told when a device gets its first stream on this node (`true`) or loses its last one (`false`).
+    private let presenceObserver = NIOLockedValueBox<(@Sendable (DeviceIdentity, Bool) -> Void)?>(nil)
+
+    /// Observes devices coming online and going offline on this node (the cross-node presence of the PostgreSQL store).
+    func observePresence(_ observer: @escaping @Sendable (DeviceIdentity, Bool) -> Void) {
+        presenceObserver.withLockedValue { $0 = observer }
+    }
+
     /// Starts delivering the device's events to `session`.
     func register(_ session: StreamSession) {
-        shard(session.device.userId).withLockedValue { $0[session.device.userId, default: []].append(session) }
+        let first = shard(session.device.userId).withLockedValue { sessions -> Bool in
+            let first = !(sessions[session.device.userId] ?? []).contains { $0.device.deviceId == session.device.deviceId }
+            sessions[session.device.userId, default: []].append(session)
+            return first
+        }
         openCount.withLockedValue { $0[session.transport, default: 0] += 1 }
+        if first { presenceObserver.withLockedValue { $0 }?(session.device, true) }
     }
 
     func unregister(_ session: StreamSession) {
-        let removed = shard(session.device.userId).withLockedValue { sessions -> Bool in
-            guard var list = sessions[session.device.userId], let index = list.firstIndex(where: { $0.id == session.id }) else { return false }
+        let (removed, last) = shard(session.device.userId).withLockedValue { sessions -> (Bool, Bool) in
+            guard var list = sessions[session.device.userId], let index = list.firstIndex(where: { $0.id == session.id }) else { return (false, false) }
             list.remove(at: index)
             sessions[session.device.userId] = list.isEmpty ? nil : list
-            return true
+            return (true, !list.contains { $0.device.deviceId == session.device.deviceId })
         }
         if removed { openCount.withLockedValue { $0[session.transport, default: 1] -= 1 } }
+        if last { presenceObserver.withLockedValue { $0 }?(session.device, false) }
     }
 
     /// Open streams by transport (`ws`, `sse`).
@@ -63,6 +77,14 @@ public final class StreamHub: EventSink {
             }
         }
         return devices.count
+    }
+
+    public func onlineDeviceIds(of users: [String]) -> Set<String> {
+        var devices = Set<String>()
+        for user in users {
+            for session in shard(user).withLockedValue({ $0[user] ?? [] }) { devices.insert(session.device.deviceId) }
+        }
+        return devices
     }
 
     /// Sends a frame that is never stored (typing) to the connected devices of `users`, except `excludedDevice`.

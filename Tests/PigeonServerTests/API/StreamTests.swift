@@ -363,7 +363,8 @@ import Testing
             let first = await stream.next(.seconds(10))
             #expect(first?.event.newMessage?.body == "new")
             #expect(first?.event.newMessage?.seq == 4)
-            #expect(await stream.drain(for: .milliseconds(200)).isEmpty)
+            let extra = await stream.drain(for: .milliseconds(200))
+            #expect(extra.isEmpty, "\(extra)")
             await stream.close()
         }
     }
