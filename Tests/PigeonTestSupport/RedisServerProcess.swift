@@ -1,0 +1,234 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A `redis-server` of a test's own, on 127.0.0.1 and a free port, with its own directory.
+///
+/// The executable is `$PIGEON_REDIS_SERVER` or `redis-server` on the `PATH`; if neither exists the test fails (it is
+/// never skipped). Every test starts its own, so tests can run in parallel. The server is killed when this object
+/// goes away, and also when the test process dies without cleaning up (a watchdog beside it notices).
+public final class RedisServerProcess: @unchecked Sendable {
+    /// The server's working directory (its AOF lives here; kept across ``restart()``).
+    public let directory: URL
+    /// The TCP port the server listens on (kept across ``restart()``).
+    public var port: Int { lock.withLock { _port } }
+    /// The URL of database 0.
+    public var url: String { "redis://127.0.0.1:\(port)/0" }
+
+    private let executable: String
+    private let options: [String]
+    private let lock = NSLock()
+    private var _port = 0
+    /// The shell that runs the server and its watchdog, and the server itself.
+    private var running: (wrapper: pid_t, server: pid_t)?
+
+    /// Starts a server and waits until it answers.
+    ///
+    /// - Parameters:
+    ///   - appendOnly: AOF with `appendfsync always` (every acknowledged write is on disk), or no persistence at all.
+    ///   - extraArguments: more `redis-server` options, such as `["--requirepass", "secret"]`.
+    public init(appendOnly: Bool = true, extraArguments: [String] = []) async throws {
+        self.executable = try Self.findExecutable()
+        self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-redis-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var options = ["--bind", "127.0.0.1", "--daemonize", "no", "--save", "", "--logfile", "redis.log"]
+        options += appendOnly ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"]
+        self.options = options + extraArguments
+        // Another test may take the free port before this server binds it: try again on a new one.
+        var lastError: (any Error)?
+        for _ in 0..<5 {
+            let port = try freePort()
+            lock.withLock { _port = port }
+            do {
+                try await launch()
+                return
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError!
+    }
+
+    deinit {
+        if let running {
+            Self.signal(running.server, SIGKILL)
+            Self.signal(running.wrapper, SIGKILL)
+            var status: Int32 = 0
+            waitpid(running.wrapper, &status, 0)
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// Kills the server with SIGKILL (a crash: nothing is flushed beyond what is already on disk) and waits until it
+    /// is gone.
+    public func kill() async {
+        await terminate(signal: SIGKILL)
+    }
+
+    /// Stops the server with SIGTERM (a clean shutdown) and waits until it is gone.
+    public func stop() async {
+        await terminate(signal: SIGTERM)
+    }
+
+    /// Starts the server again on the same port and directory (so the AOF is replayed), after killing it (SIGKILL)
+    /// if it still runs; waits until it answers.
+    public func restart() async throws {
+        await kill()
+        var lastError: (any Error)?
+        for _ in 0..<10 {
+            do {
+                try await launch()
+                return
+            } catch {
+                // The port may be briefly taken: wait and try again.
+                lastError = error
+                try await Task.sleep(for: .milliseconds(300))
+            }
+        }
+        throw lastError!
+    }
+
+    private func launch() async throws {
+        let port = self.port
+        let pidFile = directory.appendingPathComponent("redis.pid").path
+        try? FileManager.default.removeItem(atPath: pidFile)
+        // The shell starts the server, records its pid, and kills it if this test process disappears.
+        let script = """
+            cd "$1" || exit 1
+            shift
+            parent=$1
+            shift
+            "$@" &
+            server=$!
+            echo $server > redis.pid
+            ( while kill -0 $parent 2>/dev/null && kill -0 $server 2>/dev/null; do sleep 1; done; kill -9 $server 2>/dev/null ) &
+            wait $server
+            """
+        let arguments =
+            ["/bin/sh", "-c", script, "sh", directory.path, String(getpid()), executable, "--port", String(port), "--dir", directory.path]
+            + options
+        let wrapper = try Self.spawn(arguments)
+        var server: pid_t?
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            var status: Int32 = 0
+            if waitpid(wrapper, &status, WNOHANG) == wrapper {
+                throw TestFailure("redis-server exited at start on port \(port): \(logTail())")
+            }
+            if server == nil, let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+                let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            {
+                server = pid
+                lock.withLock { running = (wrapper, pid) }
+            }
+            if server != nil, Self.answersPing(port: port) { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Self.signal(server ?? wrapper, SIGKILL)
+        throw TestFailure("redis-server did not answer PING within 30 s on port \(port): \(logTail())")
+    }
+
+    private func terminate(signal: Int32) async {
+        guard let running = lock.withLock({ self.running }) else { return }
+        Self.signal(running.server, signal)
+        var status: Int32 = 0
+        while waitpid(running.wrapper, &status, WNOHANG) == 0 {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        lock.withLock { self.running = nil }
+    }
+
+    /// Starts a process with a clean signal state (the test process's threads block signals, and a child would
+    /// inherit that mask) and the standard streams on /dev/null.
+    private static func spawn(_ arguments: [String]) throws -> pid_t {
+        #if canImport(Glibc)
+        var attributes = posix_spawnattr_t()
+        var fileActions = posix_spawn_file_actions_t()
+        #else
+        var attributes: posix_spawnattr_t?
+        var fileActions: posix_spawn_file_actions_t?
+        #endif
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        var allSignals = sigset_t()
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        posix_spawn_file_actions_init(&fileActions)
+        defer { posix_spawn_file_actions_destroy(&fileActions) }
+        posix_spawn_file_actions_addopen(&fileActions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&fileActions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&fileActions, 2, "/dev/null", O_WRONLY, 0)
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { for argument in argv { free(argument) } }
+        var pid = pid_t()
+        let result = posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, environ)
+        guard result == 0 else { throw TestFailure("cannot start \(arguments[0]): error \(result)") }
+        return pid
+    }
+
+    private static func signal(_ pid: pid_t, _ signal: Int32) {
+        #if canImport(Glibc)
+        _ = Glibc.kill(pid, signal)
+        #else
+        _ = Darwin.kill(pid, signal)
+        #endif
+    }
+
+    /// The end of the server's log, for failure messages.
+    public func logTail() -> String {
+        let log = (try? String(contentsOf: directory.appendingPathComponent("redis.log"), encoding: .utf8)) ?? "(no log)"
+        return String(log.suffix(2000))
+    }
+
+    private static func findExecutable() throws -> String {
+        let environment = ProcessInfo.processInfo.environment
+        if let path = environment["PIGEON_REDIS_SERVER"], !path.isEmpty {
+            guard FileManager.default.isExecutableFile(atPath: path) else {
+                throw TestFailure("PIGEON_REDIS_SERVER=\(path) is not an executable file")
+            }
+            return path
+        }
+        for directory in (environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":") {
+            let path = "\(directory)/redis-server"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        throw TestFailure("redis-server not found on the PATH: install Redis or set PIGEON_REDIS_SERVER to its path")
+    }
+
+    /// Whether something on the port answers a RESP PING (`+PONG`, or `-NOAUTH` when a password is required).
+    private static func answersPing(port: Int) -> Bool {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return false }
+        let ping = Array("PING\r\n".utf8)
+        guard send(fd, ping, ping.count, 0) == ping.count else { return false }
+        var reply = [UInt8](repeating: 0, count: 64)
+        let count = recv(fd, &reply, reply.count, 0)
+        guard count > 0 else { return false }
+        let text = String(decoding: reply[0..<count], as: UTF8.self)
+        return text.hasPrefix("+PONG") || text.hasPrefix("-NOAUTH")
+    }
+}
