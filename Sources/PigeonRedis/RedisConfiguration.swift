@@ -1,6 +1,8 @@
 /// Where and how to connect to Redis.
 public struct RedisConfiguration: Sendable, Equatable {
+    /// The host name or IP address of the server.
     public var host: String
+    /// The TCP port of the server (6379 by default).
     public var port: Int
     /// The database selected on every connection (`SELECT`), 0 by default.
     public var database: Int

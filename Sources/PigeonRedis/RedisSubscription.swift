@@ -69,6 +69,7 @@ public final class RedisSubscription: AsyncSequence, Sendable {
         onClose()
     }
 
+    /// Iterates the events; `nil` once the subscription is closed.
     public struct Iterator: AsyncIteratorProtocol {
         var base: AsyncStream<Event>.Iterator
 
