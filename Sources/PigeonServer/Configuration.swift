@@ -24,6 +24,10 @@ public struct ServerConfiguration: Sendable {
     public var dataDirectory = "./pigeon-data"
     public var store = StoreBackend.embedded
     public var buffer = BufferBackend.embedded
+    /// This node's name among the nodes sharing Redis and PostgreSQL (its Redis consumer and lease holder, its
+    /// presence rows). `nil`: the one kept in `<dataDirectory>/node-id`, created at the first start, so a node that
+    /// restarts takes its partitions back at once instead of waiting for its old leases to expire.
+    public var nodeId: String?
     /// fsync every commit (a ✓ survives power loss). Off: survives a crash of the process only.
     public var durable = true
     public var logLevel = Logger.Level.info
@@ -67,6 +71,18 @@ public struct ServerConfiguration: Sendable {
     public var processingFaultInjector: ProcessingFaultInjector?
 
     public init() {}
+
+    /// A node id: 1–64 characters of `[A-Za-z0-9._-]`.
+    public static func isValidNodeId(_ id: String) -> Bool {
+        (1...64).contains(id.utf8.count) && id.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                true
+            default: false
+            }
+        }
+    }
 
     /// Whether `POST /v1/devices` registers devices.
     public var isOpenRegistrationEnabled: Bool { openRegistration ?? (jwtSecret == nil) }

@@ -15,7 +15,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the server. Without --store/--buffer it runs the embedded default (SQLite under --data-dir).",
-        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET and PIGEON_ADMIN_TOKEN set the same; flags win.")
+        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_NODE_ID, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET and PIGEON_ADMIN_TOKEN set the same; flags win.")
 
     @Option(help: "Address to listen on (default 127.0.0.1).")
     var host: String?
@@ -31,6 +31,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: "Ingest buffer: 'embedded' (SQLite log, default) or a redis:// URL.")
     var buffer: String?
+
+    @Option(name: .customLong("node-id"), help: "This node's name among several sharing Redis and PostgreSQL (default: kept in <data-dir>/node-id).")
+    var nodeId: String?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default info).")
     var logLevel: String?
@@ -97,6 +100,10 @@ struct Serve: AsyncParsableCommand {
         configuration.batchSize = batchSize
         configuration.maxAttempts = maxAttempts
         configuration.eventRetention = .seconds(eventRetentionHours * 3600)
+        configuration.nodeId = nodeId ?? environment["PIGEON_NODE_ID"]
+        if let id = configuration.nodeId, !ServerConfiguration.isValidNodeId(id) {
+            throw ValidationError("the node id must be 1-64 characters of [A-Za-z0-9._-]")
+        }
         configuration.adminToken = adminToken ?? environment["PIGEON_ADMIN_TOKEN"]
         if configuration.adminToken?.isEmpty == true { throw ValidationError("the admin token must not be empty") }
         configuration.jwtSecret = jwtSecret ?? environment["PIGEON_JWT_SECRET"]

@@ -73,21 +73,7 @@ public final class PostgresServerProcess: @unchecked Sendable {
         throw TestFailure("\(name) not found: install PostgreSQL (scripts/services.sh start does)")
     }
 
-    @discardableResult
-    static func run(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard process.terminationStatus == 0 else {
-            throw TestFailure("\(arguments.joined(separator: " ")) failed (\(process.terminationStatus)): \(text)")
-        }
-        return text
+    static func run(_ arguments: [String]) throws {
+        try Command.run(arguments)
     }
 }

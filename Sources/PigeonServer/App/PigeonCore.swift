@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import PigeonProtocol
+import PigeonRedis
 import ServiceLifecycle
 
 /// The server's parts, wired together once per server instance.
@@ -32,6 +33,7 @@ final class PigeonCore: Sendable {
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
         var sqliteFiles: [String] = []
         var backendServices: [any Service] = []
+        let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
         switch configuration.store {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
@@ -40,7 +42,7 @@ final class PigeonCore: Sendable {
             sqliteFiles.append(path)
         case .postgres(let url):
             let store = try await PostgresMessageStore.open(
-                url: url, sink: hub, faultInjector: configuration.processingFaultInjector, logger: logger)
+                url: url, sink: hub, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId)
             self.store = store
             backendServices.append(store)
         }
@@ -49,8 +51,17 @@ final class PigeonCore: Sendable {
             let path = dataDirectory.appendingPathComponent("buffer.sqlite").path
             self.buffer = try EmbeddedBuffer(path: path, durable: configuration.durable)
             sqliteFiles.append(path)
-        case .redis:
-            throw PigeonError.invalid("--buffer redis is not supported yet; run with the embedded buffer")
+        case .redis(let url):
+            let client = RedisClient(configuration: try RedisConfiguration(url: url), logger: logger)
+            do {
+                let buffer = try await RedisStreamsBuffer(
+                    client: client, configuration: try Self.redisBufferConfiguration(url: url, nodeId: nodeId), logger: logger)
+                self.buffer = buffer
+                backendServices.append(RedisBufferService(buffer: buffer, client: client))
+            } catch {
+                await client.shutdown()
+                throw error
+            }
         }
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, configuration: configuration)
         self.authenticator = Authenticator(store: store, jwtSecret: configuration.jwtSecret)
@@ -69,6 +80,51 @@ final class PigeonCore: Sendable {
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
         self.backendServices = backendServices
+    }
+
+    /// The node id kept in `<dataDirectory>/node-id` (created with a random one at the first start).
+    static func persistentNodeId(dataDirectory: URL) throws -> String {
+        let file = dataDirectory.appendingPathComponent("node-id")
+        if let text = try? String(contentsOf: file, encoding: .utf8) {
+            let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard ServerConfiguration.isValidNodeId(id) else {
+                throw PigeonError.invalid("\(file.path) does not hold a node id (1-64 characters of [A-Za-z0-9._-]); fix or delete it")
+            }
+            return id
+        }
+        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+        let id = "node-" + Identifiers.randomHex(bytes: 8)
+        try (id + "\n").write(to: file, atomically: true, encoding: .utf8)
+        return id
+    }
+
+    /// The Redis buffer's options from its URL's query: `prefix`, `partitions`, `lease_ms`, `dedupe_hours`.
+    static func redisBufferConfiguration(url: String, nodeId: String) throws -> RedisStreamsBuffer.Configuration {
+        let query = try RedisConfiguration(url: url).queryItems
+        func integer(_ name: String, _ range: ClosedRange<Int>) throws -> Int? {
+            guard let text = query[name] else { return nil }
+            guard let value = Int(text), range.contains(value) else {
+                throw PigeonError.invalid("the Redis URL's \(name) must be an integer from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
+            }
+            return value
+        }
+        if let unknown = query.keys.sorted().first(where: { !["prefix", "partitions", "lease_ms", "dedupe_hours"].contains($0) }) {
+            throw PigeonError.invalid("the Redis URL has an unknown option '\(unknown)' (known: prefix, partitions, lease_ms, dedupe_hours)")
+        }
+        var configuration = RedisStreamsBuffer.Configuration(nodeId: nodeId)
+        if let prefix = query["prefix"] {
+            guard !prefix.isEmpty, prefix.count <= 64, !prefix.contains(where: { $0 == "{" || $0 == "}" || $0.isWhitespace }) else {
+                throw PigeonError.invalid("the Redis URL's prefix must be 1-64 characters without braces or spaces")
+            }
+            configuration.keyPrefix = prefix
+        }
+        if let partitions = try integer("partitions", 1...1024) { configuration.partitions = partitions }
+        if let lease = try integer("lease_ms", 500...600_000) {
+            configuration.leaseTTL = .milliseconds(lease)
+            configuration.heartbeatInterval = min(configuration.heartbeatInterval, .milliseconds(lease / 4))
+        }
+        if let hours = try integer("dedupe_hours", 1...24 * 365) { configuration.dedupeTTL = .seconds(hours * 3600) }
+        return configuration
     }
 
     /// The device behind a request's bearer token.
@@ -111,5 +167,22 @@ final class PigeonCore: Sendable {
         let cursor = query ?? header
         if let cursor, EventCursor.isMalformed(cursor) { throw PigeonError.invalid("cursor is malformed") }
         return cursor
+    }
+}
+
+/// Runs the Redis buffer's heartbeats and leases; when they end (graceful shutdown releases the leases), closes
+/// the Redis connections. Listed before the processor, so it stops after the processor drained.
+struct RedisBufferService: Service {
+    let buffer: RedisStreamsBuffer
+    let client: RedisClient
+
+    func run() async throws {
+        do {
+            try await buffer.run()
+        } catch {
+            await client.shutdown()
+            throw error
+        }
+        await client.shutdown()
     }
 }

@@ -31,15 +31,17 @@ public final class PostgresMessageStore: MessageStore, Service {
     private let tailPosition: NIOLockedValueBox<Int64>
     private let tailWakeUp = AsyncSignal()
     /// This store instance (one per node) in ephemeral notifications, to skip its own.
-    private let nodeId = Identifiers.randomHex(bytes: 8)
+    private let nodeId: String
     private let ephemeralOutbox: AsyncStream<EphemeralFrame>.Continuation
     private let ephemeralQueue: AsyncStream<EphemeralFrame>
     private let ephemeralReceiver = NIOLockedValueBox<(@Sendable (EphemeralFrame) -> Void)?>(nil)
 
     /// Connects, applies migrations and reads the store's identity; ``run()`` must run for queries to be served.
     public static func open(
-        url: String, sink: any EventSink, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20
+        url: String, sink: any EventSink, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20,
+        nodeId: String? = nil
     ) async throws -> PostgresMessageStore {
+        let nodeId = nodeId ?? "node-" + Identifiers.randomHex(bytes: 8)
         let parsed = try PostgresURL(url)
         let connection = try await PostgresConnection.connect(configuration: parsed.connectionConfiguration(), id: 1, logger: logger)
         do {
@@ -59,15 +61,20 @@ public final class PostgresMessageStore: MessageStore, Service {
             }
             try await connection.close()
             let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
-            return PostgresMessageStore(epoch: epoch, head: head, client: client, sink: sink, faultInjector: faultInjector, logger: logger)
+            return PostgresMessageStore(
+                epoch: epoch, head: head, client: client, sink: sink, faultInjector: faultInjector, logger: logger, nodeId: nodeId)
         } catch {
             try? await connection.close()
             throw error
         }
     }
 
-    private init(epoch: String, head: Int64, client: PostgresClient, sink: any EventSink, faultInjector: ProcessingFaultInjector?, logger: Logger) {
+    private init(
+        epoch: String, head: Int64, client: PostgresClient, sink: any EventSink, faultInjector: ProcessingFaultInjector?, logger: Logger,
+        nodeId: String
+    ) {
         self.epoch = epoch
+        self.nodeId = nodeId
         self.client = client
         self.sink = sink
         self.faultInjector = faultInjector
@@ -823,8 +830,14 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// Heart-beats this node every 2 s (and forgets nodes that stopped), and writes presence changes as they come.
     private func maintainPresence() async {
         var lastHeartbeat = ContinuousClock.now - .seconds(60)
+        // A restarted node (same id) had devices that are gone now.
+        var forgotEarlierPresence = false
         while !Task.isCancelled {
             do {
+                if !forgotEarlierPresence {
+                    try await client.query("DELETE FROM presence WHERE node_id = \(nodeId)", logger: logger)
+                    forgotEarlierPresence = true
+                }
                 if ContinuousClock.now - lastHeartbeat >= .seconds(2) {
                     try await heartbeat()
                     lastHeartbeat = .now

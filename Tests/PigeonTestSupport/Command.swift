@@ -1,0 +1,54 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Runs a command to its end, with a clean signal state: Foundation's `Process` hands the test process's blocked
+/// signal mask to its children (a server started that way ignores SIGTERM) and was seen missing a child's exit.
+public enum Command {
+    /// Runs `arguments` (the first looked up on PATH), returns its output (stdout and stderr); throws if it fails.
+    @discardableResult
+    public static func run(_ arguments: [String]) throws -> String {
+        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-command-\(UUID().uuidString)").path
+        defer { unlink(outputPath) }
+        #if canImport(Glibc)
+        var attributes = posix_spawnattr_t()
+        var fileActions = posix_spawn_file_actions_t()
+        #else
+        var attributes: posix_spawnattr_t?
+        var fileActions: posix_spawn_file_actions_t?
+        #endif
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        var allSignals = sigset_t()
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        posix_spawn_file_actions_init(&fileActions)
+        defer { posix_spawn_file_actions_destroy(&fileActions) }
+        posix_spawn_file_actions_addopen(&fileActions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&fileActions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&fileActions, 1, 2)
+        let full = ["/usr/bin/env"] + arguments
+        let argv = full.map { strdup($0) } + [nil]
+        defer { for argument in argv { free(argument) } }
+        var pid = pid_t()
+        let spawned = posix_spawn(&pid, full[0], &fileActions, &attributes, argv, environ)
+        guard spawned == 0 else { throw TestFailure("cannot start \(arguments.joined(separator: " ")): error \(spawned)") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        let exited = (status & 0x7f) == 0
+        let code = (status >> 8) & 0xff
+        guard exited, code == 0 else {
+            throw TestFailure("\(arguments.joined(separator: " ")) failed (status \(status)): \(output)")
+        }
+        return output
+    }
+}
