@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds the server and the load generator in release mode and runs the benchmark; arguments go to pigeon-bench
-# (see `scripts/bench.sh --help`). Installs mosquitto first, for the comparison scenario, if it is missing.
+# Builds the server and the load generator in release mode (scratch path .build-release, apart from the debug
+# builds in .build) and runs the benchmark; arguments go to pigeon-bench (see `scripts/bench.sh --help`).
+# Installs mosquitto first, for the comparison scenario, if it is missing. When a production backend is requested
+# (--backends production or production-2), starts redis-server and PostgreSQL through scripts/services.sh unless they
+# are reachable, passes their URLs in PIGEON_REDIS_URL and PIGEON_POSTGRES_URL, and on exit stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +12,25 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
     apt-get install -y mosquitto || { apt-get update && apt-get install -y mosquitto; }
 fi
 
+production=false
+previous=""
+for argument in "$@"; do
+    case "$previous|$argument" in
+    "--backends|"*production* | *"|--backends="*production*) production=true ;;
+    esac
+    previous="$argument"
+done
+
 # `swift build` builds only the last of several --product options, hence two builds.
-swift build -c release --product pigeon-server
-swift build -c release --product pigeon-bench
-exec .build/release/pigeon-bench "$@"
+swift build -c release --scratch-path .build-release --product pigeon-server
+swift build -c release --scratch-path .build-release --product pigeon-bench
+
+if [ "$production" = false ]; then
+    exec .build-release/release/pigeon-bench --server-binary .build-release/release/pigeon-server "$@"
+fi
+
+export PIGEON_SERVICES_STARTED
+PIGEON_SERVICES_STARTED="$(mktemp -t pigeon-bench-services.XXXXXX)"
+trap 'scripts/services.sh stop; rm -f "$PIGEON_SERVICES_STARTED"' EXIT
+eval "$(scripts/services.sh start)"
+.build-release/release/pigeon-bench --server-binary .build-release/release/pigeon-server "$@"

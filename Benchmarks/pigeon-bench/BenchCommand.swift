@@ -15,6 +15,12 @@ struct PigeonBench: AsyncParsableCommand {
             GET /readyz, runs the scenarios and stops the server with SIGTERM. With --url it measures a server that \
             is already running (add --server-pid for its memory and CPU). It only connects to 127.0.0.1.
 
+            Backends (--backends), each on freshly spawned servers in turn: embedded (the default), production (one \
+            node on PostgreSQL + Redis: --store and --buffer URLs with a fresh schema and key prefix, dropped and \
+            deleted afterwards) and production-2 (two nodes on one schema and prefix; connections alternate between \
+            the nodes, and each latency receiver is on the other node than its sender). The summary gives every \
+            figure per backend with its ratio to the embedded one, and checks the production targets.
+
             Scenarios, in the order `all` runs them: idle-streams (memory per open WebSocket stream), ws-throughput \
             (pipelined WebSocket sends), http-throughput (POST …/messages on keep-alive connections), latency (paced \
             sends: send → message.new and send → ✓✓), mosquitto (the throughput and latency shapes over MQTT QoS 1).
@@ -23,6 +29,15 @@ struct PigeonBench: AsyncParsableCommand {
 
     @Option(help: "Comma-separated scenarios to run.")
     var scenario = ScenarioList([.all])
+
+    @Option(help: "Comma-separated server backends to measure: embedded, production, production-2 (default: embedded).")
+    var backends: BackendList?
+
+    @Option(name: .customLong("postgres-url"), help: "PostgreSQL of the production backends (default: $PIGEON_POSTGRES_URL).")
+    var postgresURL: String?
+
+    @Option(name: .customLong("redis-url"), help: "Redis of the production backends (default: $PIGEON_REDIS_URL).")
+    var redisURL: String?
 
     @Option(help: "The pigeon-server executable to spawn.")
     var serverBinary = ".build/release/pigeon-server"
@@ -94,6 +109,7 @@ struct PigeonBench: AsyncParsableCommand {
             else {
                 throw ValidationError("--url must be a loopback base URL such as http://127.0.0.1:8080")
             }
+            if backends != nil { throw ValidationError("--backends spawns servers; it does not go with --url") }
         } else if serverPid != nil {
             throw ValidationError("--server-pid goes with --url")
         }
@@ -126,10 +142,18 @@ struct PigeonBench: AsyncParsableCommand {
             )
         }
         let mosquitto = try scenarios.contains(.mosquitto) ? locateMosquitto() : nil
+        let backends = backends?.backends ?? [.embedded]
+        let production =
+            try url == nil && backends.contains(where: \.isProduction) && scenarios.contains(where: \.needsPigeonServer)
+            ? ProductionServices(postgresURL: postgresURL, redisURL: redisURL, environment: ProcessInfo.processInfo.environment)
+            : nil
         print(
             "pigeon-bench: \(scenarios.map(\.rawValue).joined(separator: ", ")); \(connections) connections, window \(window), "
                 + "\(bodySize)-byte bodies, \(warmup) s warm-up + \(duration) s per run; open-file limit \(openFileLimit)"
         )
+        if url == nil, scenarios.contains(where: \.needsPigeonServer) {
+            print("backends: \(backends.map(\.rawValue).joined(separator: ", "))")
+        }
 
         let workDirectory = try LocalEnvironment.makeTemporaryDirectory(prefix: "pigeon-bench")
         var httpConfiguration = HTTPClient.Configuration()
@@ -138,8 +162,18 @@ struct PigeonBench: AsyncParsableCommand {
         var report = BenchReport(settings: settings)
         do {
             if scenarios.contains(where: \.needsPigeonServer) {
-                report.pigeon = try await withPigeonServer(http: http, workDirectory: workDirectory) { server in
-                    try await runPigeon(scenarios, api: PigeonAPI(http: http, baseURL: server.baseURL), server: server, settings: settings)
+                if let url {
+                    report.pigeon.append(try await measureGivenServer(url: url, scenarios: scenarios, http: http, settings: settings))
+                } else {
+                    let services = await production?.observedProcesses() ?? []
+                    for backend in backends {
+                        report.pigeon.append(
+                            try await measure(
+                                backend, scenarios: scenarios, production: production, services: services, http: http,
+                                workDirectory: workDirectory, settings: settings
+                            )
+                        )
+                    }
                 }
             }
             if let mosquitto {
@@ -153,6 +187,7 @@ struct PigeonBench: AsyncParsableCommand {
         try await http.shutdown()
         try? FileManager.default.removeItem(atPath: workDirectory)
 
+        report.targets = ProductionTarget.allCases.compactMap { $0.check(report.pigeon) }
         report.printSummary()
         if let json {
             try report.writeJSON(to: json)
@@ -170,46 +205,97 @@ struct PigeonBench: AsyncParsableCommand {
         return path
     }
 
-    private func withPigeonServer<T>(http: HTTPClient, workDirectory: String, _ body: (PigeonServer) async throws -> T) async throws -> T {
-        guard let url else {
-            return try await PigeonServer.withSpawned(
-                binary: serverBinary,
-                arguments: serverArguments,
-                workDirectory: workDirectory,
-                http: http,
-                startupTimeout: .seconds(60),
-                body
-            )
-        }
-        let server = PigeonServer(baseURL: url.hasSuffix("/") ? String(url.dropLast()) : url, pid: serverPid)
-        try await server.waitUntilReady(http: http, timeout: .seconds(10))
-        return try await body(server)
-    }
-
-    private func runPigeon(
-        _ scenarios: [Scenario],
-        api: PigeonAPI,
-        server: PigeonServer,
+    /// Spawns `backend`'s nodes (for a production backend in a fresh namespace, removed afterwards), and runs the
+    /// Pigeon scenarios against them.
+    private func measure(
+        _ backend: Backend,
+        scenarios: [Scenario],
+        production: ProductionServices?,
+        services: [ObservedService],
+        http: HTTPClient,
+        workDirectory: String,
         settings: BenchSettings
     ) async throws -> PigeonResults {
+        var arguments: [String] = []
+        var namespace: String?
+        if backend.isProduction, let production {
+            let name = ProductionServices.makeNamespace()
+            namespace = name
+            arguments = production.serverArguments(namespace: name)
+        }
+        print("\n######## \(backend.rawValue): \(backend.summary)")
+        if namespace != nil { print("server options: \(arguments.joined(separator: " "))") }
+        let outcome: Result<PigeonResults, any Error>
+        do {
+            outcome = .success(
+                try await PigeonDeployment.withSpawned(
+                    label: backend.rawValue,
+                    nodes: backend.nodes,
+                    binary: serverBinary,
+                    arguments: arguments + serverArguments,
+                    workDirectory: workDirectory,
+                    http: http,
+                    services: backend.isProduction ? services : [],
+                    startupTimeout: .seconds(60)
+                ) { deployment in
+                    try await runPigeon(scenarios, on: deployment, settings: settings)
+                }
+            )
+        } catch {
+            outcome = .failure(error)
+        }
+        if let namespace, let production {
+            let leftovers = await production.removeNamespace(namespace)
+            if leftovers.isEmpty {
+                print("removed the PostgreSQL schema and the Redis keys of \(namespace)")
+            } else {
+                for leftover in leftovers { print("warning: could not remove \(leftover)") }
+            }
+        }
+        return try outcome.get()
+    }
+
+    /// Runs the Pigeon scenarios against the server at `url`.
+    private func measureGivenServer(url: String, scenarios: [Scenario], http: HTTPClient, settings: BenchSettings) async throws -> PigeonResults {
+        let server = PigeonServer(baseURL: url.hasSuffix("/") ? String(url.dropLast()) : url, pid: serverPid)
+        try await server.waitUntilReady(http: http, timeout: .seconds(10))
+        let deployment = PigeonDeployment(label: PigeonDeployment.givenServerLabel, nodes: [server], http: http, services: [])
+        return try await runPigeon(scenarios, on: deployment, settings: settings)
+    }
+
+    private func runPigeon(_ scenarios: [Scenario], on deployment: PigeonDeployment, settings: BenchSettings) async throws -> PigeonResults {
         // User ids unique to this run, so that runs against one long-lived server do not collide.
         let namePrefix = "bench-" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        var results = PigeonResults(residentBytesAtStartup: server.pid.flatMap(ProcessStats.residentBytes))
-        print(
-            "pigeon-server at \(server.baseURL), pid \(server.pid.map { "\($0)" } ?? "unknown"), "
-                + "RSS \(Format.mebibytes(results.residentBytesAtStartup)) at start"
+        var results = PigeonResults(
+            deployment: deployment.label,
+            residentBytesAtStartup: deployment.nodes.map { $0.pid.flatMap(ProcessStats.residentBytes) }
         )
+        for (index, node) in deployment.nodes.enumerated() {
+            print(
+                "pigeon-server\(deployment.nodes.count == 1 ? "" : " node \(index + 1)") at \(node.baseURL), "
+                    + "pid \(node.pid.map { "\($0)" } ?? "unknown"), RSS \(Format.mebibytes(results.residentBytesAtStartup[index])) at start"
+            )
+        }
         let throughput = { (suffix: String) in
-            PigeonThroughput(api: api, server: server, settings: settings, namePrefix: namePrefix + suffix)
+            PigeonThroughput(deployment: deployment, settings: settings, namePrefix: namePrefix + suffix)
         }
         for scenario in scenarios {
             switch scenario {
             case .idleStreams:
+                guard deployment.nodes.count == 1 else {
+                    print("\n== idle-streams: skipped on \(deployment.nodes.count) nodes (memory per stream is a one-node figure) ==")
+                    continue
+                }
                 print(
                     "\n== idle-streams: \(streams) WebSocket streams over \(streamDevices) devices, \(openConcurrency) opening at a time =="
                 )
-                let result = try await IdleStreams(api: api, server: server, settings: settings, namePrefix: namePrefix + "-i")
-                    .measure(residentBytesAtStartup: results.residentBytesAtStartup)
+                let result = try await IdleStreams(
+                    api: deployment.setupAPI,
+                    server: deployment.nodes[0],
+                    settings: settings,
+                    namePrefix: namePrefix + "-i"
+                )
+                .measure(residentBytesAtStartup: results.residentBytesAtStartup[0])
                 result.printLines()
                 results.idleStreams = result
             case .wsThroughput:
@@ -225,7 +311,7 @@ struct PigeonBench: AsyncParsableCommand {
             case .latency:
                 for rate in settings.rates {
                     print("\n== latency at \(rate) msg/s: \(connections) senders, each with its receiver connected ==")
-                    let result = try await PigeonLatency(api: api, server: server, settings: settings, namePrefix: namePrefix + "-l")
+                    let result = try await PigeonLatency(deployment: deployment, settings: settings, namePrefix: namePrefix + "-l")
                         .measure(rate: rate)
                     result.printLines(receiverLabel: "send → message.new")
                     results.latency.append(result)

@@ -16,6 +16,10 @@ enum BenchError: Error, CustomStringConvertible {
     case timedOut(String)
     /// A connection of a scenario failed.
     case connectionFailed(String)
+    /// The run lacks a setting it needs (e.g. the PostgreSQL or Redis URL of the production backends).
+    case missingSetting(String)
+    /// A command-line tool the run uses (psql, redis-cli) failed.
+    case commandFailed(String)
 
     var description: String {
         switch self {
@@ -27,6 +31,8 @@ enum BenchError: Error, CustomStringConvertible {
         case .mqttProtocol(let detail): "MQTT: \(detail)"
         case .timedOut(let what): "timed out: \(what)"
         case .connectionFailed(let detail): "connection failed: \(detail)"
+        case .missingSetting(let detail): detail
+        case .commandFailed(let detail): detail
         }
     }
 }

@@ -77,9 +77,21 @@ enum Format {
         return errors.sorted { $0.key < $1.key }.map { "\($0.key) \(count($0.value))" }.joined(separator: ", ")
     }
 
+    static func cores(_ value: Double?) -> String {
+        value.map { String(format: "%.2f", $0) } ?? "n/a"
+    }
+
+    /// The servers' memory, then the CPU cores of every observed process during the window.
     static func load(_ load: LoadSample) -> String {
-        func cores(_ value: Double?) -> String { value.map { String(format: "%.2f cores", $0) } ?? "n/a" }
-        return "server RSS \(mebibytes(load.residentBytesAtStart)) at start, \(mebibytes(load.peakResidentBytes)) peak; "
-            + "CPU during the window: server \(cores(load.serverCores)), bench \(cores(load.benchCores))"
+        let single = load.servers.count == 1
+        func name(_ index: Int) -> String { single ? "server" : "node \(index + 1)" }
+        let memory = load.servers.enumerated().map { index, server in
+            "\(name(index)) RSS \(mebibytes(server.residentBytesAtStart)) at start, \(mebibytes(server.peakResidentBytes)) peak"
+        }
+        let cpu =
+            load.servers.enumerated().map { index, server in "\(name(index)) \(cores(server.cores))" }
+            + load.serviceCores.sorted { $0.key < $1.key }.map { "\($0.key) \(cores($0.value))" }
+            + ["bench \(cores(load.benchCores))"]
+        return memory.joined(separator: ", ") + "; CPU cores during the window: " + cpu.joined(separator: ", ")
     }
 }

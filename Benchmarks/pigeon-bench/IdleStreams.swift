@@ -3,7 +3,7 @@ import Synchronization
 
 /// Many idle event streams: opens `settings.streams` WebSockets spread over `settings.streamDevices` devices, at most
 /// `settings.openConcurrency` opening at a time, measures the server's resident memory once all are open, then closes
-/// them.
+/// them. Runs on one node.
 struct IdleStreams {
     let api: PigeonAPI
     let server: PigeonServer

@@ -1,29 +1,56 @@
 import Foundation
 
-/// What a ``LoadMonitor`` saw of the server while a scenario ran.
-struct LoadSample: Codable, Sendable {
+/// What a ``LoadMonitor`` saw of one server process (a Pigeon node, or the broker).
+struct ServerLoad: Codable, Sendable {
     /// The resident set size when the scenario started, in bytes (what earlier scenarios left behind shows here).
     var residentBytesAtStart: UInt64?
     /// The highest resident set size sampled, in bytes.
     var peakResidentBytes: UInt64?
-    /// CPU cores the server used on average during the measured window.
-    var serverCores: Double?
-    /// CPU cores this benchmark process used on average during the measured window.
-    var benchCores: Double?
+    /// CPU cores the process used on average during the measured window.
+    var cores: Double?
 }
 
-/// Samples a server's memory every 100 ms while a scenario runs, and the CPU use of the server and of the benchmark
-/// itself over the measured window (on 2 cores the load generator competes with the server, so both matter).
+/// A backing service whose CPU a ``LoadMonitor`` measures: the process and its children (PostgreSQL's backends).
+struct ObservedService: Sendable {
+    /// `postgres` or `redis`: the key of its figure in ``LoadSample/serviceCores``.
+    let name: String
+    let pid: pid_t
+}
+
+/// What a ``LoadMonitor`` saw while a scenario ran.
+struct LoadSample: Codable, Sendable {
+    /// Each server process, in node order.
+    var servers: [ServerLoad]
+    /// CPU cores this benchmark process used on average during the measured window.
+    var benchCores: Double?
+    /// CPU cores each backing service (with its child processes) used on average during the measured window, by
+    /// name; empty without backing services. On a shared machine it includes whatever else uses them.
+    var serviceCores: [String: Double] = [:]
+
+    /// The highest resident set size of any server process.
+    var peakResidentBytes: UInt64? { servers.compactMap(\.peakResidentBytes).max() }
+
+    /// CPU cores of all server processes together.
+    var serverCores: Double? {
+        let cores = servers.compactMap(\.cores)
+        return cores.isEmpty ? nil : cores.reduce(0, +)
+    }
+}
+
+/// Samples the servers' memory every 100 ms while a scenario runs, and the CPU use of the servers, of the backing
+/// services and of the benchmark itself over the measured window (on 2 cores the load generator competes with the
+/// server, so all of them matter).
 enum LoadMonitor {
-    /// Runs `body` while sampling `serverPID`; `window` is the measured part of the run.
+    /// Runs `body` while sampling `servers` (a `nil` pid is not sampled) and `services`; `window` is the measured part
+    /// of the run.
     static func measure<T>(
-        serverPID: pid_t?,
+        servers: [pid_t?],
+        services: [ObservedService] = [],
         window: MeasurementWindow,
         _ body: () async throws -> T
     ) async throws -> (T, LoadSample) {
-        guard let serverPID else { return (try await body(), LoadSample()) }
-        return try await withThrowingTaskGroup(of: LoadSample.self) { group in
-            group.addTask { await sample(serverPID: serverPID, window: window) }
+        try await withThrowingTaskGroup(of: LoadSample.self) { group in
+            group.addTask { await sample(servers: servers, services: services, window: window) }
             let result: T
             do {
                 result = try await body()
@@ -32,35 +59,55 @@ enum LoadMonitor {
                 throw error
             }
             group.cancelAll()
-            return (result, try await group.next() ?? LoadSample())
+            return (result, try await group.next() ?? LoadSample(servers: servers.map { _ in ServerLoad() }))
+        }
+    }
+
+    /// CPU seconds consumed so far by every observed process.
+    private struct CPUReading {
+        let at: ContinuousClock.Instant
+        let servers: [Double?]
+        let services: [Double?]
+        let bench: Double?
+
+        init(servers: [pid_t?], services: [ObservedService]) {
+            at = .now
+            self.servers = servers.map { $0.flatMap(ProcessStats.cpuSeconds) }
+            self.services = services.map { ProcessStats.cpuSecondsWithChildren(of: $0.pid) }
+            bench = ProcessStats.cpuSeconds(of: ProcessStats.currentPID)
         }
     }
 
     /// Samples until cancelled, waking exactly at the window's edges for the CPU figures.
-    private static func sample(serverPID: pid_t, window: MeasurementWindow) async -> LoadSample {
-        var sample = LoadSample()
-        var cpuAtStart: (at: ContinuousClock.Instant, server: Double?, bench: Double?)?
+    private static func sample(servers: [pid_t?], services: [ObservedService], window: MeasurementWindow) async -> LoadSample {
+        var sample = LoadSample(servers: servers.map { _ in ServerLoad() })
+        var cpuAtStart: CPUReading?
         var nextEdge: ContinuousClock.Instant? = window.start
         while !Task.isCancelled {
             let now = ContinuousClock.now
-            if let rss = ProcessStats.residentBytes(of: serverPID) {
-                sample.residentBytesAtStart = sample.residentBytesAtStart ?? rss
-                sample.peakResidentBytes = max(sample.peakResidentBytes ?? 0, rss)
+            for (index, pid) in servers.enumerated() {
+                guard let pid, let rss = ProcessStats.residentBytes(of: pid) else { continue }
+                sample.servers[index].residentBytesAtStart = sample.servers[index].residentBytesAtStart ?? rss
+                sample.servers[index].peakResidentBytes = max(sample.servers[index].peakResidentBytes ?? 0, rss)
             }
             if let edge = nextEdge, now >= edge {
-                let server = ProcessStats.cpuSeconds(of: serverPID)
-                let bench = ProcessStats.cpuSeconds(of: ProcessStats.currentPID)
+                let reading = CPUReading(servers: servers, services: services)
                 if let start = cpuAtStart {
-                    let seconds = (now - start.at).seconds
+                    let seconds = (reading.at - start.at).seconds
                     func cores(_ before: Double?, _ after: Double?) -> Double? {
                         guard let before, let after else { return nil }
                         return (after - before) / seconds
                     }
-                    sample.serverCores = cores(start.server, server)
-                    sample.benchCores = cores(start.bench, bench)
+                    for index in servers.indices {
+                        sample.servers[index].cores = cores(start.servers[index], reading.servers[index])
+                    }
+                    for (index, service) in services.enumerated() {
+                        sample.serviceCores[service.name] = cores(start.services[index], reading.services[index])
+                    }
+                    sample.benchCores = cores(start.bench, reading.bench)
                     nextEdge = nil
                 } else {
-                    cpuAtStart = (now, server, bench)
+                    cpuAtStart = reading
                     nextEdge = window.end
                 }
             }

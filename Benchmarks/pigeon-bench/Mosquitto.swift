@@ -79,7 +79,7 @@ struct MQTTLoad {
         let received = (0..<pairs).map { _ in Counter() }
         let failures = FailureLog()
         let ready = Counter()
-        let ((answers, drain), load) = try await LoadMonitor.measure(serverPID: broker.pid, window: window) {
+        let ((answers, drain), load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<pairs {
                     group.addTask {
@@ -125,7 +125,7 @@ struct MQTTLoad {
         let trackers = (0..<settings.connections).map { _ in DeliveryTracker(toReceiver: toReceiver, toDelivered: nil) }
         let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
         let run = PacedLatencyRun(rate: rate, window: window, grace: settings.grace, trackers: trackers)
-        let (progress, load) = try await LoadMonitor.measure(serverPID: broker.pid, window: window) {
+        let (progress, load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
             try await run.run(
                 receiver: { index, ready in
                     try await subscribe(clientId: "lat\(rate)-sub-\(index)", topic: "bench/lat\(rate)/\(index)", ready: ready) { payload in

@@ -3,33 +3,34 @@ import PigeonProtocol
 /// The latency scenario: paced sends at a total rate over `settings.connections` sender WebSockets, each sender's
 /// conversation partner connected on a WebSocket of its own. Measures send → `message.new` at the receiver and
 /// send → ✓✓ at the sender; the receiver answers every `message.new` with a delivered receipt up to its seq, as a
-/// client SDK would.
+/// client SDK would. With several nodes the senders alternate between them and each receiver is on the next node
+/// after its sender's (see ``PigeonDeployment/partnerNode(forConnection:)``), so messages and receipts cross nodes.
 struct PigeonLatency {
-    let api: PigeonAPI
-    let server: PigeonServer
+    let deployment: PigeonDeployment
     let settings: BenchSettings
     /// Prefix of the user ids the run registers.
     let namePrefix: String
 
     func measure(rate: Int) async throws -> LatencyResult {
-        let pairs = try await api.makePairs(count: settings.connections, prefix: "\(namePrefix)\(rate)")
+        let pairs = try await deployment.setupAPI.makePairs(count: settings.connections, prefix: "\(namePrefix)\(rate)")
         let toReceiver = LatencyRecorder()
         let toDelivered = LatencyRecorder()
         let trackers = pairs.map { _ in DeliveryTracker(toReceiver: toReceiver, toDelivered: toDelivered) }
         let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
         let run = PacedLatencyRun(rate: rate, window: window, grace: settings.grace, trackers: trackers)
-        let baseURL = api.baseURL
+        let senderURLs = pairs.indices.map { deployment.node(forConnection: $0).baseURL }
+        let receiverURLs = pairs.indices.map { deployment.partnerNode(forConnection: $0).baseURL }
         let body = settings.messageBody
-        let (progress, load) = try await LoadMonitor.measure(serverPID: server.pid, window: window) {
+        let (progress, load) = try await LoadMonitor.measure(servers: deployment.pids, services: deployment.services, window: window) {
             try await run.run(
                 receiver: { index, ready in
-                    try await Self.receive(pairs[index], tracker: trackers[index], baseURL: baseURL, ready: ready)
+                    try await Self.receive(pairs[index], tracker: trackers[index], baseURL: receiverURLs[index], ready: ready)
                 },
                 sender: { index, schedule in
                     try await Self.send(
                         pairs[index],
                         tracker: trackers[index],
-                        baseURL: baseURL,
+                        baseURL: senderURLs[index],
                         body: body,
                         schedule: schedule,
                         window: window

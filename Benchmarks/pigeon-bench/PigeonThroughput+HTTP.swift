@@ -6,9 +6,8 @@ extension PigeonThroughput {
     /// Sends over `POST /v1/conversations/{id}/messages`: each sender has one request in flight on its own keep-alive
     /// HTTP/1.1 connection; counts accepted answers (202) per second.
     func overHTTP() async throws -> ThroughputResult {
-        let api = api
         let body = settings.messageBody
-        return try await measure(inFlightWindow: nil) { pair, window, tally in
+        return try await measure(inFlightWindow: nil) { pair, api, window, tally in
             let encoder = JSONEncoder()
             var answers = ConnectionAnswers()
             while ContinuousClock.now < window.end {

@@ -4,11 +4,10 @@ extension PigeonThroughput {
     /// Pipelined sends over WebSockets: each sender device keeps `settings.window` `send` operations in flight on its
     /// own stream, sending the next one whenever an `ack` or `error` answers one; counts acks per second.
     func overWebSocket() async throws -> ThroughputResult {
-        let baseURL = api.baseURL
         let depth = settings.window
         let body = settings.messageBody
-        return try await measure(inFlightWindow: depth) { pair, window, tally in
-            try await PigeonWebSocket(baseURL: baseURL, token: pair.sender.token).run { frames, writer in
+        return try await measure(inFlightWindow: depth) { pair, api, window, tally in
+            try await PigeonWebSocket(baseURL: api.baseURL, token: pair.sender.token).run { frames, writer in
                 var answers = ConnectionAnswers()
                 var inFlight = 0
                 func sendNext() async throws {

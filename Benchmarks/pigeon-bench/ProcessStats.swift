@@ -21,14 +21,58 @@ enum ProcessStats {
 
     /// User plus system CPU time consumed so far (`utime` + `stime` of `/proc/PID/stat`), in seconds.
     static func cpuSeconds(of pid: pid_t) -> Double? {
+        guard let fields = statFields(of: pid), let user = Double(fields[utime]), let system = Double(fields[stime]) else { return nil }
+        return (user + system) / clockTicksPerSecond
+    }
+
+    /// CPU time of `pid` and its children so far, in seconds: its own, that of the children it has waited for
+    /// (`cutime` + `cstime`), and that of its live children. The difference of two readings counts a service that
+    /// forks a process per connection (PostgreSQL) fully, whether the children exit in between or not.
+    static func cpuSecondsWithChildren(of pid: pid_t) -> Double? {
+        guard let fields = statFields(of: pid) else { return nil }
+        var ticks = 0.0
+        for field in [utime, stime, cutime, cstime] {
+            guard let value = Double(fields[field]) else { return nil }
+            ticks += value
+        }
+        let processes = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        for name in processes {
+            guard let child = pid_t(name), child != pid, let childFields = statFields(of: child), childFields[parentPID] == "\(pid)",
+                let user = Double(childFields[utime]), let system = Double(childFields[stime])
+            else { continue }
+            ticks += user + system
+        }
+        return ticks / clockTicksPerSecond
+    }
+
+    /// The process's command name (`/proc/PID/comm`, e.g. `postgres`), or `nil` if there is no such process.
+    static func commandName(of pid: pid_t) -> String? {
+        (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The parent's process id (`ppid` of `/proc/PID/stat`).
+    static func parentPID(of pid: pid_t) -> pid_t? {
+        statFields(of: pid).flatMap { pid_t($0[parentPID]) }
+    }
+
+    /// The fields of `/proc/PID/stat` after the parenthesised command name, which start at field 3 (state): field N
+    /// is at index N − 3. Only returned when it has at least the fields read here.
+    private static func statFields(of pid: pid_t) -> [Substring]? {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
             let afterName = stat.lastIndex(of: ")")
         else { return nil }
-        // Fields after the parenthesised command name start at field 3 (state); utime and stime are fields 14 and 15.
         let fields = stat[stat.index(after: afterName)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        return fields.count > cstime ? fields : nil
     }
+
+    // Indexes into `statFields`: ppid is field 4; utime, stime, cutime and cstime are fields 14 to 17.
+    private static let parentPID = 1
+    private static let utime = 11
+    private static let stime = 12
+    private static let cutime = 13
+    private static let cstime = 14
+
+    private static var clockTicksPerSecond: Double { Double(sysconf(Int32(_SC_CLK_TCK))) }
 
     /// This process's id.
     static var currentPID: pid_t { getpid() }

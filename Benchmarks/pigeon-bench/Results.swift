@@ -20,6 +20,10 @@ struct ThroughputResult: Codable, Sendable {
     var drainSeconds: Double?
     /// The server's memory and CPU, and the benchmark's CPU.
     var load: LoadSample
+    /// Pigeon: every accepted message of the run divided by the time from the first send until all were stored, the
+    /// rate the server sustains from accept to store (a processor that falls behind the accepts shows here); `nil`
+    /// for MQTT, or if the drain timed out.
+    var storedPerSecond: Double? = nil
 }
 
 /// The result of one paced latency run at one rate.
@@ -115,13 +119,24 @@ struct IdleStreamsResult: Codable, Sendable {
     }
 }
 
-/// Pigeon's results.
+/// One Pigeon deployment's results.
 struct PigeonResults: Codable, Sendable {
-    var residentBytesAtStartup: UInt64?
+    /// The ``Backend`` measured (`embedded`, `production`, `production-2`), or `url` for a server given with --url.
+    var deployment: String
+    /// Each node's resident set size just after start-up, in node order.
+    var residentBytesAtStartup: [UInt64?]
     var idleStreams: IdleStreamsResult?
     var wsThroughput: ThroughputResult?
     var httpThroughput: ThroughputResult?
     var latency: [LatencyResult] = []
+
+    /// The nodes' highest resident set sizes over the load scenarios, in node order.
+    var peakResidentBytes: [UInt64?] {
+        let loads = [wsThroughput?.load, httpThroughput?.load].compactMap { $0 } + latency.map(\.load)
+        return residentBytesAtStartup.indices.map { node in
+            loads.compactMap { $0.servers.indices.contains(node) ? $0.servers[node].peakResidentBytes : nil }.max()
+        }
+    }
 }
 
 /// mosquitto's results, for comparison.
@@ -135,8 +150,11 @@ struct MosquittoResults: Codable, Sendable {
 /// Everything one run measured; printed as a summary table and written by `--json`.
 struct BenchReport: Codable, Sendable {
     var settings: BenchSettings
-    var pigeon: PigeonResults?
+    /// One entry per deployment measured, in the order they ran.
+    var pigeon: [PigeonResults] = []
     var mosquitto: MosquittoResults?
+    /// The production mode's targets, where this run measured what they need (see ``ProductionTarget``).
+    var targets: [TargetCheck] = []
 
     func writeJSON(to path: String) throws {
         let encoder = JSONEncoder()
