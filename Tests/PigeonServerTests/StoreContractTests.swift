@@ -160,6 +160,34 @@ import Testing
         }
     }
 
+    /// Many receipts at once (the PostgreSQL store writes them in groups): each answer is a watermark at least as
+    /// high as its own request (clamped), and the final watermarks are the highest requested.
+    @Test(arguments: Kind.allCases) func concurrentReceiptsEndAtTheHighestWatermarks(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let conversation = try await store.createConversation(creator: "alice", members: ["bob", "carol"], name: nil)
+            _ = try await store.process((0..<20).map { _ in Self.item(conversation: conversation.id) })
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<60 {
+                    group.addTask {
+                        let user = index % 2 == 0 ? "bob" : "carol"
+                        let upTo = Int64(index % 25)
+                        let outcome = try await store.recordReceipt(
+                            conversationId: conversation.id, userId: user, kind: index % 3 == 0 ? .read : .delivered, upToSeq: upTo)
+                        #expect(outcome.watermarks.deliveredSeq >= min(upTo, 20))
+                        #expect(outcome.watermarks.deliveredSeq >= outcome.watermarks.readSeq)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let members = try await store.conversation(id: conversation.id, for: "alice")?.members ?? []
+            // bob: even indexes; reads at 0, 6, …, 54 ask up to 0, 6, 12, 18, 24, 5, 11, 17, 23, 4: the highest, 24, clamps to 20.
+            #expect(members.first { $0.userId == "bob" } == ConversationMember(userId: "bob", deliveredSeq: 20, readSeq: 20))
+            // carol: odd indexes; reads at 3, 9, …, 57 ask up to 3, 9, 15, 21, 2, 8, 14, 20, 1, 7: 21 clamps to 20.
+            #expect(members.first { $0.userId == "carol" } == ConversationMember(userId: "carol", deliveredSeq: 20, readSeq: 20))
+        }
+    }
+
     /// A failing message fails alone: later messages of its conversation wait, other conversations are stored; the
     /// final attempt dead-letters it with `message.failed` to its sender's device.
     @Test(arguments: Kind.allCases) func aFailingMessageFailsAloneAndIsDeadLetteredOnItsLastAttempt(_ kind: Kind) async throws {

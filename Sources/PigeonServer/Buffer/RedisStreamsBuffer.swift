@@ -680,6 +680,11 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
                 "could not check Redis's persistence (CONFIG GET appendonly/appendfsync); make sure it runs with appendonly yes and appendfsync always",
                 metadata: ["reason": "\(reason)"])
         }
+        // An evicting Redis under memory pressure drops buffered messages and de-duplication keys.
+        if let policy = try? await client.send(RESPCommand("CONFIG", "GET", "maxmemory-policy")).array?.last?.string, policy != "noeviction" {
+            logger.warning(
+                "Redis evicts keys under memory pressure (maxmemory-policy \(policy)): buffered messages can be lost; set maxmemory-policy noeviction")
+        }
         return durability
     }
 
