@@ -15,6 +15,15 @@ import Testing
         return backend
     }
 
+    /// A receiver and four senders in one conversation.
+    static func participants(_ client: PigeonTestClient) async throws -> (TestDevice, [CrashTests.SenderLog], Conversation) {
+        let receiver = try await client.register("receiver")
+        var senders: [CrashTests.SenderLog] = []
+        for index in 0..<4 { senders.append(CrashTests.SenderLog(device: try await client.register("sender\(index)"))) }
+        let conversation = try await client.createConversation(receiver, members: senders.map(\.device.userId))
+        return (receiver, senders, conversation)
+    }
+
     /// A storm through one node; `fault` runs mid-storm; the senders stop at their first failed send.
     static func storm(
         _ client: PigeonTestClient, senders: [CrashTests.SenderLog], conversationId: String, fault: @escaping @Sendable () async throws -> Void
@@ -72,10 +81,7 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let server = try await ServerProcess(dataDirectory: directory, backend: backend)
         let client = server.client
-        let receiver = try await client.register("receiver")
-        var senders: [CrashTests.SenderLog] = []
-        for index in 0..<4 { senders.append(CrashTests.SenderLog(device: try await client.register("sender\(index)"))) }
-        let conversation = try await client.createConversation(receiver, members: senders.map(\.device.userId))
+        let (receiver, senders, conversation) = try await Self.participants(client)
 
         let logs = try await Self.storm(client, senders: senders, conversationId: conversation.id) { await redis.kill() }
         #expect(logs.map(\.answered.count).reduce(0, +) > 50)
@@ -101,10 +107,7 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let server = try await ServerProcess(dataDirectory: directory, backend: backend)
         let client = server.client
-        let receiver = try await client.register("receiver")
-        var senders: [CrashTests.SenderLog] = []
-        for index in 0..<4 { senders.append(CrashTests.SenderLog(device: try await client.register("sender\(index)"))) }
-        let conversation = try await client.createConversation(receiver, members: senders.map(\.device.userId))
+        let (receiver, senders, conversation) = try await Self.participants(client)
 
         // Accepting goes on while PostgreSQL is down (the buffer is Redis); the processor retries.
         let logs = try await Self.storm(client, senders: senders, conversationId: conversation.id) {

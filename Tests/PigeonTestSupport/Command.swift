@@ -14,6 +14,21 @@ public enum Command {
     public static func run(_ arguments: [String]) throws -> String {
         let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-command-\(UUID().uuidString)").path
         defer { unlink(outputPath) }
+        let pid = try spawn(["/usr/bin/env"] + arguments, outputPath: outputPath)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        let exited = (status & 0x7f) == 0
+        let code = (status >> 8) & 0xff
+        guard exited, code == 0 else {
+            throw TestFailure("\(arguments.joined(separator: " ")) failed (status \(status)): \(output)")
+        }
+        return output
+    }
+
+    /// Starts `arguments` (the first an absolute path) with a clean signal state, stdin from /dev/null and
+    /// stdout + stderr to `outputPath` (or /dev/null); the caller waits for it.
+    public static func spawn(_ arguments: [String], outputPath: String? = nil) throws -> pid_t {
         #if canImport(Glibc)
         var attributes = posix_spawnattr_t()
         var fileActions = posix_spawn_file_actions_t()
@@ -33,22 +48,13 @@ public enum Command {
         posix_spawn_file_actions_init(&fileActions)
         defer { posix_spawn_file_actions_destroy(&fileActions) }
         posix_spawn_file_actions_addopen(&fileActions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&fileActions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_addopen(&fileActions, 1, outputPath ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_adddup2(&fileActions, 1, 2)
-        let full = ["/usr/bin/env"] + arguments
-        let argv = full.map { strdup($0) } + [nil]
+        let argv = arguments.map { strdup($0) } + [nil]
         defer { for argument in argv { free(argument) } }
         var pid = pid_t()
-        let spawned = posix_spawn(&pid, full[0], &fileActions, &attributes, argv, environ)
+        let spawned = posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, environ)
         guard spawned == 0 else { throw TestFailure("cannot start \(arguments.joined(separator: " ")): error \(spawned)") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        let exited = (status & 0x7f) == 0
-        let code = (status >> 8) & 0xff
-        guard exited, code == 0 else {
-            throw TestFailure("\(arguments.joined(separator: " ")) failed (status \(status)): \(output)")
-        }
-        return output
+        return pid
     }
 }

@@ -145,33 +145,7 @@ public final class RedisServerProcess: @unchecked Sendable {
     /// Starts a process with a clean signal state (the test process's threads block signals, and a child would
     /// inherit that mask) and the standard streams on /dev/null.
     private static func spawn(_ arguments: [String]) throws -> pid_t {
-        #if canImport(Glibc)
-        var attributes = posix_spawnattr_t()
-        var fileActions = posix_spawn_file_actions_t()
-        #else
-        var attributes: posix_spawnattr_t?
-        var fileActions: posix_spawn_file_actions_t?
-        #endif
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        var allSignals = sigset_t()
-        sigfillset(&allSignals)
-        posix_spawnattr_setsigdefault(&attributes, &allSignals)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        posix_spawn_file_actions_init(&fileActions)
-        defer { posix_spawn_file_actions_destroy(&fileActions) }
-        posix_spawn_file_actions_addopen(&fileActions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&fileActions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&fileActions, 2, "/dev/null", O_WRONLY, 0)
-        let argv = arguments.map { strdup($0) } + [nil]
-        defer { for argument in argv { free(argument) } }
-        var pid = pid_t()
-        let result = posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, environ)
-        guard result == 0 else { throw TestFailure("cannot start \(arguments[0]): error \(result)") }
-        return pid
+        try Command.spawn(arguments)
     }
 
     private static func signal(_ pid: pid_t, _ signal: Int32) {
