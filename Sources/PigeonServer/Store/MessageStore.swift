@@ -155,3 +155,15 @@ public protocol MessageStore: Sendable {
 
     func isReady() async -> Bool
 }
+
+/// A conversation about to be created, the same for every store: a time-ordered id, the creator among the
+/// members (sorted, without repeats), and the `conversation.created` payload each member's log gets.
+enum NewConversation {
+    static func make(creator: String, members: [String], name: String?) throws -> (Conversation, userIds: [String], payload: String) {
+        let userIds = Array(Set(members + [creator])).sorted()
+        let conversation = Conversation(
+            id: Identifiers.uuidV7(), name: name, createdAt: WallClock.nowMillis(), lastSeq: 0,
+            members: userIds.map { ConversationMember(userId: $0, deliveredSeq: 0, readSeq: 0) })
+        return (conversation, userIds, try EventPayload().conversationCreated(conversation))
+    }
+}

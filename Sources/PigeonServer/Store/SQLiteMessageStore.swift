@@ -57,13 +57,8 @@ public final class SQLiteMessageStore: MessageStore {
     // MARK: Conversations
 
     public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
-        let id = Identifiers.uuidV7()
-        let now = WallClock.nowMillis()
-        let userIds = Array(Set(members + [creator])).sorted()
-        let conversation = Conversation(
-            id: id, name: name, createdAt: now, lastSeq: 0,
-            members: userIds.map { ConversationMember(userId: $0, deliveredSeq: 0, readSeq: 0) })
-        let payload = try EventPayload().conversationCreated(conversation)
+        let (conversation, userIds, payload) = try NewConversation.make(creator: creator, members: members, name: name)
+        let (id, now) = (conversation.id, conversation.createdAt)
         try await writer.write(
             { db -> [StoredEvent] in
                 try db.execute(
