@@ -55,6 +55,9 @@ public struct ServerConfiguration: Sendable {
     public var retryBaseDelay = Duration.milliseconds(100)
     /// Longest delay between retries of a store that is down.
     public var maxRetryDelay = Duration.seconds(5)
+    /// How long the processor waits for the store to answer a batch before it gives up on that attempt and tries
+    /// the batch again (a database connection that died mid-transaction may never answer).
+    public var storeTimeout = Duration.seconds(10)
     /// How long graceful shutdown keeps processing what is buffered.
     public var shutdownDrainTimeout = Duration.seconds(10)
 

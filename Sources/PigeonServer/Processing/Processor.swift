@@ -1,4 +1,5 @@
 import Logging
+import NIOConcurrencyHelpers
 import ServiceLifecycle
 
 /// Moves buffered messages into the store: in buffer order, in batches, one transaction per batch.
@@ -100,8 +101,8 @@ final class Processor: Service {
             let started = clock.now
             let results: [ProcessingResult]
             do {
-                results = try await store.process(
-                    batch.map { ProcessingItem(entry: $0, isFinalAttempt: $0.attempts + 1 >= configuration.maxAttempts) })
+                let items = batch.map { ProcessingItem(entry: $0, isFinalAttempt: $0.attempts + 1 >= configuration.maxAttempts) }
+                results = try await withDeadline(configuration.storeTimeout) { [store] in try await store.process(items) }
                 storeBackoff = .zero
             } catch {
                 storeBackoff = min(configuration.maxRetryDelay, storeBackoff == .zero ? configuration.retryBaseDelay : storeBackoff * 2)
@@ -166,6 +167,42 @@ final class Processor: Service {
                 logger.error("buffer acknowledgement failed; retrying", metadata: ["error": "\(error)"])
                 try await Task.sleep(for: delay)
                 delay = min(configuration.maxRetryDelay, delay * 2)
+            }
+        }
+    }
+}
+
+/// The store did not answer a batch in time (its connection may have died under it without an error).
+struct StoreTimeout: Error, CustomStringConvertible {
+    var timeout: Duration
+    var description: String { "the store did not answer within \(timeout)" }
+}
+
+/// Runs `operation`, but gives up waiting after `timeout` and throws ``StoreTimeout``. Unlike a task group, it does
+/// not wait for an operation that ignores cancellation: seen with a PostgreSQL transaction whose server was killed
+/// under it, which never returned. The abandoned operation is cancelled and left to finish on its own; processing is
+/// idempotent, so the batch can be tried again meanwhile.
+func withDeadline<T: Sendable>(_ timeout: Duration, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+    let finished = NIOLockedValueBox(false)
+    let claim: @Sendable () -> Bool = { finished.withLockedValue { done in defer { done = true }; return !done } }
+    return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+        let work = NIOLockedValueBox<Task<Void, Never>?>(nil)
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            guard !Task.isCancelled, claim() else { return }
+            work.withLockedValue { $0 }?.cancel()
+            continuation.resume(throwing: StoreTimeout(timeout: timeout))
+        }
+        work.withLockedValue {
+            $0 = Task {
+                let result: Result<T, any Error>
+                do {
+                    result = .success(try await operation())
+                } catch {
+                    result = .failure(error)
+                }
+                timer.cancel()
+                if claim() { continuation.resume(with: result) }
             }
         }
     }

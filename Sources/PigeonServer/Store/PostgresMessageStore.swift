@@ -521,7 +521,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             guard !group.isEmpty else { continue }
             if pendingReceipts.withLockedValue({ !$0.isEmpty }) { receiptWakeUp.notify() }
             do {
-                let outcomes = try await writeReceiptGroup(group)
+                let outcomes = try await withDeadline(.seconds(10)) { try await self.writeReceiptGroup(group) }
                 for (receipt, outcome) in zip(group, outcomes) { receipt.continuation.resume(returning: outcome) }
                 tailWakeUp.notify()
             } catch {
@@ -767,11 +767,15 @@ public final class PostgresMessageStore: MessageStore, Service {
             do {
                 while true {
                     let after = tailPosition.withLockedValue { $0 }
-                    var events: [StoredEvent] = []
-                    for try await row in try await client.query(
-                        "\(unescaped: Self.eventSelect) WHERE e.id > \(after) ORDER BY e.id LIMIT 2000", logger: logger
-                    ).decode(EventTuple.self) {
-                        if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+                    // Bounded: a read on a connection that died under it may never return (see ``withDeadline``).
+                    let events = try await withDeadline(.seconds(10)) { [client, logger] in
+                        var events: [StoredEvent] = []
+                        for try await row in try await client.query(
+                            "\(unescaped: Self.eventSelect) WHERE e.id > \(after) ORDER BY e.id LIMIT 2000", logger: logger
+                        ).decode(EventTuple.self) {
+                            if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+                        }
+                        return events
                     }
                     guard let last = events.last else { break }
                     tailPosition.withLockedValue { $0 = last.id }
@@ -928,7 +932,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                     forgotEarlierPresence = true
                 }
                 if ContinuousClock.now - lastHeartbeat >= .seconds(2) {
-                    try await heartbeat()
+                    try await withDeadline(.seconds(10)) { try await self.heartbeat() }
                     lastHeartbeat = .now
                 }
                 let changes = pendingPresence.withLockedValue { pending in
@@ -937,7 +941,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 }
                 if !changes.isEmpty {
                     do {
-                        try await writePresence(changes)
+                        try await withDeadline(.seconds(10)) { try await self.writePresence(changes) }
                     } catch {
                         // Put them back unless a newer change of the same device arrived meanwhile.
                         pendingPresence.withLockedValue { pending in for (device, change) in changes where pending[device] == nil { pending[device] = change } }
