@@ -130,6 +130,7 @@ import Testing
         /// asynchronously, so the first ones may still see the old state).
         func expectRecipientsOnline(_ expected: Int) async throws {
             var pending = Set(conversations.map(\.id))
+            var seen: [Int] = []
             let deadline = ContinuousClock.now + .seconds(20)
             while !pending.isEmpty, ContinuousClock.now < deadline {
                 for id in pending { try await a.sendAccepted(alice, to: id, body: "ping") }
@@ -137,11 +138,13 @@ import Testing
                     frames.filter { if case .event(.messageStored) = $0 { true } else { false } }.count >= pending.count
                 }
                 for frame in stored {
-                    if case .event(.messageStored(_, let event)) = frame, event.recipientsOnline == expected { pending.remove(event.conversationId) }
+                    guard case .event(.messageStored(_, let event)) = frame else { continue }
+                    seen.append(event.recipientsOnline)
+                    if event.recipientsOnline == expected { pending.remove(event.conversationId) }
                 }
                 if !pending.isEmpty { try await Task.sleep(for: .milliseconds(200)) }
             }
-            #expect(pending.isEmpty, "recipientsOnline never became \(expected) in \(pending.count) conversations")
+            #expect(pending.isEmpty, "recipientsOnline never became \(expected) in \(pending.count) conversations; seen \(seen)")
         }
 
         try await expectRecipientsOnline(1)
