@@ -12,8 +12,10 @@ let package = Package(
         .library(name: "PigeonProtocol", targets: ["PigeonProtocol"]),
         .library(name: "PigeonRedis", targets: ["PigeonRedis"]),
         .library(name: "PigeonServer", targets: ["PigeonServer"]),
+        .library(name: "PigeonKit", targets: ["PigeonKit"]),
         .executable(name: "pigeon-server", targets: ["pigeon-server"]),
         .executable(name: "pigeon-bench", targets: ["pigeon-bench"]),
+        .executable(name: "pigeonkit-bench", targets: ["pigeonkit-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -29,6 +31,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         .target(
@@ -65,6 +68,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "PigeonKit",
+            dependencies: [
+                "PigeonProtocol",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "pigeon-server",
             dependencies: [
@@ -91,10 +112,25 @@ let package = Package(
             path: "Benchmarks/pigeon-bench",
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "pigeonkit-bench",
+            dependencies: [
+                "PigeonKit",
+                "PigeonServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/pigeonkit-bench",
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "PigeonTestSupport",
             dependencies: [
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             path: "Tests/PigeonTestSupport",
             swiftSettings: swiftSettings
@@ -108,6 +144,34 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "pigeonkit-test-helper",
+            dependencies: ["PigeonKit"],
+            path: "Tests/pigeonkit-test-helper",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PigeonTestSupportTests",
+            dependencies: [
+                "PigeonTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PigeonKitTests",
+            dependencies: [
+                "PigeonKit",
+                "PigeonServer",
+                "PigeonProtocol",
+                "PigeonTestSupport",
+                "pigeonkit-test-helper",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

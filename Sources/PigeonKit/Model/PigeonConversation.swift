@@ -1,0 +1,21 @@
+import PigeonProtocol
+
+/// A conversation as this device knows it, from the local database.
+public struct PigeonConversation: Sendable, Equatable, Identifiable, Codable {
+    public var id: String
+    public var name: String?
+    /// Milliseconds since the epoch.
+    public var createdAt: Int64
+    /// The highest seq this device knows exists (it may still be fetching the messages up to it).
+    public var lastSeq: Int64
+    /// Every seq up to this one is on this device: the delivered watermark this device reports.
+    public var contiguousSeq: Int64
+    /// This user's read watermark (set by ``PigeonClient/markRead(conversationId:upToSeq:)`` on any of its devices).
+    public var readSeq: Int64
+    /// The members with their delivered and read watermarks, as last reported by the server.
+    public var members: [ConversationMember]
+    /// Messages from other users with a seq above ``readSeq``.
+    public var unreadCount: Int
+    /// The newest message, unsent ones included.
+    public var lastMessage: PigeonMessage?
+}

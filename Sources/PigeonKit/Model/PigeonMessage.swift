@@ -1,0 +1,57 @@
+import PigeonProtocol
+
+/// How a sent message reached the other members (seed 003's two paths).
+///
+/// Known once the server has stored the message (`message.stored` tells how many of the other members' devices
+/// were connected at that moment):
+/// - ``direct``: at least one was online, the message was pushed to it at once
+///   (seed 003's CONNECTING → SENT → ACK_RECEIVED, where ACK_RECEIVED is the message reaching ``MessageStatus/delivered``).
+/// - ``mailbox``: nobody was online, the message waits in their mailbox on the server
+///   (TRY_ADD_TO_MAILBOX → ADDED_TO_MAILBOX; MAILBOX_MSG_RECEIVED is the message reaching ``MessageStatus/delivered``
+///   when an offline member comes back and acknowledges it).
+public enum DeliveryPath: String, Sendable, Codable, Equatable {
+    case direct
+    case mailbox
+}
+
+/// A message as this device knows it: read from the local database, never from the network.
+///
+/// Messages this user sent (from this device or another of the user's devices) are *outgoing*; their ``status`` is
+/// DESIGN.md's sender status (⏰ … blue ✓✓, ⚠️). An incoming message has the status ``MessageStatus/delivered``
+/// once it is on this device, and ``MessageStatus/read`` once this user has read it (on any of the user's devices).
+public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
+    /// This device's id for the message, assigned when it was saved here. Stable for the life of the database.
+    public var localId: Int64
+    public var conversationId: String
+    /// The sender's idempotency key (the server de-duplicates resends by it).
+    public var clientMessageId: String
+    /// The server's id, known once the server accepted the message.
+    public var serverId: String?
+    /// The position in the conversation (1, 2, 3 … with no gaps), known once the server stored it.
+    public var seq: Int64?
+    public var senderId: String
+    public var senderDeviceId: String
+    /// App-defined kind (`text`, `reaction`, …).
+    public var type: String
+    public var body: String
+    /// The sender's clock when the message was sent, milliseconds since the epoch.
+    public var clientTimestamp: Int64
+    /// When the server accepted it (milliseconds since the epoch), once known.
+    public var acceptedAt: Int64?
+    /// When the server stored it (milliseconds since the epoch), once known.
+    public var storedAt: Int64?
+    /// Whether this user sent it (from this or another of the user's devices).
+    public var isOutgoing: Bool
+    public var status: MessageStatus
+    /// For outgoing messages, once stored: direct or mailbox (see ``DeliveryPath``).
+    public var deliveryPath: DeliveryPath?
+    /// For outgoing messages, once stored: the other members' devices connected when it was stored.
+    public var recipientsOnline: Int?
+    /// Why the message failed, when ``status`` is ``MessageStatus/failed``.
+    public var failure: ErrorDetail?
+
+    public var id: Int64 { localId }
+
+    /// Whether this device sent it (only those can be retried).
+    public func isSent(byDevice deviceId: String) -> Bool { isOutgoing && senderDeviceId == deviceId }
+}

@@ -1,0 +1,249 @@
+import Foundation
+import NIOConcurrencyHelpers
+import PigeonProtocol
+import ServiceLifecycle
+
+/// A Pigeon device: a local-first message store kept in sync with a Pigeon server.
+///
+/// Every read (``conversations()``, ``messages(in:before:limit:)``, ``search(_:in:limit:)``) comes from the local
+/// database and works offline. ``send(_:type:to:)`` saves the message and its outbox entry in one transaction and
+/// returns at once; the message goes out when the client is online, and its ``PigeonMessage/status`` moves
+/// forward only on evidence: ✓ on the server's accept answer, ✓✓ and blue ✓✓ on the other members' receipts.
+///
+/// The network side runs inside ``run()`` (or between ``start()`` and ``stop()``): the event stream with resume by
+/// cursor, the outbox with ACK timeouts and retries, delivered receipts, gap recovery and periodic catch-up.
+/// Observe with ``events()`` or a ``PigeonListener``.
+///
+/// ```swift
+/// let credentials = try await PigeonClient.registerDevice(serverURL: url, userId: "alice", deviceName: "phone")
+/// let client = try PigeonClient(configuration: .init(serverURL: url, databasePath: path, credentials: credentials))
+/// client.start()
+/// let message = try client.send("hello", to: conversationId)   // ⏰ now, ✓ when the server has it
+/// ```
+public final class PigeonClient: Sendable, Service {
+    public let configuration: Configuration
+    let store: LocalStore
+    let engine: ClientEngine
+    let hub: EventHub
+    private let runTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
+
+    /// Opens (or creates) the local database and loads the outbox; no network yet.
+    ///
+    /// A database that cannot be opened is moved aside and rebuilt from the server: ``localDatabaseRecovery``
+    /// says where it went and whether unsent messages were lost (also sent as the first event). Throws
+    /// ``PigeonClientError/Code-swift.struct/wrongDatabase`` when the file belongs to other credentials.
+    public convenience init(configuration: Configuration) throws {
+        let transport = HTTPTransport(
+            baseURL: configuration.serverURL, token: configuration.credentials.token, requestTimeout: configuration.requestTimeout,
+            connectTimeout: configuration.connectTimeout, liveness: configuration.livenessInterval, logger: configuration.logger)
+        try self.init(configuration: configuration, transport: transport)
+    }
+
+    /// With a transport of the caller's (tests inject faults through it).
+    package init(configuration: Configuration, transport: any PigeonTransport) throws {
+        self.configuration = configuration
+        let store = try LocalStore(
+            path: configuration.databasePath, userId: configuration.credentials.userId, deviceId: configuration.credentials.deviceId,
+            durability: configuration.flushEveryWrite ? .survivesPowerLoss : .survivesAppCrash)
+        let hub = EventHub()
+        self.store = store
+        self.hub = hub
+        self.engine = try ClientEngine(store: store, transport: transport, hub: hub, settings: configuration, logger: configuration.logger)
+        if store.recovery != nil { try store.setNeedsFullSync(true) }
+    }
+
+    deinit {
+        runTask.withLockedValue { $0 }?.cancel()
+    }
+
+    // MARK: Identity
+
+    /// Registers a new device for `userId` (open registration, `POST /v1/devices`). Keep the credentials: the
+    /// token is shown only once.
+    public static func registerDevice(
+        serverURL: URL, userId: String, deviceName: String? = nil, timeout: Duration = .seconds(30)
+    ) async throws -> Credentials {
+        guard Validation.isValidUserId(userId) else { throw PigeonClientError.invalid("userId must be 1–64 characters of [A-Za-z0-9._@-]") }
+        let registration = try await HTTPTransport.registerDevice(
+            baseURL: serverURL, RegisterDeviceRequest(userId: userId, deviceName: deviceName), timeout: timeout)
+        return Credentials(userId: registration.userId, deviceId: registration.deviceId, token: registration.token)
+    }
+
+    public var userId: String { configuration.credentials.userId }
+    public var deviceId: String { configuration.credentials.deviceId }
+
+    /// Set when the local database could not be opened and was rebuilt.
+    public var localDatabaseRecovery: LocalDatabaseRecovery? { store.recovery }
+
+    // MARK: Running
+
+    /// Runs the network side until the task is cancelled (or, in a `ServiceGroup`, until graceful shutdown).
+    /// Reads and `send` work without it; messages then wait in the outbox.
+    public func run() async throws {
+        if let recovery = store.recovery { hub.emit(.localDatabaseRebuilt(recovery)) }
+        await cancelWhenGracefulShutdown {
+            await self.engine.run()
+        }
+    }
+
+    /// Starts ``run()`` in a task of its own (for code that is not structured around tasks); ``stop()`` ends it.
+    public func start() {
+        runTask.withLockedValue { task in
+            guard task == nil else { return }
+            task = Task { try? await self.run() }
+        }
+    }
+
+    /// Stops what ``start()`` started and waits until the connection is closed. Unsent messages stay in the outbox.
+    public func stop() async {
+        let task = runTask.withLockedValue { task in
+            defer { task = nil }
+            return task
+        }
+        task?.cancel()
+        await task?.value
+    }
+
+    /// Switches the network on or off (a user's "offline mode", or the terminal client's `/offline`). Off closes
+    /// the stream at once; sends wait (⏰) until it is switched on again, which flushes the outbox.
+    public func setNetworkEnabled(_ enabled: Bool) {
+        engine.setNetworkEnabled(enabled)
+    }
+
+    public var connectionState: ConnectionState { engine.connectionState }
+
+    /// Why the last connection attempt failed (`nil` while connected or before any attempt); a 401
+    /// `unauthorized` here means the token is no longer valid.
+    public var lastConnectionError: PigeonClientError? { engine.lastConnectionError }
+
+    // MARK: Observing
+
+    /// A new stream of every event from now on. Buffered without limit; end the iteration to unsubscribe.
+    public func events() -> AsyncStream<PigeonEvent> {
+        hub.makeStream()
+    }
+
+    /// Adds a delegate-style listener (held weakly).
+    public func addListener(_ listener: any PigeonListener) {
+        hub.add(listener)
+    }
+
+    public func removeListener(_ listener: any PigeonListener) {
+        hub.remove(listener)
+    }
+
+    // MARK: Sending
+
+    /// Saves a message for sending and returns it (status ``MessageStatus/pending``, ⏰). It goes out as soon as
+    /// the client is online, after the earlier messages of the same conversation.
+    ///
+    /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
+    /// (a `type` outside `[a-z0-9._-]{1,32}`, an empty or oversized body, U+0000),
+    /// ``PigeonClientError/Code-swift.struct/unknownConversation``, or a database error.
+    @discardableResult
+    public func send(_ body: String, type: String = "text", to conversationId: String) throws -> PigeonMessage {
+        guard Validation.isValidMessageType(type) else { throw PigeonClientError.invalid("type must be 1–32 characters of [a-z0-9._-]") }
+        guard !body.isEmpty else { throw PigeonClientError.invalid("the body is empty") }
+        guard body.utf8.count <= configuration.maxBodyBytes else {
+            throw PigeonClientError.invalid("the body is \(body.utf8.count) bytes; the limit is \(configuration.maxBodyBytes)")
+        }
+        guard Validation.isStorableText(body) else { throw PigeonClientError.invalid("the body contains U+0000") }
+        guard let conversationId = Validation.canonicalUUID(conversationId) else {
+            throw PigeonClientError.invalid("\"\(conversationId)\" is not a conversation id")
+        }
+        let message = try store.insertOutgoing(
+            conversationId: conversationId, type: type, body: body, clientMessageId: UUID().uuidString.lowercased(),
+            clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000))
+        hub.emit(.messageStatusChanged(message))
+        engine.enqueue(OutboxItem(localId: message.localId, conversationId: conversationId, clientMessageId: message.clientMessageId))
+        return message
+    }
+
+    /// Sends a failed message (⚠️) again: back to ⏰ with fresh tries. Throws
+    /// ``PigeonClientError/Code-swift.struct/notRetryable`` for a message that has not failed or was sent from
+    /// another device.
+    @discardableResult
+    public func retry(localId: Int64) throws -> PigeonMessage {
+        let (message, item) = try store.markRetry(localId: localId)
+        hub.emit(.messageStatusChanged(message))
+        engine.requeue(item)
+        return message
+    }
+
+    /// Marks the conversation read up to `upToSeq` (default: every message on the device); the read receipt
+    /// goes out when online and turns the senders' ticks blue.
+    public func markRead(conversationId: String, upToSeq: Int64? = nil) throws {
+        if let conversation = try store.markRead(conversationId: Validation.canonicalUUID(conversationId) ?? conversationId, upToSeq: upToSeq) {
+            hub.emit(.conversationUpdated(conversation))
+            engine.receiptsChanged()
+        }
+    }
+
+    /// Tells the other members this user is (or stopped) typing. Needs the network.
+    public func setTyping(_ active: Bool, in conversationId: String) async throws {
+        try await engine.setTyping(conversationId: conversationId, active: active)
+    }
+
+    // MARK: Conversations (network)
+
+    /// Creates a conversation on the server with this user and `members` and saves it locally. Needs the network.
+    public func createConversation(members: [String], name: String? = nil) async throws -> PigeonConversation {
+        for member in members where !Validation.isValidUserId(member) {
+            throw PigeonClientError.invalid("\"\(member)\" is not a user id (1–64 characters of [A-Za-z0-9._@-])")
+        }
+        let conversation = try await engine.createConversation(CreateConversationRequest(members: members, name: name))
+        guard let local = try store.conversation(id: conversation.id) else {
+            throw PigeonClientError(.localDatabase, "conversation \(conversation.id) was not saved")
+        }
+        return local
+    }
+
+    /// Fetches the conversation list and every missing message now (what the periodic catch-up does), instead
+    /// of waiting for it. Needs the network.
+    public func catchUp() async throws {
+        try await engine.catchUp()
+    }
+
+    // MARK: Reading (local)
+
+    /// This device's conversations, most recently active first.
+    public func conversations() throws -> [PigeonConversation] {
+        try store.conversations()
+    }
+
+    public func conversation(id: String) throws -> PigeonConversation? {
+        try store.conversation(id: Validation.canonicalUUID(id) ?? id)
+    }
+
+    /// A page of messages, oldest first and newest last, from the local database. Without `before`: the newest
+    /// `limit` (unsent messages last); with `before` (a seq, e.g. the first one of the previous page): the page
+    /// just before it, for scrolling back.
+    public func messages(in conversationId: String, before: Int64? = nil, limit: Int = 50) throws -> MessagePageResult {
+        guard limit > 0 else { throw PigeonClientError.invalid("limit must be positive") }
+        let page = try store.messages(conversationId: Validation.canonicalUUID(conversationId) ?? conversationId, beforeSeq: before, limit: limit)
+        return MessagePageResult(messages: page.messages, hasMore: page.hasMore)
+    }
+
+    public func message(localId: Int64) throws -> PigeonMessage? {
+        try store.message(localId: localId)
+    }
+
+    /// Full-text search of message bodies on this device (FTS5), newest first. Each word matches as a prefix;
+    /// FTS syntax in `query` is taken literally.
+    public func search(_ query: String, in conversationId: String? = nil, limit: Int = 50) throws -> [PigeonMessage] {
+        try store.search(query, conversationId: conversationId.map { Validation.canonicalUUID($0) ?? $0 }, limit: limit)
+    }
+
+    /// Unsent messages of this device (⏰, spinner, ⚠️), oldest first.
+    public func unsentMessages() throws -> [PigeonMessage] {
+        try engine.outbox.withLockedValue { Array($0.items.keys) }.sorted().compactMap { try store.message(localId: $0) }
+    }
+}
+
+/// A page of ``PigeonClient/messages(in:before:limit:)``.
+public struct MessagePageResult: Sendable, Equatable {
+    /// Oldest first, newest last.
+    public var messages: [PigeonMessage]
+    /// Older messages exist on the device: pass the first message's seq as `before`.
+    public var hasMore: Bool
+}

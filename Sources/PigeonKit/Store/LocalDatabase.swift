@@ -1,0 +1,183 @@
+import Foundation
+import GRDB
+import PigeonProtocol
+
+/// Opens the SDK's SQLite database (WAL, versioned migrations) and rebuilds it when it cannot be opened.
+enum LocalDatabase {
+    /// How much a commit survives.
+    enum Durability: Sendable {
+        /// `synchronous = NORMAL` in WAL mode: a commit survives the app being killed (SIGKILL, a crash, a
+        /// force-quit) but the last commits may roll back on a power loss. No disk flush per write.
+        case survivesAppCrash
+        /// `synchronous = FULL`: every commit is flushed to disk before it returns (costs a flush per send).
+        case survivesPowerLoss
+    }
+
+    static func configuration(durability: Durability, readonly: Bool = false) -> Configuration {
+        var configuration = Configuration()
+        configuration.readonly = readonly
+        configuration.foreignKeysEnabled = true
+        configuration.busyMode = .timeout(10)
+        configuration.label = "PigeonKit"
+        if !readonly {
+            configuration.prepareDatabase { db in
+                try db.execute(sql: durability == .survivesPowerLoss ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
+            }
+        }
+        return configuration
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        // Seed 001's schema, grown: messages keep the server's id and seq beside the local id; the outbox and the
+        // sync state are tables of their own; the members' watermarks drive the ✓✓ and blue ticks.
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE device (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    userId TEXT NOT NULL,
+                    deviceId TEXT NOT NULL,
+                    streamCursor TEXT,
+                    needsFullSync INTEGER NOT NULL DEFAULT 1
+                );
+                CREATE TABLE conversations (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    name TEXT,
+                    createdAt INTEGER NOT NULL,
+                    lastSeq INTEGER NOT NULL DEFAULT 0,
+                    contiguousSeq INTEGER NOT NULL DEFAULT 0,
+                    readSeq INTEGER NOT NULL DEFAULT 0,
+                    lastActivityAt INTEGER NOT NULL
+                );
+                CREATE TABLE members (
+                    conversationId TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    userId TEXT NOT NULL,
+                    deliveredSeq INTEGER NOT NULL DEFAULT 0,
+                    readSeq INTEGER NOT NULL DEFAULT 0,
+                    PRIMARY KEY (conversationId, userId)
+                ) WITHOUT ROWID;
+                CREATE TABLE messages (
+                    localId INTEGER PRIMARY KEY AUTOINCREMENT,
+                    conversationId TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    clientMessageId TEXT NOT NULL,
+                    serverId TEXT UNIQUE,
+                    seq INTEGER,
+                    senderId TEXT NOT NULL,
+                    senderDeviceId TEXT NOT NULL,
+                    type TEXT NOT NULL,
+                    body TEXT NOT NULL,
+                    clientTimestamp INTEGER NOT NULL,
+                    acceptedAt INTEGER,
+                    storedAt INTEGER,
+                    isOutgoing INTEGER NOT NULL,
+                    status TEXT NOT NULL,
+                    failureCode TEXT,
+                    failureMessage TEXT,
+                    failureIsLocal INTEGER,
+                    deliveryPath TEXT,
+                    recipientsOnline INTEGER,
+                    UNIQUE (senderDeviceId, clientMessageId)
+                );
+                CREATE UNIQUE INDEX messages_by_seq ON messages(conversationId, seq) WHERE seq IS NOT NULL;
+                CREATE INDEX messages_unsent ON messages(conversationId, localId) WHERE seq IS NULL;
+                CREATE TABLE outbox (
+                    localId INTEGER PRIMARY KEY NOT NULL REFERENCES messages(localId) ON DELETE CASCADE,
+                    conversationId TEXT NOT NULL,
+                    clientMessageId TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    failed INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE VIRTUAL TABLE messages_fts USING fts5(
+                    body, content = 'messages', content_rowid = 'localId', tokenize = 'unicode61 remove_diacritics 2'
+                );
+                CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+                    INSERT INTO messages_fts(rowid, body) VALUES (new.localId, new.body);
+                END;
+                CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+                    INSERT INTO messages_fts(messages_fts, rowid, body) VALUES ('delete', old.localId, old.body);
+                END;
+                CREATE TRIGGER messages_fts_update AFTER UPDATE OF body ON messages BEGIN
+                    INSERT INTO messages_fts(messages_fts, rowid, body) VALUES ('delete', old.localId, old.body);
+                    INSERT INTO messages_fts(rowid, body) VALUES (new.localId, new.body);
+                END;
+                """)
+        }
+        return migrator
+    }
+
+    /// An unsent message read back from a database that is being rebuilt.
+    struct SalvagedOutboxItem: Sendable {
+        var conversationId: String
+        var clientMessageId: String
+        var type: String
+        var body: String
+        var clientTimestamp: Int64
+    }
+
+    /// Opens (creating or migrating) the database at `path`. A file that is not a readable Pigeon database
+    /// (corrupt, not SQLite, or migrated by a newer SDK) is moved aside and replaced by an empty one; its unsent
+    /// messages are read back when possible. Other failures (permissions, a full disk) are thrown: they say nothing
+    /// about the file, which is left alone.
+    static func open(path: String, durability: Durability) throws -> (DatabasePool, LocalDatabaseRecovery?, [SalvagedOutboxItem]) {
+        do {
+            return (try openAndMigrate(path: path, durability: durability), nil, [])
+        } catch let error where isUnreadable(error) {
+            let movedTo = path + ".unreadable-\(Int64(Date().timeIntervalSince1970 * 1000))"
+            let fileManager = FileManager.default
+            for suffix in ["", "-wal", "-shm"] where fileManager.fileExists(atPath: path + suffix) {
+                try fileManager.moveItem(atPath: path + suffix, toPath: movedTo + suffix)
+            }
+            let (salvaged, lost) = salvageOutbox(path: movedTo)
+            let pool = try openAndMigrate(path: path, durability: durability)
+            let recovery = LocalDatabaseRecovery(
+                movedTo: movedTo, reason: String(describing: error), recoveredOutboxItems: salvaged.count, lostOutboxItems: lost)
+            return (pool, recovery, salvaged)
+        }
+    }
+
+    private static func openAndMigrate(path: String, durability: Durability) throws -> DatabasePool {
+        let pool = try DatabasePool(path: path, configuration: configuration(durability: durability))
+        do {
+            let migrator = self.migrator
+            if try pool.read({ try migrator.hasBeenSuperseded($0) }) {
+                throw DatabaseError(resultCode: .SQLITE_NOTADB, message: "the database was migrated by a newer PigeonKit")
+            }
+            try migrator.migrate(pool)
+            // Touch every table, so a damaged schema or root page shows now rather than at the first send.
+            try pool.read { db in
+                for table in ["device", "conversations", "members", "messages", "outbox"] {
+                    _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(table)")
+                }
+            }
+            return pool
+        } catch {
+            try? pool.close()
+            throw error
+        }
+    }
+
+    private static func isUnreadable(_ error: any Error) -> Bool {
+        guard let error = error as? DatabaseError else { return false }
+        return error.resultCode == .SQLITE_CORRUPT || error.resultCode == .SQLITE_NOTADB || error.extendedResultCode == .SQLITE_CORRUPT_VTAB
+    }
+
+    /// Reads the unsent messages of an unreadable database, as far as it can: the items read and how many could
+    /// not be (`nil` when not even the outbox's size could be read).
+    private static func salvageOutbox(path: String) -> ([SalvagedOutboxItem], Int?) {
+        guard let queue = try? DatabaseQueue(path: path, configuration: configuration(durability: .survivesAppCrash, readonly: true)) else {
+            return ([], nil)
+        }
+        defer { try? queue.close() }
+        let total = try? queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM outbox") ?? 0 }
+        let rows = (try? queue.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT m.conversationId, m.clientMessageId, m.type, m.body, m.clientTimestamp
+                FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId
+                """)
+        }) ?? []
+        let items = rows.map {
+            SalvagedOutboxItem(conversationId: $0[0], clientMessageId: $0[1], type: $0[2], body: $0[3], clientTimestamp: $0[4])
+        }
+        return (items, total.map { max($0 - items.count, 0) })
+    }
+}

@@ -1,0 +1,389 @@
+import Foundation
+import GRDB
+import PigeonProtocol
+
+/// The SDK's local database: every message, conversation, outbox item and the stream cursor. Opening a chat reads
+/// from here; the network only updates it. All writes are short transactions on GRDB's single writer.
+final class LocalStore: Sendable {
+    let pool: DatabasePool
+    let userId: String
+    let deviceId: String
+    /// Set when the database had to be rebuilt at open.
+    let recovery: LocalDatabaseRecovery?
+
+    init(path: String, userId: String, deviceId: String, durability: LocalDatabase.Durability) throws {
+        let (pool, recovery, salvaged) = try LocalDatabase.open(path: path, durability: durability)
+        self.pool = pool
+        self.userId = userId
+        self.deviceId = deviceId
+        self.recovery = recovery
+        try pool.write { db in
+            if let row = try Row.fetchOne(db, sql: "SELECT userId, deviceId FROM device WHERE id = 1") {
+                let (storedUser, storedDevice): (String, String) = (row[0], row[1])
+                guard storedUser == userId, storedDevice == deviceId else {
+                    throw PigeonClientError(
+                        .wrongDatabase,
+                        "\(path) belongs to user \(storedUser), device \(storedDevice); these credentials are user \(userId), device \(deviceId)")
+                }
+            } else {
+                try db.execute(sql: "INSERT INTO device (id, userId, deviceId) VALUES (1, ?, ?)", arguments: [userId, deviceId])
+            }
+            for item in salvaged {
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO conversations (id, createdAt, lastActivityAt) VALUES (?, 0, ?)",
+                    arguments: [item.conversationId, item.clientTimestamp])
+                try db.execute(
+                    sql: """
+                        INSERT OR IGNORE INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending')
+                        """,
+                    arguments: [item.conversationId, item.clientMessageId, userId, deviceId, item.type, item.body, item.clientTimestamp])
+                if db.changesCount > 0 {
+                    try db.execute(
+                        sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) VALUES (?, ?, ?)",
+                        arguments: [db.lastInsertedRowID, item.conversationId, item.clientMessageId])
+                }
+            }
+        }
+    }
+
+    func close() {
+        try? pool.close()
+    }
+
+    // MARK: Sending
+
+    /// Saves an outgoing message and its outbox item in one transaction.
+    func insertOutgoing(conversationId: String, type: String, body: String, clientMessageId: String, clientTimestamp: Int64) throws -> PigeonMessage {
+        try pool.write { db in
+            let exists = try db.cachedStatement(sql: "UPDATE conversations SET lastActivityAt = ? WHERE id = ?")
+            try exists.execute(arguments: [clientTimestamp, conversationId])
+            guard db.changesCount == 1 else {
+                throw PigeonClientError(.unknownConversation, "conversation \(conversationId) is not on this device")
+            }
+            try db.cachedStatement(sql: """
+                INSERT INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending')
+                """).execute(arguments: [conversationId, clientMessageId, userId, deviceId, type, body, clientTimestamp])
+            let localId = db.lastInsertedRowID
+            try db.cachedStatement(sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) VALUES (?, ?, ?)")
+                .execute(arguments: [localId, conversationId, clientMessageId])
+            return PigeonMessage(
+                localId: localId, conversationId: conversationId, clientMessageId: clientMessageId, serverId: nil, seq: nil,
+                senderId: userId, senderDeviceId: deviceId, type: type, body: body, clientTimestamp: clientTimestamp,
+                acceptedAt: nil, storedAt: nil, isOutgoing: true, status: .pending, deliveryPath: nil, recipientsOnline: nil, failure: nil)
+        }
+    }
+
+    /// The outbox as it was left (after a restart: the app may have been killed mid-send).
+    func loadOutbox() throws -> [OutboxItem] {
+        try pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT o.localId, o.conversationId, o.clientMessageId, o.attempts, o.failed, m.failureCode, m.failureMessage
+                FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId
+                """
+            ).map { row in
+                let failed: Bool = row[4]
+                let state: OutboxItem.State = failed
+                    ? .failed(ErrorDetail(code: ErrorCode(rawValue: row[5] ?? "internal"), message: row[6] ?? "failed"))
+                    : .queued(notBefore: nil)
+                return OutboxItem(localId: row[0], conversationId: row[1], clientMessageId: row[2], attempts: row[3], state: state)
+            }
+        }
+    }
+
+    /// The request to put on the wire for an outbox item.
+    func sendRequest(localId: Int64) throws -> SendMessageRequest? {
+        try pool.read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT clientMessageId, type, body, clientTimestamp FROM messages WHERE localId = ?"), arguments: [localId])
+                .map { SendMessageRequest(clientMessageId: $0[0], type: $0[1], body: $0[2], clientTimestamp: $0[3]) }
+        }
+    }
+
+    /// Applies `evidence` to an outgoing message; returns the message when its status changed.
+    func applyEvidence(_ evidence: StatusEvidence, localId: Int64, failure: ErrorDetail? = nil) throws -> PigeonMessage? {
+        try pool.write { db in try self.applyEvidence(db, evidence, localId: localId, failure: failure) }
+    }
+
+    /// The accept answer arrived: the item leaves the outbox and the message is at least ✓.
+    func markAccepted(localId: Int64, response: SendMessageResponse) throws -> PigeonMessage? {
+        try pool.write { db in
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE localId = ?").execute(arguments: [localId])
+            try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?), acceptedAt = coalesce(acceptedAt, ?) WHERE localId = ?")
+                .execute(arguments: [response.serverId, response.acceptedAt, localId])
+            var changed = try self.applyEvidence(db, .accepted, localId: localId)
+            if response.status == .stored, let seq = response.seq {
+                changed = try self.recordStored(db, localId: localId, seq: seq, storedAt: nil, recipientsOnline: nil) ?? changed
+            }
+            return changed
+        }
+    }
+
+    /// Retries spent or refused: the item stays in the outbox as failed (so `retry` can restart it).
+    func markFailed(localId: Int64, reason: ErrorDetail, attempts: Int) throws -> PigeonMessage? {
+        try pool.write { db in
+            try db.cachedStatement(sql: "UPDATE outbox SET failed = 1, attempts = ? WHERE localId = ?").execute(arguments: [attempts, localId])
+            return try self.applyEvidence(db, .failedLocally, localId: localId, failure: reason)
+        }
+    }
+
+    func recordAttempts(localId: Int64, attempts: Int) throws {
+        try pool.write { db in
+            try db.cachedStatement(sql: "UPDATE outbox SET attempts = ? WHERE localId = ?").execute(arguments: [attempts, localId])
+        }
+    }
+
+    /// Puts a failed message back in the outbox. A message the *server* refused (dead-lettered) gets a new
+    /// clientMessageId: resending the old one would only be answered with the old failure.
+    func markRetry(localId: Int64) throws -> (PigeonMessage, OutboxItem) {
+        try pool.write { db in
+            guard let message = try self.message(db, localId: localId) else {
+                throw PigeonClientError(.unknownMessage, "no message with local id \(localId)")
+            }
+            guard message.status == .failed, message.isSent(byDevice: deviceId) else {
+                throw PigeonClientError(.notRetryable, "message \(localId) is \(message.status.rawValue), not a failed message of this device")
+            }
+            let failureIsLocal = try Bool.fetchOne(db, sql: "SELECT failureIsLocal FROM messages WHERE localId = ?", arguments: [localId]) ?? true
+            var clientMessageId = message.clientMessageId
+            if !failureIsLocal {
+                clientMessageId = UUID().uuidString.lowercased()
+                try db.execute(sql: "UPDATE messages SET clientMessageId = ?, serverId = NULL, acceptedAt = NULL WHERE localId = ?", arguments: [clientMessageId, localId])
+            }
+            try db.execute(sql: "DELETE FROM outbox WHERE localId = ?", arguments: [localId])
+            try db.execute(
+                sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) VALUES (?, ?, ?)",
+                arguments: [localId, message.conversationId, clientMessageId])
+            try db.execute(
+                sql: "UPDATE messages SET status = 'pending', failureCode = NULL, failureMessage = NULL, failureIsLocal = NULL WHERE localId = ?",
+                arguments: [localId])
+            var updated = message
+            updated.status = .pending
+            updated.failure = nil
+            updated.clientMessageId = clientMessageId
+            return (updated, OutboxItem(localId: localId, conversationId: message.conversationId, clientMessageId: clientMessageId))
+        }
+    }
+
+    // MARK: Status helpers (inside a write)
+
+    func applyEvidence(_ db: Database, _ evidence: StatusEvidence, localId: Int64, failure: ErrorDetail? = nil) throws -> PigeonMessage? {
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT status, failureIsLocal FROM messages WHERE localId = ?"), arguments: [localId]),
+            let current = MessageStatus(rawValue: row[0])
+        else { return nil }
+        let failureIsLocal: Bool = row[1] ?? true
+        guard let next = current.applying(evidence, failureIsLocal: failureIsLocal) else { return nil }
+        if next == .failed {
+            try db.cachedStatement(sql: "UPDATE messages SET status = 'failed', failureCode = ?, failureMessage = ?, failureIsLocal = ? WHERE localId = ?")
+                .execute(arguments: [failure?.code.rawValue, failure?.message, evidence == .failedLocally, localId])
+        } else {
+            try db.cachedStatement(sql: "UPDATE messages SET status = ?, failureCode = NULL, failureMessage = NULL, failureIsLocal = NULL WHERE localId = ?")
+                .execute(arguments: [next.rawValue, localId])
+        }
+        return try message(db, localId: localId)
+    }
+
+    /// Gives an outgoing message its seq, then lets the members' watermarks take it as far as they prove.
+    func recordStored(_ db: Database, localId: Int64, seq: Int64, storedAt: Int64?, recipientsOnline: Int?) throws -> PigeonMessage? {
+        guard let conversationId = try String.fetchOne(db.cachedStatement(sql: "SELECT conversationId FROM messages WHERE localId = ?"), arguments: [localId]) else {
+            return nil
+        }
+        // A row already holding this seq (say, a copy fetched from history before the ack) is the same message.
+        try db.cachedStatement(sql: "DELETE FROM messages WHERE conversationId = ? AND seq = ? AND localId != ?").execute(arguments: [conversationId, seq, localId])
+        let path: String? = recipientsOnline.map { $0 > 0 ? DeliveryPath.direct.rawValue : DeliveryPath.mailbox.rawValue }
+        try db.cachedStatement(sql: """
+            UPDATE messages SET seq = ?, storedAt = coalesce(?, storedAt), recipientsOnline = coalesce(?, recipientsOnline),
+                deliveryPath = coalesce(?, deliveryPath) WHERE localId = ?
+            """).execute(arguments: [seq, storedAt, recipientsOnline, path, localId])
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE localId = ?").execute(arguments: [localId])
+        try db.cachedStatement(sql: "UPDATE conversations SET lastSeq = max(lastSeq, ?) WHERE id = ?").execute(arguments: [seq, conversationId])
+        var changed = try applyEvidence(db, .stored, localId: localId)
+        let (delivered, read) = try othersWatermarks(db, conversationId: conversationId)
+        if let delivered, seq <= delivered { changed = try applyEvidence(db, .deliveredToAll, localId: localId) ?? changed }
+        if let read, seq <= read { changed = try applyEvidence(db, .readByAll, localId: localId) ?? changed }
+        if changed == nil, recipientsOnline != nil { return try message(db, localId: localId) }
+        return changed
+    }
+
+    /// The lowest delivered and read watermarks among the other members (`nil` when there is no other member).
+    func othersWatermarks(_ db: Database, conversationId: String) throws -> (Int64?, Int64?) {
+        let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT min(deliveredSeq), min(readSeq), count(*) FROM members WHERE conversationId = ? AND userId != ?"),
+            arguments: [conversationId, userId])
+        guard let row, (row[2] as Int) > 0 else { return (nil, nil) }
+        return (row[0], row[1])
+    }
+
+    // MARK: Reading
+
+    static let messageColumns = """
+        localId, conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
+        acceptedAt, storedAt, isOutgoing, status, failureCode, failureMessage, deliveryPath, recipientsOnline
+        """
+
+    static func message(from row: Row) -> PigeonMessage {
+        let failureCode: String? = row[14]
+        return PigeonMessage(
+            localId: row[0], conversationId: row[1], clientMessageId: row[2], serverId: row[3], seq: row[4], senderId: row[5],
+            senderDeviceId: row[6], type: row[7], body: row[8], clientTimestamp: row[9], acceptedAt: row[10], storedAt: row[11],
+            isOutgoing: row[12], status: MessageStatus(rawValue: row[13]) ?? .pending,
+            deliveryPath: (row[16] as String?).flatMap(DeliveryPath.init(rawValue:)), recipientsOnline: row[17],
+            failure: failureCode.map { ErrorDetail(code: ErrorCode(rawValue: $0), message: row[15] ?? "") })
+    }
+
+    func message(_ db: Database, localId: Int64) throws -> PigeonMessage? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE localId = ?"), arguments: [localId]).map(Self.message(from:))
+    }
+
+    func message(localId: Int64) throws -> PigeonMessage? {
+        try pool.read { try self.message($0, localId: localId) }
+    }
+
+    func message(clientMessageId: String) throws -> PigeonMessage? {
+        try pool.read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE senderDeviceId = ? AND clientMessageId = ?"),
+                arguments: [deviceId, clientMessageId]
+            ).map(Self.message(from:))
+        }
+    }
+
+    /// A page of a conversation, oldest first (newest last). Without `beforeSeq`: the newest `limit` messages,
+    /// the unsent ones (no seq yet) last. With it: the `limit` stored messages just before that seq.
+    func messages(conversationId: String, beforeSeq: Int64?, limit: Int) throws -> (messages: [PigeonMessage], hasMore: Bool) {
+        try pool.read { db in
+            var page: [PigeonMessage] = []
+            var remaining = limit
+            if beforeSeq == nil {
+                let unsent = try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NULL ORDER BY localId DESC LIMIT ?"),
+                    arguments: [conversationId, limit + 1]
+                ).map(Self.message(from:))
+                if unsent.count > limit { return (Array(unsent.prefix(limit).reversed()), true) }
+                page = unsent.reversed()
+                remaining -= unsent.count
+            }
+            let stored = try Row.fetchAll(db.cachedStatement(sql: """
+                    SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NOT NULL AND seq < ?
+                    ORDER BY seq DESC LIMIT ?
+                    """),
+                arguments: [conversationId, beforeSeq ?? Int64.max, remaining + 1]
+            ).map(Self.message(from:))
+            let hasMore = stored.count > remaining
+            return (stored.prefix(remaining).reversed() + page, hasMore)
+        }
+    }
+
+    /// Full-text search (FTS5, `unicode61` tokens, diacritics ignored), newest first. `query` is taken as plain
+    /// words, each a prefix (`hel wor` finds "hello world"), never as FTS syntax.
+    func search(_ query: String, conversationId: String?, limit: Int) throws -> [PigeonMessage] {
+        let words = query.split { $0.isWhitespace || $0.isPunctuation || $0.isSymbol }.map { word in
+            "\"" + word.replacingOccurrences(of: "\"", with: "\"\"") + "\"*"
+        }
+        guard !words.isEmpty else { return [] }
+        let match = words.joined(separator: " ")
+        return try pool.read { db in
+            let columns = Self.messageColumns.split(separator: ",").map { "m." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", ")
+            var sql = "SELECT \(columns) FROM messages_fts f JOIN messages m ON m.localId = f.rowid WHERE messages_fts MATCH ?"
+            var arguments: StatementArguments = [match]
+            if let conversationId {
+                sql += " AND m.conversationId = ?"
+                arguments += [conversationId]
+            }
+            sql += " ORDER BY m.localId DESC LIMIT ?"
+            arguments += [limit]
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.message(from:))
+        }
+    }
+
+    func conversations() throws -> [PigeonConversation] {
+        try pool.read { db in
+            try String.fetchAll(db, sql: "SELECT id FROM conversations ORDER BY lastActivityAt DESC, id").compactMap { try self.conversation(db, id: $0) }
+        }
+    }
+
+    func conversation(id: String) throws -> PigeonConversation? {
+        try pool.read { try self.conversation($0, id: id) }
+    }
+
+    func conversation(_ db: Database, id: String) throws -> PigeonConversation? {
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq FROM conversations WHERE id = ?"), arguments: [id])
+        else { return nil }
+        let readSeq: Int64 = row[5]
+        let members = try Row.fetchAll(db.cachedStatement(sql: "SELECT userId, deliveredSeq, readSeq FROM members WHERE conversationId = ? ORDER BY userId"), arguments: [id]
+        ).map { ConversationMember(userId: $0[0], deliveredSeq: $0[1], readSeq: $0[2]) }
+        let unread = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversationId = ? AND seq > ? AND isOutgoing = 0"), arguments: [id, readSeq]) ?? 0
+        let last = try Row.fetchOne(db.cachedStatement(sql: """
+                SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ?
+                ORDER BY seq IS NULL DESC, localId DESC LIMIT 1
+                """),
+            arguments: [id]
+        ).map(Self.message(from:))
+        let newest: PigeonMessage?
+        if let last, last.seq != nil {
+            newest = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1"),
+                arguments: [id]
+            ).map(Self.message(from:))
+        } else {
+            newest = last
+        }
+        return PigeonConversation(
+            id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], contiguousSeq: row[4], readSeq: readSeq, members: members,
+            unreadCount: unread, lastMessage: newest)
+    }
+
+    // MARK: Read receipts and sync state
+
+    /// Moves this user's read watermark up to `upToSeq` (default: everything on the device); returns the
+    /// conversation when it moved.
+    func markRead(conversationId: String, upToSeq: Int64?) throws -> PigeonConversation? {
+        try pool.write { db in
+            guard let contiguous = try Int64.fetchOne(db, sql: "SELECT contiguousSeq FROM conversations WHERE id = ?", arguments: [conversationId]) else {
+                throw PigeonClientError(.unknownConversation, "conversation \(conversationId) is not on this device")
+            }
+            let target = min(upToSeq ?? contiguous, contiguous)
+            try db.execute(sql: "UPDATE conversations SET readSeq = ? WHERE id = ? AND readSeq < ?", arguments: [target, conversationId, target])
+            guard db.changesCount > 0 else { return nil }
+            try db.execute(
+                sql: "UPDATE messages SET status = 'read' WHERE conversationId = ? AND isOutgoing = 0 AND seq <= ? AND status != 'read'",
+                arguments: [conversationId, target])
+            return try self.conversation(db, id: conversationId)
+        }
+    }
+
+    /// Watermarks this device owes the server: delivered up to the contiguous seq, read up to the local read
+    /// watermark, where the server's record of this user is lower.
+    func pendingReceipts() throws -> [(conversationId: String, kind: ReceiptKind, upToSeq: Int64)] {
+        try pool.read { db in
+            var out: [(String, ReceiptKind, Int64)] = []
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.id, c.contiguousSeq, c.readSeq, coalesce(m.deliveredSeq, 0), coalesce(m.readSeq, 0)
+                    FROM conversations c LEFT JOIN members m ON m.conversationId = c.id AND m.userId = ?
+                    WHERE c.contiguousSeq > coalesce(m.deliveredSeq, 0) OR c.readSeq > coalesce(m.readSeq, 0)
+                    """,
+                arguments: [userId])
+            for row in rows {
+                let (id, contiguous, read, serverDelivered, serverRead): (String, Int64, Int64, Int64, Int64) = (row[0], row[1], row[2], row[3], row[4])
+                if read > serverRead { out.append((id, .read, read)) }
+                if contiguous > max(serverDelivered, read) { out.append((id, .delivered, contiguous)) }
+            }
+            return out
+        }
+    }
+
+    func syncState() throws -> (cursor: String?, needsFullSync: Bool) {
+        try pool.read { db in
+            let row = try Row.fetchOne(db, sql: "SELECT streamCursor, needsFullSync FROM device WHERE id = 1")
+            return (row?[0], row?[1] ?? true)
+        }
+    }
+
+    func setNeedsFullSync(_ value: Bool) throws {
+        try pool.write { try $0.execute(sql: "UPDATE device SET needsFullSync = ? WHERE id = 1", arguments: [value]) }
+    }
+
+    /// Conversations whose known last seq is beyond what is on the device.
+    func gaps() throws -> [(conversationId: String, after: Int64)] {
+        try pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, contiguousSeq FROM conversations WHERE lastSeq > contiguousSeq ORDER BY id").map { ($0[0], $0[1]) }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+/// Keeps the announcement of received messages in seq order per conversation (seed 004's gap case, without its
+/// bug): a message beyond a gap is persisted at once, but announced only when every seq before it is on the
+/// device. Nothing is ever dropped, however long the gap takes to fill: only `release` empties the queue. Pure.
+package struct ReceiveOrder<Item: Sendable>: Sendable {
+    private var held: [String: [(seq: Int64, item: Item)]] = [:]
+
+    package init() {}
+
+    /// Held messages in every conversation.
+    package var heldCount: Int { held.values.reduce(0) { $0 + $1.count } }
+
+    /// Takes `item` (stored with `seq`) and returns what may be announced now that the conversation's contiguous
+    /// seq is `contiguous`: the item itself when `seq <= contiguous`, then any held items the gap closing freed,
+    /// in seq order.
+    package mutating func receive(_ item: Item, seq: Int64, conversationId: String, contiguous: Int64) -> [Item] {
+        var line = held[conversationId, default: []]
+        let index = line.firstIndex { $0.seq > seq } ?? line.endIndex
+        line.insert((seq, item), at: index)
+        held[conversationId] = line
+        return release(conversationId: conversationId, contiguous: contiguous)
+    }
+
+    /// Everything held in the conversation at or below `contiguous`, in seq order.
+    package mutating func release(conversationId: String, contiguous: Int64) -> [Item] {
+        guard let line = held[conversationId] else { return [] }
+        let split = line.firstIndex { $0.seq > contiguous } ?? line.endIndex
+        guard split > 0 else { return [] }
+        let out = line[..<split].map(\.item)
+        held[conversationId] = split == line.endIndex ? nil : Array(line[split...])
+        return out
+    }
+}

@@ -1,0 +1,129 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import PigeonProtocol
+
+/// The real transport: API.md's REST calls through async-http-client, the event stream through the
+/// hummingbird-websocket client or as server-sent events.
+package struct HTTPTransport: PigeonTransport {
+    let baseURL: String
+    let token: String
+    let requestTimeout: Duration
+    let connectTimeout: Duration
+    /// WebSocket: interval of the client's pings (a missing pong closes the connection). SSE: the stream is
+    /// closed when nothing (not even the server's keep-alive comment) arrived for twice this long.
+    let liveness: Duration
+    let logger: Logger
+    var http: HTTPClient { .shared }
+
+    package init(baseURL: URL, token: String, requestTimeout: Duration, connectTimeout: Duration, liveness: Duration, logger: Logger) {
+        var base = baseURL.absoluteString
+        while base.hasSuffix("/") { base.removeLast() }
+        self.baseURL = base
+        self.token = token
+        self.requestTimeout = requestTimeout
+        self.connectTimeout = connectTimeout
+        self.liveness = liveness
+        self.logger = logger
+    }
+
+    // MARK: REST
+
+    /// `POST /v1/devices` (open registration): no token needed.
+    static func registerDevice(baseURL: URL, _ request: RegisterDeviceRequest, timeout: Duration) async throws -> DeviceRegistration {
+        let transport = HTTPTransport(baseURL: baseURL, token: "", requestTimeout: timeout, connectTimeout: timeout, liveness: .seconds(15), logger: Logger(label: "PigeonKit"))
+        return try await transport.call(.POST, "/v1/devices", body: request, authorized: false)
+    }
+
+    package func sendMessage(conversationId: String, _ request: SendMessageRequest) async throws -> SendMessageResponse {
+        try await call(.POST, "/v1/conversations/\(conversationId)/messages", body: request)
+    }
+
+    package func postReceipt(conversationId: String, _ request: ReceiptRequest) async throws -> ReceiptResponse {
+        try await call(.POST, "/v1/conversations/\(conversationId)/receipts", body: request)
+    }
+
+    package func postTyping(conversationId: String, active: Bool) async throws {
+        let _: Empty = try await call(.POST, "/v1/conversations/\(conversationId)/typing", body: TypingRequest(active: active))
+    }
+
+    package func createConversation(_ request: CreateConversationRequest) async throws -> Conversation {
+        try await call(.POST, "/v1/conversations", body: request)
+    }
+
+    package func conversations() async throws -> [Conversation] {
+        let list: ConversationList = try await call(.GET, "/v1/conversations", body: Empty?.none)
+        return list.conversations
+    }
+
+    package func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {
+        try await call(.GET, "/v1/conversations/\(conversationId)/messages?after=\(after)&limit=\(limit)", body: Empty?.none)
+    }
+
+    private struct Empty: Codable {}
+
+    private func call<Body: Encodable, Response: Decodable>(
+        _ method: HTTPMethod, _ path: String, body: Body?, authorized: Bool = true
+    ) async throws -> Response {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = method
+        if authorized { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(data: try JSONEncoder().encode(body)))
+        }
+        let response: HTTPClientResponse
+        let bytes: ByteBuffer
+        do {
+            response = try await http.execute(request, timeout: TimeAmount(requestTimeout))
+            bytes = try await response.body.collect(upTo: 16 << 20)
+        } catch {
+            throw Self.networkError(error, method: method, path: path)
+        }
+        let status = Int(response.status.code)
+        guard (200..<300).contains(status) else {
+            throw Self.serverError(status: status, headers: response.headers, body: bytes)
+        }
+        if Response.self == Empty.self, bytes.readableBytes == 0 { return Empty() as! Response }
+        do {
+            return try JSONDecoder().decode(Response.self, from: bytes)
+        } catch {
+            throw PigeonClientError(.server, "\(method) \(path): undecodable answer (\(error))", httpStatus: status)
+        }
+    }
+
+    static func serverError(status: Int, headers: HTTPHeaders, body: ByteBuffer) -> PigeonClientError {
+        let detail = (try? JSONDecoder().decode(ErrorBody.self, from: body))?.error
+            ?? ErrorDetail(code: status >= 500 ? .internalError : .invalidRequest, message: "HTTP \(status)")
+        return PigeonClientError(
+            .server, detail.message, serverError: detail, httpStatus: status, retryAfterSeconds: headers.first(name: "Retry-After").flatMap { Int($0) })
+    }
+
+    static func networkError(_ error: any Error, method: HTTPMethod, path: String) -> PigeonClientError {
+        if let error = error as? PigeonClientError { return error }
+        if let error = error as? HTTPClientError, error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
+            return PigeonClientError(.timeout, "\(method) \(path): no answer in time")
+        }
+        return PigeonClientError(.network, "\(method) \(path): \(error)")
+    }
+
+    // MARK: Event stream
+
+    package func openStream(kind: StreamKind, cursor: String?) async throws -> any EventStreamConnection {
+        var query = ""
+        if let cursor, let encoded = cursor.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed.subtracting(CharacterSet(charactersIn: "&=+"))) {
+            query = "?cursor=" + encoded
+        }
+        switch kind {
+        case .webSocket:
+            return try await WebSocketEventStream.open(
+                url: baseURL + "/v1/ws" + query, token: token, timeout: connectTimeout, pingInterval: liveness, logger: logger)
+        case .serverSentEvents:
+            return try await ServerSentEventStream.open(
+                http: http, url: baseURL + "/v1/events" + query, token: token, timeout: connectTimeout, idleTimeout: liveness * 2)
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import AsyncHTTPClient
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import PigeonProtocol
+
+/// The event stream over `GET /v1/events` (server-sent events), for networks that block WebSockets. Operations go
+/// out as HTTP requests, so ``send(_:)`` throws.
+final class ServerSentEventStream: EventStreamConnection {
+    let kind = StreamKind.serverSentEvents
+    private let buffer = FrameBuffer()
+    private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
+
+    static func open(http: HTTPClient, url: String, token: String, timeout: Duration, idleTimeout: Duration) async throws -> ServerSentEventStream {
+        let connection = ServerSentEventStream()
+        let gate = ConnectGate()
+        let buffer = connection.buffer
+        var request = HTTPClientRequest(url: url)
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        request.headers.add(name: "Accept", value: "text/event-stream")
+        let runTask = Task {
+            do {
+                let response = try await http.execute(request, deadline: .distantFuture)
+                guard response.status == .ok else {
+                    let body = try await response.body.collect(upTo: 1 << 20)
+                    throw HTTPTransport.serverError(status: Int(response.status.code), headers: response.headers, body: body)
+                }
+                gate.succeed()
+                let lastActivity = NIOLockedValueBox(ContinuousClock.now)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        var parser = ServerSentEventParser()
+                        let decoder = JSONDecoder()
+                        for try await chunk in response.body {
+                            lastActivity.withLockedValue { $0 = .now }
+                            for event in parser.feed(chunk.readableBytesView) {
+                                if let frame = try? decoder.decode(ServerFrame.self, from: Data(event.data.utf8)) { buffer.append(frame) }
+                            }
+                        }
+                    }
+                    group.addTask {
+                        while true {
+                            try await Task.sleep(for: idleTimeout / 4)
+                            if ContinuousClock.now - lastActivity.withLockedValue({ $0 }) > idleTimeout { return }
+                        }
+                    }
+                    _ = try await group.next()
+                    group.cancelAll()
+                }
+                buffer.finish()
+            } catch {
+                gate.fail(error as? PigeonClientError ?? HTTPTransport.networkError(error, method: .GET, path: "/v1/events"))
+                buffer.finish()
+            }
+        }
+        connection.task.withLockedValue { $0 = runTask }
+        do {
+            try await gate.wait(timeout: timeout)
+        } catch {
+            connection.close()
+            throw error
+        }
+        return connection
+    }
+
+    func nextBatch() async throws -> [ServerFrame]? {
+        try await buffer.nextBatch()
+    }
+
+    func send(_ operation: ClientOperation) throws {
+        throw PigeonClientError(.network, "a server-sent events stream carries no operations; use HTTP")
+    }
+
+    func close() {
+        buffer.finish()
+        task.withLockedValue { $0 }?.cancel()
+    }
+}

@@ -1,0 +1,88 @@
+import Foundation
+import HTTPTypes
+import HummingbirdWSClient
+import Logging
+import NIOConcurrencyHelpers
+import PigeonProtocol
+
+/// The event stream over `GET /v1/ws`. The socket lives in a task owned by this object; ``close()`` ends it.
+final class WebSocketEventStream: EventStreamConnection {
+    let kind = StreamKind.webSocket
+    private let buffer = FrameBuffer()
+    private let outgoing: AsyncStream<String>.Continuation
+    private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
+
+    private init(outgoing: AsyncStream<String>.Continuation) {
+        self.outgoing = outgoing
+    }
+
+    static func open(url: String, token: String, timeout: Duration, pingInterval: Duration, logger: Logger) async throws -> WebSocketEventStream {
+        let (outStream, outContinuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .unbounded)
+        let connection = WebSocketEventStream(outgoing: outContinuation)
+        let gate = ConnectGate()
+        var headers = HTTPFields()
+        headers[.authorization] = "Bearer \(token)"
+        let configuration = WebSocketClientConfiguration(
+            maxFrameSize: 1 << 20, additionalHeaders: headers, closeTimeout: .seconds(1), autoPing: .enabled(timePeriod: pingInterval))
+        let buffer = connection.buffer
+        let client = WebSocketClient(url: url, configuration: configuration, logger: logger) { inbound, outbound, _ in
+            gate.succeed()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    let decoder = JSONDecoder()
+                    for try await message in inbound.messages(maxSize: 1 << 20) {
+                        guard case .text(let text) = message else { continue }
+                        do {
+                            buffer.append(try decoder.decode(ServerFrame.self, from: Data(text.utf8)))
+                        } catch {
+                            logger.warning("undecodable frame skipped", metadata: ["frame": "\(text.prefix(200))", "error": "\(error)"])
+                        }
+                    }
+                }
+                group.addTask {
+                    for await text in outStream { try await outbound.write(.text(text)) }
+                }
+                _ = try await group.next()
+                group.cancelAll()
+            }
+        }
+        let runTask = Task {
+            do {
+                try await client.run()
+                gate.fail(PigeonClientError(.network, "the WebSocket closed before it opened"))
+                buffer.finish()
+            } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
+                gate.fail(PigeonClientError(.webSocketRefused, "WebSocket \(url): the upgrade was refused"))
+                buffer.finish()
+            } catch {
+                gate.fail(PigeonClientError(.network, "WebSocket \(url): \(error)"))
+                buffer.finish()
+            }
+            outContinuation.finish()
+        }
+        connection.task.withLockedValue { $0 = runTask }
+        do {
+            try await gate.wait(timeout: timeout)
+        } catch {
+            connection.close()
+            throw error
+        }
+        return connection
+    }
+
+    func nextBatch() async throws -> [ServerFrame]? {
+        try await buffer.nextBatch()
+    }
+
+    func send(_ operation: ClientOperation) throws {
+        guard !buffer.isFinished else { throw PigeonClientError(.network, "the connection is closed") }
+        let data = try JSONEncoder().encode(operation)
+        outgoing.yield(String(decoding: data, as: UTF8.self))
+    }
+
+    func close() {
+        buffer.finish()
+        outgoing.finish()
+        task.withLockedValue { $0 }?.cancel()
+    }
+}
