@@ -56,7 +56,9 @@ final class TypingTracker: Service {
     }
 
     func run() async throws {
-        while !Task.isShuttingDownGracefully {
+        // Cancellation ends it too (an embedding app may cancel the server's task instead of shutting it down):
+        // `try?` makes the sleep return at once when cancelled, which without this check would spin forever.
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(500))
             let now = ContinuousClock.now
             let expired = active.withLockedValue { active -> [(Key, Indicator)] in
