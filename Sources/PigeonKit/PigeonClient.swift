@@ -72,6 +72,11 @@ public final class PigeonClient: Sendable, Service {
     public var userId: String { configuration.credentials.userId }
     public var deviceId: String { configuration.credentials.deviceId }
 
+    /// The writer's `PRAGMA synchronous` (1 NORMAL, 2 FULL): what ``Configuration-swift.struct/flushEveryWrite`` chose.
+    package func localDatabaseSynchronousSetting() throws -> Int {
+        try store.writerSynchronousSetting()
+    }
+
     /// Set when the local database could not be opened and was rebuilt.
     public var localDatabaseRecovery: LocalDatabaseRecovery? { store.recovery }
 

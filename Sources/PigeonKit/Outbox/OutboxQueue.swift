@@ -46,6 +46,8 @@ package struct OutboxQueue: Sendable {
     package mutating func dispatchDue(now: ContinuousClock.Instant, policy: RetryPolicy) -> [OutboxItem] {
         var out: [OutboxItem] = []
         for (_, line) in lines {
+            // One at a time: a retried item that re-entered the line ahead of one already on the wire waits for it.
+            guard !line.contains(where: { items[$0]?.isInFlight == true }) else { continue }
             guard let head = line.first(where: { items[$0]?.isFailed == false }), var item = items[head] else { continue }
             if item.dispatch(now: now, policy: policy) == .send {
                 items[head] = item
@@ -68,8 +70,10 @@ package struct OutboxQueue: Sendable {
         for id in items.keys { _ = update(id) { $0.connectionLost() } }
     }
 
-    /// The earliest instant something changes on its own: a backoff ends or an ACK deadline passes.
-    package func nextWakeUp() -> ContinuousClock.Instant? {
+    /// The earliest instant after `now` when something changes on its own: a backoff ends or an ACK deadline
+    /// passes. Instants already past are left out: what they allow has happened or waits for another event (a
+    /// connection, the previous message's answer), which wakes the dispatcher itself.
+    package func nextWakeUp(after now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
         var earliest: ContinuousClock.Instant?
         for item in items.values {
             let instant: ContinuousClock.Instant?
@@ -78,7 +82,7 @@ package struct OutboxQueue: Sendable {
             case .inFlight(_, let deadline): instant = deadline
             case .failed: instant = nil
             }
-            if let instant, earliest.map({ instant < $0 }) ?? true { earliest = instant }
+            if let instant, instant > now, earliest.map({ instant < $0 }) ?? true { earliest = instant }
         }
         return earliest
     }

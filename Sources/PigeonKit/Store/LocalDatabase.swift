@@ -13,17 +13,12 @@ enum LocalDatabase {
         case survivesPowerLoss
     }
 
-    static func configuration(durability: Durability, readonly: Bool = false) -> Configuration {
+    static func configuration(readonly: Bool = false) -> Configuration {
         var configuration = Configuration()
         configuration.readonly = readonly
         configuration.foreignKeysEnabled = true
         configuration.busyMode = .timeout(10)
         configuration.label = "PigeonKit"
-        if !readonly {
-            configuration.prepareDatabase { db in
-                try db.execute(sql: durability == .survivesPowerLoss ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
-            }
-        }
         return configuration
     }
 
@@ -118,9 +113,9 @@ enum LocalDatabase {
     /// (corrupt, not SQLite, or migrated by a newer SDK) is moved aside and replaced by an empty one; its unsent
     /// messages are read back when possible. Other failures (permissions, a full disk) are thrown: they say nothing
     /// about the file, which is left alone.
-    static func open(path: String, durability: Durability) throws -> (DatabasePool, LocalDatabaseRecovery?, [SalvagedOutboxItem]) {
+    static func open(path: String) throws -> (DatabasePool, LocalDatabaseRecovery?, [SalvagedOutboxItem]) {
         do {
-            return (try openAndMigrate(path: path, durability: durability), nil, [])
+            return (try openAndMigrate(path: path), nil, [])
         } catch let error where isUnreadable(error) {
             let movedTo = path + ".unreadable-\(Int64(Date().timeIntervalSince1970 * 1000))"
             let fileManager = FileManager.default
@@ -128,15 +123,15 @@ enum LocalDatabase {
                 try fileManager.moveItem(atPath: path + suffix, toPath: movedTo + suffix)
             }
             let (salvaged, lost) = salvageOutbox(path: movedTo)
-            let pool = try openAndMigrate(path: path, durability: durability)
+            let pool = try openAndMigrate(path: path)
             let recovery = LocalDatabaseRecovery(
                 movedTo: movedTo, reason: String(describing: error), recoveredOutboxItems: salvaged.count, lostOutboxItems: lost)
             return (pool, recovery, salvaged)
         }
     }
 
-    private static func openAndMigrate(path: String, durability: Durability) throws -> DatabasePool {
-        let pool = try DatabasePool(path: path, configuration: configuration(durability: durability))
+    private static func openAndMigrate(path: String) throws -> DatabasePool {
+        let pool = try DatabasePool(path: path, configuration: configuration())
         do {
             let migrator = self.migrator
             if try pool.read({ try migrator.hasBeenSuperseded($0) }) {
@@ -164,7 +159,7 @@ enum LocalDatabase {
     /// Reads the unsent messages of an unreadable database, as far as it can: the items read and how many could
     /// not be (`nil` when not even the outbox's size could be read).
     private static func salvageOutbox(path: String) -> ([SalvagedOutboxItem], Int?) {
-        guard let queue = try? DatabaseQueue(path: path, configuration: configuration(durability: .survivesAppCrash, readonly: true)) else {
+        guard let queue = try? DatabaseQueue(path: path, configuration: configuration(readonly: true)) else {
             return ([], nil)
         }
         defer { try? queue.close() }

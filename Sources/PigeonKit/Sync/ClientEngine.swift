@@ -72,12 +72,18 @@ final class ClientEngine: Sendable {
 
     /// Runs every loop until the task is cancelled.
     func run() async {
-        await withDiscardingTaskGroup { group in
-            group.addTask { await self.connectionLoop() }
-            group.addTask { await self.outboxLoop() }
-            group.addTask { await self.receiptLoop() }
-            group.addTask { await self.gapLoop() }
-            group.addTask { await self.catchUpLoop() }
+        await withTaskCancellationHandler {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.connectionLoop() }
+                group.addTask { await self.outboxLoop() }
+                group.addTask { await self.receiptLoop() }
+                group.addTask { await self.gapLoop() }
+                group.addTask { await self.catchUpLoop() }
+                group.addTask { await self.checkpointLoop() }
+            }
+        } onCancel: {
+            // The stream's reader waits for frames, not for cancellation: closing the connection ends it.
+            self.slot.withLockedValue { $0.connection }?.close()
         }
         slot.withLockedValue { $0.connection }?.close()
         setState(.offline)
@@ -223,8 +229,8 @@ final class ClientEngine: Sendable {
                     let due = outbox.withLockedValue { $0.dispatchDue(now: now, policy: settings.retryPolicy) }
                     for item in due { dispatch(item, on: connection, group: &group) }
                 }
-                let next = outbox.withLockedValue { $0.nextWakeUp() }
-                await outboxWake.wait(timeout: next.map { $0 - ContinuousClock.now })
+                let next = outbox.withLockedValue { $0.nextWakeUp(after: now) }
+                await outboxWake.wait(timeout: next.map { max($0 - ContinuousClock.now, .milliseconds(1)) })
             }
         }
     }
@@ -393,6 +399,18 @@ final class ClientEngine: Sendable {
         try await apply([.conversations(conversations)])
         try await fillGaps()
         try store.setNeedsFullSync(false)
+    }
+
+    /// Keeps the write-ahead log short without making any write pay for it (see ``LocalStore/checkpoint(thresholdBytes:)``).
+    private func checkpointLoop() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(1))
+            do {
+                try store.checkpoint()
+            } catch {
+                logger.debug("checkpoint failed", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     // MARK: Direct calls

@@ -9,13 +9,15 @@ package struct ReceiveOrder<Item: Sendable>: Sendable {
     /// Held messages in every conversation.
     package var heldCount: Int { held.values.reduce(0) { $0 + $1.count } }
 
-    /// Takes `item` (stored with `seq`) and returns what may be announced now that the conversation's contiguous
-    /// seq is `contiguous`: the item itself when `seq <= contiguous`, then any held items the gap closing freed,
-    /// in seq order.
-    package mutating func receive(_ item: Item, seq: Int64, conversationId: String, contiguous: Int64) -> [Item] {
+    /// Takes a batch of one conversation's items (each stored with its seq) and returns what may be announced now
+    /// that the conversation's contiguous seq is `contiguous` (its value after the whole batch was stored): every
+    /// item at or below it, the batch's and those held from before, in seq order.
+    package mutating func receive(_ batch: [(item: Item, seq: Int64)], conversationId: String, contiguous: Int64) -> [Item] {
         var line = held[conversationId, default: []]
-        let index = line.firstIndex { $0.seq > seq } ?? line.endIndex
-        line.insert((seq, item), at: index)
+        for (item, seq) in batch {
+            let index = line.firstIndex { $0.seq > seq } ?? line.endIndex
+            line.insert((seq, item), at: index)
+        }
         held[conversationId] = line
         return release(conversationId: conversationId, contiguous: contiguous)
     }

@@ -17,19 +17,16 @@ actor Receiver {
 
     func apply(_ batch: [Incoming]) throws -> ApplyOutcome {
         let outcome = try store.apply(batch)
-        let received = outcome.received.sorted { ($0.conversationId, $0.seq ?? 0) < ($1.conversationId, $1.seq ?? 0) }
+        let received = Dictionary(grouping: outcome.received, by: \.conversationId)
         var announced: [PigeonMessage] = []
-        for message in received {
-            let contiguous = outcome.contiguous[message.conversationId] ?? 0
-            announced += order.receive(message, seq: message.seq ?? 0, conversationId: message.conversationId, contiguous: contiguous)
-        }
         for (conversationId, contiguous) in outcome.contiguous.sorted(by: { $0.key < $1.key }) {
-            announced += order.release(conversationId: conversationId, contiguous: contiguous)
+            let batch = (received[conversationId] ?? []).map { (item: $0, seq: $0.seq ?? 0) }
+            announced += order.receive(batch, conversationId: conversationId, contiguous: contiguous)
         }
         for message in announced { hub.emit(.messageReceived(message)) }
         for message in outcome.statusChanged { hub.emit(.messageStatusChanged(message)) }
         var changed = outcome.conversationsChanged
-        for message in received where !changed.contains(message.conversationId) { changed.append(message.conversationId) }
+        for conversationId in received.keys.sorted() where !changed.contains(conversationId) { changed.append(conversationId) }
         for conversationId in changed {
             if let conversation = try store.conversation(id: conversationId) { hub.emit(.conversationUpdated(conversation)) }
         }
