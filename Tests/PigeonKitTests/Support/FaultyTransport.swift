@@ -1,0 +1,112 @@
+import Foundation
+import NIOConcurrencyHelpers
+import PigeonKit
+import PigeonProtocol
+import PigeonTestSupport
+
+/// The real transport with faults a server cannot make on demand: frames dropped or withheld on the way in,
+/// history fetches that fail, and the current stream closed at will.
+final class FaultyTransport: PigeonTransport {
+    let base: any PigeonTransport
+    /// Returns `false` for a frame to drop.
+    private let frameFilter = NIOLockedValueBox<@Sendable (ServerFrame) -> Bool>({ _ in true })
+    private let failingFetches = NIOLockedValueBox(0)
+    private let fetchCount = NIOLockedValueBox(0)
+    private let connections = NIOLockedValueBox<[any EventStreamConnection]>([])
+    let sentOperations = NIOLockedValueBox<[ClientOperation]>([])
+
+    init(base: any PigeonTransport) {
+        self.base = base
+    }
+
+    func setFrameFilter(_ filter: @escaping @Sendable (ServerFrame) -> Bool) {
+        frameFilter.withLockedValue { $0 = filter }
+    }
+
+    /// The next `count` history fetches fail with a network error.
+    func failNextFetches(_ count: Int) {
+        failingFetches.withLockedValue { $0 = count }
+    }
+
+    var fetches: Int { fetchCount.withLockedValue { $0 } }
+
+    /// Closes the open stream (the client sees the connection drop).
+    func dropConnection() {
+        for connection in connections.withLockedValue({ $0 }) { connection.close() }
+    }
+
+    func openStream(kind: StreamKind, cursor: String?) async throws -> any EventStreamConnection {
+        let connection = FilteredConnection(base: try await base.openStream(kind: kind, cursor: cursor), transport: self)
+        connections.withLockedValue { $0 = [connection] }
+        return connection
+    }
+
+    fileprivate func keep(_ frame: ServerFrame) -> Bool { frameFilter.withLockedValue { $0 }(frame) }
+
+    func sendMessage(conversationId: String, _ request: SendMessageRequest) async throws -> SendMessageResponse {
+        try await base.sendMessage(conversationId: conversationId, request)
+    }
+
+    func postReceipt(conversationId: String, _ request: ReceiptRequest) async throws -> ReceiptResponse {
+        try await base.postReceipt(conversationId: conversationId, request)
+    }
+
+    func postTyping(conversationId: String, active: Bool) async throws {
+        try await base.postTyping(conversationId: conversationId, active: active)
+    }
+
+    func createConversation(_ request: CreateConversationRequest) async throws -> Conversation {
+        try await base.createConversation(request)
+    }
+
+    func conversations() async throws -> [Conversation] {
+        try await base.conversations()
+    }
+
+    func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {
+        fetchCount.withLockedValue { $0 += 1 }
+        let fail = failingFetches.withLockedValue { remaining -> Bool in
+            guard remaining > 0 else { return false }
+            remaining -= 1
+            return true
+        }
+        if fail { throw PigeonClientError(.network, "injected fetch failure") }
+        return try await base.messages(conversationId: conversationId, after: after, limit: limit)
+    }
+}
+
+private final class FilteredConnection: EventStreamConnection {
+    let base: any EventStreamConnection
+    let transport: FaultyTransport
+
+    init(base: any EventStreamConnection, transport: FaultyTransport) {
+        self.base = base
+        self.transport = transport
+    }
+
+    var kind: StreamKind { base.kind }
+
+    func nextBatch() async throws -> [ServerFrame]? {
+        while let batch = try await base.nextBatch() {
+            let kept = batch.filter { transport.keep($0) }
+            if !kept.isEmpty { return kept }
+        }
+        return nil
+    }
+
+    func send(_ operation: ClientOperation) throws {
+        transport.sentOperations.withLockedValue { $0.append(operation) }
+        try base.send(operation)
+    }
+
+    func close() { base.close() }
+}
+
+extension PigeonClient.Configuration {
+    /// The real transport for this configuration, as `PigeonClient(configuration:)` makes it.
+    var realTransport: HTTPTransport {
+        HTTPTransport(
+            baseURL: serverURL, token: credentials.token, requestTimeout: requestTimeout, connectTimeout: connectTimeout,
+            liveness: livenessInterval, logger: logger)
+    }
+}

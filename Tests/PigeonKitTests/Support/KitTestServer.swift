@@ -1,0 +1,106 @@
+import AsyncHTTPClient
+import Foundation
+import Hummingbird
+import Logging
+import NIOConcurrencyHelpers
+import PigeonKit
+import PigeonProtocol
+import PigeonServer
+import PigeonTestSupport
+import ServiceLifecycle
+
+/// A real embedded Pigeon server in this process, on a fixed loopback port and data directory, so it can be
+/// stopped and started again (a restart keeps its data, and clients reconnect to the same URL).
+final class KitTestServer: Sendable {
+    let port: Int
+    let dataDirectory: String
+    private let configure: @Sendable (inout ServerConfiguration) -> Void
+    private let running = NIOLockedValueBox<(group: ServiceGroup, task: Task<Void, any Error>)?>(nil)
+
+    var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
+
+    private init(port: Int, dataDirectory: String, configure: @escaping @Sendable (inout ServerConfiguration) -> Void) {
+        self.port = port
+        self.dataDirectory = dataDirectory
+        self.configure = configure
+    }
+
+    static func start(configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) async throws -> KitTestServer {
+        let server = KitTestServer(port: try freePort(), dataDirectory: makeTemporaryDirectory(), configure: configure)
+        try await server.start()
+        return server
+    }
+
+    func start() async throws {
+        var configuration = ServerConfiguration()
+        configuration.port = port
+        configuration.dataDirectory = dataDirectory
+        configuration.durable = false
+        configuration.keepAliveInterval = .seconds(1)
+        configuration.shutdownDrainTimeout = .seconds(2)
+        configure(&configuration)
+        var logger = Logger(label: "pigeonkit-test-server")
+        logger.logLevel = .critical
+        let app = try await PigeonApplication.make(configuration: configuration, logger: logger)
+        // Run in a service group of its own, so `stop` is a graceful shutdown (what SIGTERM does to pigeon-server).
+        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
+        running.withLockedValue { $0 = (group, Task { try await group.run() }) }
+        try await eventually("the server answers /healthz", timeout: .seconds(20)) {
+            let request = HTTPClientRequest(url: self.url.absoluteString + "/healthz")
+            let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(1))
+            return response?.status == .ok
+        }
+    }
+
+    /// Stops the server (gracefully: it drains what it accepted) and waits until it is down.
+    func stop() async {
+        guard let (group, task) = running.withLockedValue({ running in
+            defer { running = nil }
+            return running
+        }) else { return }
+        await group.triggerGracefulShutdown()
+        _ = await task.result
+    }
+
+    func restart() async throws {
+        await stop()
+        try await start()
+    }
+
+    /// A conversation's stored messages as the server has them (through a member's token), ascending seq.
+    func history(conversationId: String, token: String) async throws -> [Message] {
+        var all: [Message] = []
+        var after: Int64 = 0
+        while true {
+            var request = HTTPClientRequest(url: url.absoluteString + "/v1/conversations/\(conversationId)/messages?after=\(after)&limit=500")
+            request.headers.add(name: "Authorization", value: "Bearer \(token)")
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+            let body = try await response.body.collect(upTo: 64 << 20)
+            guard response.status == .ok else { throw TestFailure("history: \(response.status)") }
+            let page = try JSONDecoder().decode(MessagePage.self, from: Data(buffer: body))
+            all += page.messages
+            guard page.hasMore, let last = page.messages.last else { return all }
+            after = last.seq
+        }
+    }
+}
+
+func makeTemporaryDirectory() -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("pigeonkit-test-\(UUID().uuidString)").path
+    try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// Polls `condition` until it holds, failing after `timeout` with `what`.
+func eventually(
+    _ what: @autoclosure () -> String, timeout: Duration = .seconds(20), interval: Duration = .milliseconds(20),
+    _ condition: () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: interval)
+    }
+    if try await condition() { return }
+    throw TestFailure("timed out after \(timeout) waiting until \(what())")
+}
