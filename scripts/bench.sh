@@ -4,8 +4,16 @@
 # Installs mosquitto first, for the comparison scenario, if it is missing. When a production backend is requested
 # (--backends production or production-2), starts redis-server and PostgreSQL through scripts/services.sh unless they
 # are reachable, passes their URLs in PIGEON_REDIS_URL and PIGEON_POSTGRES_URL, and on exit stops what it started.
+# `scripts/bench.sh pigeonkit [options]` instead builds and runs pigeonkit-bench, the client SDK's benchmark (with a
+# server inside its own process; `scripts/bench.sh pigeonkit --help` lists its options); it needs nothing installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "pigeonkit" ]; then
+    shift
+    swift build -c release --scratch-path .build-release --product pigeonkit-bench
+    exec .build-release/release/pigeonkit-bench "$@"
+fi
 
 if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
     echo "installing mosquitto (for the comparison scenario)" >&2
