@@ -15,8 +15,13 @@ package struct ReceiveOrder<Item: Sendable>: Sendable {
     package mutating func receive(_ batch: [(item: Item, seq: Int64)], conversationId: String, contiguous: Int64) -> [Item] {
         var line = held[conversationId, default: []]
         for (item, seq) in batch {
-            let index = line.firstIndex { $0.seq > seq } ?? line.endIndex
-            line.insert((seq, item), at: index)
+            // Usually in order: append, and search for the place only when it is not.
+            if let last = line.last, last.seq > seq {
+                let index = line.firstIndex { $0.seq > seq } ?? line.endIndex
+                line.insert((seq, item), at: index)
+            } else {
+                line.append((seq, item))
+            }
         }
         held[conversationId] = line
         return release(conversationId: conversationId, contiguous: contiguous)
