@@ -24,7 +24,12 @@ echo "== building (debug)"
 swift build --build-tests
 
 echo "== running tests (embedded store and buffer; Redis and PostgreSQL units)"
-swift test --skip-build "$@"
+swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests" "$@"
+
+echo "== running the client SDK's tests (real in-process servers, fault proxies, a SIGKILLed app)"
+# A pass of their own: run in parallel with the server's timing-sensitive fault suites, the two starve each other
+# of the 2 cores.
+swift test --skip-build --filter "PigeonKitTests|PigeonTestSupportTests" "$@"
 
 echo "== running the server tests again against --store postgres --buffer redis"
 # (The store contract, multi-node and production fault suites pick their backends themselves: run once above.)

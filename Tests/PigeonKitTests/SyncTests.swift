@@ -159,7 +159,7 @@ struct SyncTests {
         try await Task.sleep(for: .milliseconds(400))
         #expect(try alice.message(message.localId).status == .sending, "written to the socket, but no ✓ without the ack")
         #expect(try alice.client.unsentMessages().map(\.localId) == [message.localId], "still in the outbox")
-        try await alice.waitForStatus(message.localId, atLeast: .sent)
+        try await alice.waitForStatus(message.localId, atLeast: .stored)
         let sends = faulty.sentOperations.withLockedValue { $0 }.filter { if case .send = $0 { return true } else { return false } }
         #expect(sends.count == 2, "resent once after the ACK timeout")
         let history = try await server.history(conversationId: conversation, token: alice.credentials.token)
@@ -195,7 +195,7 @@ struct SyncTests {
         try await eventually("the message is on the wire") { try alice.message(message.localId).status == .sending }
         faulty.setFrameFilter { _ in true }
         faulty.dropConnection()
-        try await alice.waitForStatus(message.localId, atLeast: .sent, timeout: .seconds(10))
+        try await alice.waitForStatus(message.localId, atLeast: .stored, timeout: .seconds(10))
         let history = try await server.history(conversationId: conversation, token: alice.credentials.token)
         #expect(history.map(\.body) == ["in flight at the drop"])
         await alice.client.stop()

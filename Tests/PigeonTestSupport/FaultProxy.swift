@@ -255,6 +255,9 @@ private final class ProxySideHandler: ChannelDuplexHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        // A cut that came while the connection was being set up could not close a channel that was not active
+        // yet: apply it now, or a client that only waits would never see it.
+        guard followProxy() != .cut else { return }
         if case .client = side, !stalled {
             connectUpstream(context: context)
         }
