@@ -216,6 +216,7 @@ final class LocalStore: Sendable {
         // A row already holding this seq (say, a copy fetched from history before the ack) is the same message.
         try db.cachedStatement(sql: "DELETE FROM messages WHERE conversationId = ? AND seq = ? AND localId != ?").execute(arguments: [conversationId, seq, localId])
         let path: String? = recipientsOnline.map { $0 > 0 ? DeliveryPath.direct.rawValue : DeliveryPath.mailbox.rawValue }
+        let previousPath = try String.fetchOne(db.cachedStatement(sql: "SELECT deliveryPath FROM messages WHERE localId = ?"), arguments: [localId])
         try db.cachedStatement(sql: """
             UPDATE messages SET seq = ?, storedAt = coalesce(?, storedAt), recipientsOnline = coalesce(?, recipientsOnline),
                 deliveryPath = coalesce(?, deliveryPath) WHERE localId = ?
@@ -226,7 +227,8 @@ final class LocalStore: Sendable {
         let (delivered, read) = try othersWatermarks(db, conversationId: conversationId)
         if let delivered, seq <= delivered { changed = try applyEvidence(db, .deliveredToAll, localId: localId) ?? changed }
         if let read, seq <= read { changed = try applyEvidence(db, .readByAll, localId: localId) ?? changed }
-        if changed == nil, recipientsOnline != nil { return try message(db, localId: localId) }
+        // The status stayed (history brought the seq first), but the delivery path is news: announce that once.
+        if changed == nil, path != nil, previousPath == nil { return try message(db, localId: localId) }
         return changed
     }
 
