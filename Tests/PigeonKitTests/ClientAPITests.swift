@@ -81,10 +81,7 @@ struct ClientAPITests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
         for index in 1...120 { try bob.client.send(index == 77 ? "the quick brown fox" : "message \(index)", to: conversation) }
         try await eventually("alice has 120") { alice.received.count == 120 }
@@ -109,10 +106,7 @@ struct ClientAPITests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url) { $0.streamTransport = .serverSentEvents }
         let bob = try await TestDevice.register("bob", on: server.url) { $0.streamTransport = .serverSentEvents }
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
         let message = try alice.client.send("over SSE and HTTP", to: conversation)
         try await alice.waitForStatus(message.localId, atLeast: .delivered)

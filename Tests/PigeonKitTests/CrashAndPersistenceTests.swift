@@ -70,10 +70,7 @@ struct CrashAndPersistenceTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
         for index in 0..<3 { try bob.client.send("from bob \(index)", to: conversation) }
         try await eventually("alice has bob's messages") { alice.received.count == 3 }
@@ -102,10 +99,7 @@ struct CrashAndPersistenceTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
         for index in 0..<5 { try bob.client.send("history \(index)", to: conversation) }
         try await eventually("alice has the history") { alice.received.count == 5 }
@@ -136,10 +130,7 @@ struct CrashAndPersistenceTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
         alice.client.setNetworkEnabled(false)
         let unsent = try alice.client.send("queued before the downgrade", to: conversation)

@@ -12,10 +12,7 @@ struct SeedChecklistTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         let sent = try alice.client.send("hello bob", to: conversation)
@@ -46,10 +43,7 @@ struct SeedChecklistTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         alice.client.setNetworkEnabled(false)
@@ -73,10 +67,7 @@ struct SeedChecklistTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         let sent = try (0..<100).map { try alice.client.send("rapid \($0)", to: conversation) }
@@ -98,10 +89,7 @@ struct SeedChecklistTests {
             $0.retryPolicy = RetryPolicy(maxAttempts: 3, ackTimeout: .milliseconds(300), baseDelay: .milliseconds(50), maxDelay: .milliseconds(100))
         }
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         proxy.setMode(.stall)
@@ -131,10 +119,7 @@ struct SeedChecklistTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         var sent = try (0..<30).map { try alice.client.send("before \($0)", to: conversation) }

@@ -13,9 +13,7 @@ struct SyncTests {
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
         alice.client.setNetworkEnabled(false)
         let sent = try (1...5).map { try alice.client.send("offline \($0)", to: conversation) }
@@ -35,8 +33,7 @@ struct SyncTests {
         let phone = try await TestDevice.register("alice", on: server.url)
         let laptop = try await TestDevice.register("alice", on: server.url)
         let bob = try await TestDevice.register("bob", on: server.url)
-        for device in [phone, laptop, bob] { device.client.start() }
-        for device in [phone, laptop, bob] { try await device.waitUntilOnline() }
+        try await startAll(phone, laptop, bob)
         let conversation = try await makeConversation([phone, laptop, bob])
 
         let fromPhone = try phone.client.send("sent on the phone", to: conversation)
@@ -67,10 +64,7 @@ struct SyncTests {
         let bobProxy = try await FaultProxy.start(upstreamPort: server.port)
         let alice = try await TestDevice.register("alice", on: server.url, connectingThrough: URL(string: "http://127.0.0.1:\(aliceProxy.port)")!)
         let bob = try await TestDevice.register("bob", on: server.url, connectingThrough: URL(string: "http://127.0.0.1:\(bobProxy.port)")!)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         let total = 300
@@ -124,19 +118,11 @@ struct SyncTests {
     @Test func aSocketWriteIsNotSuccessADroppedAckIsResentAfterTheTimeout() async throws {
         let server = try await KitTestServer.start()
         defer { Task { await server.stop() } }
-        let transport = NIOLockedValueBox<FaultyTransport?>(nil)
-        let alice = try await TestDevice.register("alice", on: server.url, transport: TransportMaker { configuration in
-            let faulty = FaultyTransport(base: configuration.realTransport)
-            transport.withLockedValue { $0 = faulty }
-            return faulty
-        }) {
+        let (alice, faulty) = try await TestDevice.registerFaulty("alice", on: server.url) {
             $0.retryPolicy = RetryPolicy(maxAttempts: 3, ackTimeout: .milliseconds(800), baseDelay: .milliseconds(50), maxDelay: .milliseconds(100))
         }
-        let faulty = try #require(transport.withLockedValue { $0 })
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         let droppedAcks = NIOLockedValueBox(0)
@@ -171,19 +157,11 @@ struct SyncTests {
     @Test func reconnectResendsInFlightMessagesAtOnce() async throws {
         let server = try await KitTestServer.start()
         defer { Task { await server.stop() } }
-        let transport = NIOLockedValueBox<FaultyTransport?>(nil)
-        let alice = try await TestDevice.register("alice", on: server.url, transport: TransportMaker { configuration in
-            let faulty = FaultyTransport(base: configuration.realTransport)
-            transport.withLockedValue { $0 = faulty }
-            return faulty
-        }) {
+        let (alice, faulty) = try await TestDevice.registerFaulty("alice", on: server.url) {
             $0.retryPolicy = RetryPolicy(maxAttempts: 3, ackTimeout: .seconds(60), baseDelay: .milliseconds(50), maxDelay: .milliseconds(100))
         }
-        let faulty = try #require(transport.withLockedValue { $0 })
         let bob = try await TestDevice.register("bob", on: server.url)
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         faulty.setFrameFilter { frame in
@@ -206,19 +184,10 @@ struct SyncTests {
         let server = try await KitTestServer.start()
         defer { Task { await server.stop() } }
         let alice = try await TestDevice.register("alice", on: server.url)
-        let transport = NIOLockedValueBox<FaultyTransport?>(nil)
-        let bob = try await TestDevice.register("bob", on: server.url, transport: TransportMaker { configuration in
-            let faulty = FaultyTransport(base: configuration.realTransport)
-            transport.withLockedValue { $0 = faulty }
-            return faulty
-        }) {
+        let (bob, faulty) = try await TestDevice.registerFaulty("bob", on: server.url) {
             $0.catchUpInterval = .seconds(3600)
         }
-        let faulty = try #require(transport.withLockedValue { $0 })
-        alice.client.start()
-        bob.client.start()
-        try await alice.waitUntilOnline()
-        try await bob.waitUntilOnline()
+        try await startAll(alice, bob)
         let conversation = try await makeConversation([alice, bob])
 
         // 3 and 4 are withheld from bob's stream; the first two fetches of the gap fail as well.

@@ -61,6 +61,20 @@ final class TestDevice: Sendable {
         return TestDevice(credentials: credentials, databasePath: databasePath, serverURL: serverURL, client: client)
     }
 
+    /// Registers a device whose client talks through a ``FaultyTransport`` over the real one.
+    static func registerFaulty(
+        _ userId: String, on serverURL: URL, configure: (inout PigeonClient.Configuration) -> Void = { _ in }
+    ) async throws -> (TestDevice, FaultyTransport) {
+        let made = NIOLockedValueBox<FaultyTransport?>(nil)
+        let device = try await register(userId, on: serverURL, transport: TransportMaker { configuration in
+            let faulty = FaultyTransport(base: configuration.realTransport)
+            made.withLockedValue { $0 = faulty }
+            return faulty
+        }, configure: configure)
+        guard let faulty = made.withLockedValue({ $0 }) else { throw TestFailure("no transport was made") }
+        return (device, faulty)
+    }
+
     var events: [PigeonEvent] { recorded.withLockedValue { $0 } }
 
     /// Statuses this device announced for one of its messages, in order.
@@ -99,6 +113,12 @@ final class TestDevice: Sendable {
             return current != .failed && current >= status
         }
     }
+}
+
+/// Starts every device's client and waits until each is online.
+func startAll(_ devices: TestDevice...) async throws {
+    for device in devices { device.client.start() }
+    for device in devices { try await device.waitUntilOnline() }
 }
 
 /// Creates a conversation between the devices' users (the first creates it) and waits until every device that is
