@@ -13,6 +13,8 @@ let package = Package(
         .library(name: "PigeonRedis", targets: ["PigeonRedis"]),
         .library(name: "PigeonServer", targets: ["PigeonServer"]),
         .library(name: "PigeonKit", targets: ["PigeonKit"]),
+        .library(name: "PigeonFaultProxy", targets: ["PigeonFaultProxy"]),
+        .executable(name: "pigeon", targets: ["pigeon"]),
         .executable(name: "pigeon-server", targets: ["pigeon-server"]),
         .executable(name: "pigeon-bench", targets: ["pigeon-bench"]),
         .executable(name: "pigeonkit-bench", targets: ["pigeonkit-bench"]),
@@ -86,6 +88,34 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "PigeonFaultProxy",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PigeonTerminal",
+            dependencies: [
+                "PigeonKit",
+                "PigeonProtocol",
+                "PigeonServer",
+                "PigeonFaultProxy",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "pigeon",
+            dependencies: ["PigeonTerminal"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "pigeon-server",
             dependencies: [
@@ -127,6 +157,7 @@ let package = Package(
         .target(
             name: "PigeonTestSupport",
             dependencies: [
+                "PigeonFaultProxy",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -175,6 +206,21 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PigeonTerminalTests",
+            dependencies: ["PigeonTerminal", "PigeonKit", "PigeonProtocol"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PigeonCLITests",
+            dependencies: [
+                "pigeon",
+                "pigeon-server",
+                "PigeonTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -209,6 +209,62 @@ public final class PigeonClient: Sendable, Service {
         try await engine.catchUp()
     }
 
+    /// Brings this device up to date and waits until it is: connected, the conversation list and every missing
+    /// message fetched, the outbox flushed (each waiting message accepted ✓ or failed ⚠️), and the delivered and
+    /// read receipts this device owes confirmed by the server's echo. For command-line tools and background
+    /// refresh; the client must be running (``start()`` or ``run()``).
+    ///
+    /// Throws ``PigeonClientError/Code-swift.struct/timeout`` when `timeout` passes first (saying which step was
+    /// left, and why the last connection attempt failed); nothing is lost then: the outbox and the receipts wait
+    /// for the next connection. ``PigeonClientError/Code-swift.struct/closed`` when the client is not running.
+    @discardableResult
+    public func sync(timeout: Duration = .seconds(30)) async throws -> SyncReport {
+        guard engine.isRunning else { throw PigeonClientError(.closed, "the client is not running: call start() first") }
+        let deadline = ContinuousClock.now + timeout
+        let server = configuration.serverURL.absoluteString
+        try await waitUntil(deadline, timeout: timeout, { () -> String in
+            let reason = self.lastConnectionError.map { ": \($0.message)" } ?? ""
+            return self.engine.isNetworkEnabled ? "not connected to \(server)\(reason)" : "the network is switched off"
+        }) { self.connectionState == .online }
+        try await withDeadline(deadline, timeout: timeout, "fetching the conversations and missing messages from \(server)") {
+            try await self.engine.catchUp()
+        }
+        try await waitUntil(deadline, timeout: timeout, { () -> String in
+            let waiting = self.engine.outbox.withLockedValue { $0.items.values.filter { !$0.isFailed }.count }
+            return "\(waiting) message\(waiting == 1 ? "" : "s") still waiting for the server's answer"
+        }) { self.engine.outbox.withLockedValue { queue in !queue.items.values.contains { !$0.isFailed } } }
+        engine.receiptsChanged()
+        try await waitUntil(deadline, timeout: timeout, { "receipts not yet confirmed by \(server)" }) {
+            try self.store.pendingReceipts().isEmpty
+        }
+        let failed = try unsentMessages().filter { $0.status == .failed }
+        return SyncReport(failed: failed)
+    }
+
+    private func waitUntil(
+        _ deadline: ContinuousClock.Instant, timeout: Duration, _ what: @Sendable () -> String, _ condition: () throws -> Bool
+    ) async throws {
+        while try !condition() {
+            guard ContinuousClock.now < deadline else {
+                throw PigeonClientError(.timeout, "sync did not finish within \(timeout): \(what())")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    private func withDeadline(
+        _ deadline: ContinuousClock.Instant, timeout: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> Void
+    ) async throws {
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            group.addTask { try await body(); return true }
+            group.addTask { try await Task.sleep(until: deadline); return false }
+            defer { group.cancelAll() }
+            guard try await group.next() == true else {
+                throw PigeonClientError(.timeout, "sync did not finish within \(timeout): \(what)")
+            }
+        }
+    }
+
     // MARK: Reading (local)
 
     /// This device's conversations, most recently active first.
@@ -251,4 +307,10 @@ public struct MessagePageResult: Sendable, Equatable {
     public var messages: [PigeonMessage]
     /// Older messages exist on the device: pass the first message's seq as `before`.
     public var hasMore: Bool
+}
+
+/// What ``PigeonClient/sync(timeout:)`` left undone on purpose.
+public struct SyncReport: Sendable, Equatable {
+    /// This device's messages that failed (⚠️, oldest first): they wait for ``PigeonClient/retry(localId:)``.
+    public var failed: [PigeonMessage]
 }

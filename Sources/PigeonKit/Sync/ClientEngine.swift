@@ -17,6 +17,7 @@ final class ClientEngine: Sendable {
         var connection: (any EventStreamConnection)?
         var state = ConnectionState.offline
         var networkEnabled = true
+        var running = false
         var lastError: PigeonClientError?
         /// Receipts already sent on this connection (so one is not repeated while its echo is on the way).
         var receiptsSent: [String: Int64] = [:]
@@ -46,6 +47,7 @@ final class ClientEngine: Sendable {
     var connectionState: ConnectionState { slot.withLockedValue { $0.state } }
     var lastConnectionError: PigeonClientError? { slot.withLockedValue { $0.lastError } }
     var isNetworkEnabled: Bool { slot.withLockedValue { $0.networkEnabled } }
+    var isRunning: Bool { slot.withLockedValue { $0.running } }
 
     private var onlineConnection: (any EventStreamConnection)? {
         slot.withLockedValue { $0.state == .online ? $0.connection : nil }
@@ -72,6 +74,8 @@ final class ClientEngine: Sendable {
 
     /// Runs every loop until the task is cancelled.
     func run() async {
+        slot.withLockedValue { $0.running = true }
+        defer { slot.withLockedValue { $0.running = false } }
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { group in
                 group.addTask { await self.connectionLoop() }

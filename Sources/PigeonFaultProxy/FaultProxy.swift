@@ -57,7 +57,7 @@ public final class FaultProxy: Sendable {
             .get()
         guard let port = serverChannel.localAddress?.port else {
             try? await serverChannel.close()
-            throw TestFailure("the fault proxy's listening socket has no port")
+            throw FaultProxyError(message: "the fault proxy's listening socket has no port")
         }
         return FaultProxy(port: port, serverChannel: serverChannel, shared: shared)
     }
@@ -120,7 +120,7 @@ private final class ProxyShared: Sendable {
     func admit(_ channel: any Channel) -> EventLoopFuture<Void> {
         guard let (mode, epoch) = state.withLockedValue({ $0.admit(channel) }) else {
             // A failed initialiser makes the bootstrap close the connection before it is registered.
-            return channel.eventLoop.makeFailedFuture(TestFailure("connection refused by the fault proxy"))
+            return channel.eventLoop.makeFailedFuture(FaultProxyError(message: "connection refused by the fault proxy"))
         }
         let id = ObjectIdentifier(channel)
         channel.closeFuture.whenComplete { _ in
@@ -426,4 +426,10 @@ private final class ProxySideHandler: ChannelDuplexHandler {
     private func partnerClose() {
         context?.close(promise: nil)
     }
+}
+
+/// Why the proxy could not start, or why it turned a connection away.
+public struct FaultProxyError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
 }

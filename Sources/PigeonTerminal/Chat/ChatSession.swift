@@ -1,0 +1,302 @@
+import Foundation
+import PigeonKit
+import PigeonProtocol
+
+/// `pigeon chat`: keys and PigeonKit's events in, ``ChatScreen`` out. Local-first like an app: every change
+/// re-reads the conversation from the local database, which is what the screen shows.
+actor ChatSession {
+    private let client: PigeonClient
+    private let conversationId: String
+    private let terminal: Terminal
+    private var state: ChatScreenState
+    private var parser = KeyParser()
+    /// How many of the newest messages are loaded (grows as the user scrolls back).
+    private var limit = 50
+    private var screen: RenderedScreen?
+    private var quitting = false
+    private var noticeExpires: ContinuousClock.Instant?
+    private var typingSince: [String: ContinuousClock.Instant] = [:]
+    private var typingSent: ContinuousClock.Instant?
+
+    init(client: PigeonClient, conversation: PigeonConversation, terminal: Terminal) {
+        self.client = client
+        self.conversationId = conversation.id
+        self.terminal = terminal
+        self.state = ChatScreenState(userId: client.userId, title: MessageFormat.title(of: conversation, me: client.userId))
+    }
+
+    /// Runs until the user quits (Ctrl-C, Ctrl-D on an empty line, `/quit`) or input ends.
+    func run() async {
+        terminal.enterFullScreen()
+        let events = client.events()
+        client.start()
+        reload()
+        draw()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await bytes in self.terminal.input() {
+                    guard await self.handle(bytes) else { return }
+                }
+            }
+            group.addTask {
+                for await event in events { await self.handle(event) }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(120))
+                    await self.tick()
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        terminal.restore()
+        await client.stop()
+    }
+
+    // MARK: Input
+
+    /// Handles typed bytes; false when the user quit.
+    private func handle(_ bytes: [UInt8]) -> Bool {
+        for key in parser.feed(bytes) {
+            handle(key)
+            if quitting { return false }
+        }
+        draw()
+        return true
+    }
+
+    private func handle(_ key: Key) {
+        if var search = state.search, search.results == nil {
+            switch key {
+            case .text(let text): search.query.insert(text)
+            case .backspace: search.query.backspace()
+            case .left: search.query.moveLeft()
+            case .right: search.query.moveRight()
+            case .escape, .control("c"):
+                state.search = nil
+                return
+            case .enter:
+                runSearch(search.query.text)
+                return
+            default: break
+            }
+            state.search = search
+            return
+        }
+        switch key {
+        case .text(let text):
+            if state.search != nil { state.search = nil }
+            state.input.insert(text)
+            typing()
+        case .enter:
+            if state.search != nil {
+                state.search = nil
+                return
+            }
+            submit(state.input.take())
+        case .backspace: state.input.backspace()
+        case .delete: state.input.deleteForward()
+        case .left: state.input.moveLeft()
+        case .right: state.input.moveRight()
+        case .home, .control("a"): state.input.moveToStart()
+        case .end, .control("e"):
+            if key == .end, state.input.isEmpty {
+                state.scrollOffset = 0
+            } else {
+                state.input.moveToEnd()
+            }
+        case .control("u"): _ = state.input.take()
+        case .control("w"): state.input.deleteWordBackward()
+        case .up: select(by: -1)
+        case .down: select(by: 1)
+        case .pageUp: scroll(by: (screen?.messageRows ?? 10) - 1)
+        case .pageDown: scroll(by: -((screen?.messageRows ?? 10) - 1))
+        case .control("r"): retry()
+        case .control("f"): state.search = ChatScreenState.Search()
+        case .control("l"): Terminal.write("\u{1B}[2J")
+        case .escape:
+            state.selected = nil
+            state.search = nil
+            state.notice = nil
+        case .control("c"): quitting = true
+        case .control("d"):
+            if state.input.isEmpty { quitting = true } else { state.input.deleteForward() }
+        default: break
+        }
+    }
+
+    private func submit(_ line: String) {
+        let text = line.trimmingCharacters(in: .whitespaces)
+        guard !text.isEmpty else { return }
+        if text.hasPrefix("/"), !text.hasPrefix("//") {
+            command(text)
+            return
+        }
+        do {
+            _ = try client.send(text.hasPrefix("//") ? String(text.dropFirst()) : text, to: conversationId)
+            state.scrollOffset = 0
+            state.selected = nil
+            if typingSent != nil {
+                typingSent = nil
+                setTyping(false)
+            }
+            reload()
+        } catch {
+            state.input = LineEditor(line)
+            notify("not saved: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
+        }
+    }
+
+    private func command(_ text: String) {
+        let parts = text.split(separator: " ", maxSplits: 1)
+        let argument = parts.count > 1 ? String(parts[1]) : ""
+        switch parts[0] {
+        case "/offline":
+            client.setNetworkEnabled(false)
+            state.networkEnabled = false
+            notify("Network off: new messages wait (⏰) until /online")
+        case "/online":
+            client.setNetworkEnabled(true)
+            state.networkEnabled = true
+            notify("Network on: reconnecting…")
+        case "/retry": retry()
+        case "/search":
+            if argument.isEmpty { state.search = ChatScreenState.Search() } else { runSearch(argument) }
+        case "/read":
+            try? client.markRead(conversationId: conversationId)
+        case "/quit", "/q", "/exit": quitting = true
+        case "/help": notify(ChatScreen.help + " · //text sends a text that starts with /")
+        default:
+            notify("unknown command \(parts[0]): /offline /online /retry /search /read /quit (//text sends \"/text\")", isError: true)
+        }
+    }
+
+    private func select(by step: Int) {
+        let ids = state.messages.map(\.localId)
+        guard !ids.isEmpty else { return }
+        guard let current = state.selected, let index = ids.firstIndex(of: current) else {
+            if step < 0 { state.selected = ids.last }
+            return
+        }
+        let next = index + step
+        state.selected = ids.indices.contains(next) ? ids[next] : (step < 0 ? ids.first : nil)
+    }
+
+    private func scroll(by lines: Int) {
+        state.scrollOffset = max(0, state.scrollOffset + lines)
+        if let screen, state.scrollOffset >= screen.maxScrollOffset, state.hasOlder, lines > 0 {
+            limit += 50
+            reload()
+        }
+    }
+
+    /// Retries the selected message, or the newest failed one.
+    private func retry() {
+        let failed = state.messages.filter { $0.isOutgoing && $0.status == .failed }
+        guard let target = failed.first(where: { $0.localId == state.selected }) ?? failed.last else {
+            notify(state.selected == nil ? "No failed message to retry" : "Only a failed message (⚠️) can be retried", isError: true)
+            return
+        }
+        do {
+            _ = try client.retry(localId: target.localId)
+            notify("Retrying \"\(TextWidth.truncated(target.body, to: 30))\"")
+            reload()
+        } catch {
+            notify("cannot retry: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
+        }
+    }
+
+    private func runSearch(_ query: String) {
+        do {
+            let results = try client.search(query, in: conversationId, limit: 200)
+            state.search = ChatScreenState.Search(query: LineEditor(query), results: results)
+            state.scrollOffset = 0
+        } catch {
+            state.search = nil
+            notify("search failed: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
+        }
+    }
+
+    private func typing() {
+        let now = ContinuousClock.now
+        guard typingSent.map({ now - $0 > .seconds(3) }) ?? true else { return }
+        typingSent = now
+        setTyping(true)
+    }
+
+    private nonisolated func setTyping(_ active: Bool) {
+        let client = client
+        let conversationId = conversationId
+        Task { try? await client.setTyping(active, in: conversationId) }
+    }
+
+    // MARK: Events
+
+    private func handle(_ event: PigeonEvent) {
+        switch event {
+        case .messageReceived(let message), .messageStatusChanged(let message):
+            guard message.conversationId == conversationId else { return }
+            if case .messageReceived = event { typingSince[message.senderId] = nil }
+        case .conversationUpdated(let conversation):
+            guard conversation.id == conversationId else { return }
+            state.title = MessageFormat.title(of: conversation, me: client.userId)
+        case .connectionStateChanged(let connection):
+            state.connection = connection
+        case .typing(let conversationId, let userId, let active):
+            guard conversationId == self.conversationId, userId != client.userId else { return }
+            typingSince[userId] = active ? .now : nil
+            state.typing = typingSince.keys.sorted()
+        case .localDatabaseRebuilt(let recovery):
+            notify("local database rebuilt from the server (\(recovery.reason))", isError: true)
+        }
+        reload()
+        draw()
+    }
+
+    private func tick() {
+        let now = ContinuousClock.now
+        if let expires = noticeExpires, now >= expires {
+            state.notice = nil
+            noticeExpires = nil
+        }
+        typingSince = typingSince.filter { now - $0.value < .seconds(6) }
+        state.typing = typingSince.keys.sorted()
+        state.connection = client.connectionState
+        state.frame += 1
+        draw()
+    }
+
+    private func notify(_ text: String, isError: Bool = false) {
+        state.notice = ChatScreenState.Notice(text, isError: isError)
+        noticeExpires = .now + .seconds(isError ? 6 : 4)
+    }
+
+    /// Reads the conversation again from the local database; marks it read while the newest messages are in view.
+    private func reload() {
+        do {
+            let page = try client.messages(in: conversationId, limit: limit)
+            state.messages = page.messages
+            state.hasOlder = page.hasMore
+            if state.scrollOffset == 0, state.search == nil,
+                let conversation = try client.conversation(id: conversationId), conversation.unreadCount > 0
+            {
+                try client.markRead(conversationId: conversationId)
+            }
+        } catch {
+            notify("local database: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
+        }
+    }
+
+    private func draw() {
+        guard !quitting else { return }
+        let (rows, columns) = terminal.size
+        var rendered = ChatScreen.render(state, width: columns, height: rows)
+        if state.scrollOffset > rendered.maxScrollOffset {
+            state.scrollOffset = rendered.maxScrollOffset
+            rendered = ChatScreen.render(state, width: columns, height: rows)
+        }
+        screen = rendered
+        terminal.draw(rendered.lines, cursorRow: rendered.cursorRow, cursorColumn: rendered.cursorColumn)
+    }
+}

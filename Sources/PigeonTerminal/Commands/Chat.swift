@@ -1,0 +1,37 @@
+import ArgumentParser
+import Foundation
+import PigeonKit
+
+extension PigeonCommand {
+    struct Chat: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Chat full-screen: live ticks, an offline banner, /offline and /online to watch ⏰ turn into ✓ and ✓✓.",
+            discussion: """
+                Keys: Enter sends; ↑/↓ select a message; Ctrl-R retries the selected (or the newest) failed message; \
+                PgUp/PgDn scroll back through history, End jumps to the newest; Ctrl-F searches (Esc closes); \
+                Ctrl-C or Ctrl-D quits. Commands: /offline, /online, /retry, /search <words>, /read, /quit; \
+                //text sends a text that starts with "/".
+                """)
+
+        @ParentCommand var root: PigeonCommand
+        @Argument(help: "A conversation id (or its first characters); default: the most recent one.") var conversation: String?
+
+        func run() async throws {
+            let session = try DeviceSession(root.global)
+            let terminal = try Terminal()
+            let found: PigeonConversation
+            if let conversation {
+                found = try await session.conversation(conversation, fetch: true)
+            } else if let newest = try session.client.conversations().first {
+                found = newest
+            } else {
+                try? await session.client.catchUp()
+                guard let newest = try session.client.conversations().first else {
+                    throw CLIError("no conversations yet; start one with `pigeon new <userId>`")
+                }
+                found = newest
+            }
+            await ChatSession(client: session.client, conversation: found, terminal: terminal).run()
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import PigeonKit
+import PigeonProtocol
+
+/// A message as `--json` prints it: the status by its wire name ("pending", "sending", "sent", "stored",
+/// "delivered", "read", "failed").
+struct MessageJSON: Encodable {
+    var localId: Int64
+    var conversationId: String
+    var clientMessageId: String
+    var serverId: String?
+    var seq: Int64?
+    var senderId: String
+    var senderDeviceId: String
+    var type: String
+    var body: String
+    var clientTimestamp: Int64
+    var acceptedAt: Int64?
+    var storedAt: Int64?
+    var outgoing: Bool
+    var status: String
+    var tick: String
+    var deliveryPath: String?
+    var failure: String?
+
+    init(_ message: PigeonMessage) {
+        localId = message.localId
+        conversationId = message.conversationId
+        clientMessageId = message.clientMessageId
+        serverId = message.serverId
+        seq = message.seq
+        senderId = message.senderId
+        senderDeviceId = message.senderDeviceId
+        type = message.type
+        body = message.body
+        clientTimestamp = message.clientTimestamp
+        acceptedAt = message.acceptedAt
+        storedAt = message.storedAt
+        outgoing = message.isOutgoing
+        status = message.status.rawValue
+        tick = message.isOutgoing ? Ticks.symbol(for: message.status) : ""
+        deliveryPath = message.deliveryPath?.rawValue
+        failure = message.failure?.message
+    }
+}
+
+struct ConversationJSON: Encodable {
+    struct Member: Encodable {
+        var userId: String
+        var deliveredSeq: Int64
+        var readSeq: Int64
+    }
+
+    var id: String
+    var name: String?
+    var title: String
+    var members: [Member]
+    var unreadCount: Int
+    var lastSeq: Int64
+    var readSeq: Int64
+    var lastMessage: MessageJSON?
+
+    init(_ conversation: PigeonConversation, me: String) {
+        id = conversation.id
+        name = conversation.name
+        title = MessageFormat.title(of: conversation, me: me)
+        members = conversation.members.map { Member(userId: $0.userId, deliveredSeq: $0.deliveredSeq, readSeq: $0.readSeq) }
+        unreadCount = conversation.unreadCount
+        lastSeq = conversation.lastSeq
+        readSeq = conversation.readSeq
+        lastMessage = conversation.lastMessage.map(MessageJSON.init)
+    }
+}
+
+func printJSON(_ value: some Encodable) throws {
+    let data = try JSONEncoder.pretty.encode(value)
+    FileHandle.standardOutput.write(data + Data("\n".utf8))
+}

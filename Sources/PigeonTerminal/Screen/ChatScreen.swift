@@ -1,0 +1,226 @@
+import Foundation
+import PigeonKit
+import PigeonProtocol
+
+/// Everything the chat screen shows, and nothing else: ``ChatScreen/render(_:width:height:)`` turns it into lines.
+public struct ChatScreenState: Sendable, Equatable {
+    public struct Notice: Sendable, Equatable {
+        public var text: String
+        public var isError: Bool
+
+        public init(_ text: String, isError: Bool = false) {
+            self.text = text
+            self.isError = isError
+        }
+    }
+
+    /// A search in progress (being typed) or done (its results replace the message list).
+    public struct Search: Sendable, Equatable {
+        public var query: LineEditor
+        public var results: [PigeonMessage]?
+
+        public init(query: LineEditor = LineEditor(), results: [PigeonMessage]? = nil) {
+            self.query = query
+            self.results = results
+        }
+    }
+
+    /// The viewer.
+    public var userId: String
+    public var title: String
+    /// The loaded messages, oldest first.
+    public var messages: [PigeonMessage] = []
+    /// Older messages exist on the device.
+    public var hasOlder = false
+    public var connection: ConnectionState = .offline
+    /// False after `/offline`.
+    public var networkEnabled = true
+    public var input = LineEditor()
+    /// Lines scrolled back from the newest (0: the newest message is at the bottom).
+    public var scrollOffset = 0
+    public var selected: Int64?
+    public var notice: Notice?
+    public var typing: [String] = []
+    public var search: Search?
+    /// Advances the "sending" spinner.
+    public var frame = 0
+    public var timeZone = TimeZone.current
+    /// The input and status lines.
+    public var showsInput = true
+    /// The status line's text when there is nothing else to say (nil: the keys).
+    public var help: String?
+
+    public init(userId: String, title: String) {
+        self.userId = userId
+        self.title = title
+    }
+}
+
+/// What ``ChatScreen/render(_:width:height:)`` produced.
+public struct RenderedScreen: Sendable, Equatable {
+    /// Exactly `height` lines, each at most `width` cells.
+    public var lines: [StyledLine]
+    /// Where the terminal's cursor goes (0-based), on the input line.
+    public var cursorRow: Int
+    public var cursorColumn: Int
+    /// The largest useful ``ChatScreenState/scrollOffset`` (every loaded line seen).
+    public var maxScrollOffset: Int
+    /// Rows of the message area (a page for PgUp/PgDn).
+    public var messageRows: Int
+
+    public var text: [String] { lines.map(\.text) }
+}
+
+/// The chat screen as a pure function of its state: a header with the connection, the offline banner, the
+/// messages with times and live ticks, a status line (notices, typing, hints) and the input line.
+public enum ChatScreen {
+    public static let offlineBanner = "No connection - messages will send when online"
+    static let help = "Enter send · ↑↓ select · Ctrl-R retry · PgUp/PgDn scroll · Ctrl-F search · /offline /online /quit"
+
+    public static func render(_ state: ChatScreenState, width: Int, height: Int) -> RenderedScreen {
+        let width = max(20, width)
+        let height = max(state.showsInput ? 5 : 3, height)
+        var top: [StyledLine] = [header(state, width: width)]
+        if state.connection != .online {
+            var text = offlineBanner
+            if !state.networkEnabled { text += " · /online reconnects" } else if state.connection == .connecting { text += " · connecting…" }
+            top.append(StyledLine(TextWidth.padded(" " + text, to: width), TextStyle(foreground: .yellow, bold: true, inverse: true)))
+        }
+        let bottomCount = state.showsInput ? 2 : 0
+        let rows = max(1, height - top.count - bottomCount)
+
+        let body: [StyledLine]
+        if let results = state.search?.results {
+            body = searchLines(state, results: results, width: width)
+        } else {
+            body = messageLines(state, width: width)
+        }
+        let maxScroll = max(0, body.count - rows)
+        let offset = min(max(0, state.scrollOffset), maxScroll)
+        let end = body.count - offset
+        var area = Array(body[max(0, end - rows)..<end])
+        // Short histories sit at the bottom, next to the input, like a chat app's.
+        area = Array(repeating: StyledLine(), count: rows - area.count) + area
+
+        var lines = top + area
+        var cursorRow = 0
+        var cursorColumn = 0
+        if state.showsInput {
+            lines.append(statusLine(state, width: width, linesBelow: offset))
+            let (input, column) = inputLine(state, width: width)
+            lines.append(input)
+            cursorRow = lines.count - 1
+            cursorColumn = column
+        }
+        return RenderedScreen(
+            lines: lines.map { $0.truncated(to: width) }, cursorRow: cursorRow, cursorColumn: cursorColumn,
+            maxScrollOffset: maxScroll, messageRows: rows)
+    }
+
+    static func header(_ state: ChatScreenState, width: Int) -> StyledLine {
+        let (symbol, label, color): (String, String, TerminalColor) =
+            switch state.connection {
+            case .online: ("●", "online", .green)
+            case .connecting: ("◌", "connecting", .yellow)
+            case .offline: ("○", state.networkEnabled ? "offline" : "offline (by you)", .red)
+            }
+        let right = "\(symbol) \(label) "
+        let left = TextWidth.truncated(" Pigeon · \(TextWidth.sanitized(state.title)) · \(state.userId)", to: width - TextWidth.of(right) - 1)
+        var line = StyledLine(left, TextStyle(bold: true, inverse: true))
+        line.append(String(repeating: " ", count: max(1, width - TextWidth.of(left) - TextWidth.of(right))), TextStyle(inverse: true))
+        line.append(right, TextStyle(foreground: color, bold: true, inverse: true))
+        return line
+    }
+
+    /// Every loaded message as screen lines: a day line when the day changes, then "HH:mm name body", wrapped, with
+    /// the tick of one's own messages at the right end of its last line; a failed message says why and how to retry.
+    static func messageLines(_ state: ChatScreenState, width: Int) -> [StyledLine] {
+        let names = state.messages.map { MessageFormat.sender(of: $0, me: state.userId) }
+        let nameWidth = min(12, max(3, names.map { TextWidth.of($0) }.max() ?? 3))
+        let prefixWidth = 1 + 5 + 1 + nameWidth + 1
+        let bodyWidth = max(8, width - prefixWidth - 3)
+        var lines: [StyledLine] = []
+        if state.hasOlder { lines.append(StyledLine("  ↑ older messages: PgUp", TextStyle(foreground: .gray))) }
+        var lastDay: DateComponents?
+        for (message, name) in zip(state.messages, names) {
+            let time = MessageFormat.timestamp(of: message)
+            let day = MessageFormat.dayKey(time, timeZone: state.timeZone)
+            if day != lastDay {
+                let label = " \(MessageFormat.day(time, timeZone: state.timeZone)) "
+                let side = max(2, (width - TextWidth.of(label)) / 2)
+                lines.append(StyledLine(String(repeating: "─", count: side) + label + String(repeating: "─", count: side), TextStyle(foreground: .gray)))
+                lastDay = day
+            }
+            let selected = state.selected == message.localId
+            let own = message.senderId == state.userId
+            let bodyLines = TextWidth.wrapped(TextWidth.sanitized(message.body, keepNewlines: true), width: bodyWidth)
+            for (index, part) in bodyLines.enumerated() {
+                var line = StyledLine(selected && index == 0 ? "›" : " ", TextStyle(foreground: .yellow, bold: true))
+                if index == 0 {
+                    line.append(MessageFormat.clock(time, timeZone: state.timeZone), TextStyle(foreground: .gray))
+                    line.append(" ")
+                    line.append(TextWidth.padded(TextWidth.sanitized(name), to: nameWidth), TextStyle(foreground: own ? .green : .cyan, bold: true))
+                    line.append(" ")
+                } else {
+                    line.append(String(repeating: " ", count: prefixWidth - 1))
+                }
+                line.append(part, selected ? TextStyle(inverse: true) : .plain)
+                if index == bodyLines.count - 1, message.isOutgoing {
+                    let tick = Ticks.symbol(for: message.status, frame: state.frame)
+                    line.append(String(repeating: " ", count: max(1, bodyWidth - TextWidth.of(part) + 1 + (2 - TextWidth.of(tick)))))
+                    line.append(tick, Ticks.style(for: message.status))
+                }
+                lines.append(line)
+            }
+            if message.status == .failed, message.isOutgoing {
+                let reason = message.failure.map { ": \(TextWidth.sanitized($0.message))" } ?? ""
+                let hint = selected ? " · Ctrl-R retries" : " · select it (↑) and press Ctrl-R"
+                lines.append(StyledLine(String(repeating: " ", count: prefixWidth) + "not sent\(reason)\(hint)", TextStyle(foreground: .red)))
+            }
+        }
+        if lines.isEmpty || (lines.count == 1 && state.hasOlder) {
+            lines.append(StyledLine("  No messages yet. Type one below and press Enter.", TextStyle(foreground: .gray)))
+        }
+        return lines
+    }
+
+    static func searchLines(_ state: ChatScreenState, results: [PigeonMessage], width: Int) -> [StyledLine] {
+        let query = TextWidth.sanitized(state.search?.query.text ?? "")
+        var lines = [StyledLine(" Search \"\(query)\": \(results.count) result\(results.count == 1 ? "" : "s") · Esc closes", TextStyle(bold: true))]
+        for message in results.reversed() {
+            let time = MessageFormat.timestamp(of: message)
+            var line = StyledLine(" \(MessageFormat.day(time, timeZone: state.timeZone)) \(MessageFormat.clock(time, timeZone: state.timeZone)) ", TextStyle(foreground: .gray))
+            line.append(MessageFormat.sender(of: message, me: state.userId) + " ", TextStyle(foreground: .cyan, bold: true))
+            line.append(TextWidth.sanitized(message.body))
+            lines.append(line.truncated(to: width))
+        }
+        return lines
+    }
+
+    static func statusLine(_ state: ChatScreenState, width: Int, linesBelow: Int) -> StyledLine {
+        if let search = state.search, search.results == nil {
+            return StyledLine(" Search (Enter finds, Esc cancels)", TextStyle(foreground: .gray))
+        }
+        if let notice = state.notice {
+            return StyledLine(" " + TextWidth.sanitized(notice.text), TextStyle(foreground: notice.isError ? .red : .green, bold: notice.isError))
+        }
+        if !state.typing.isEmpty {
+            let who = state.typing.sorted().joined(separator: ", ")
+            return StyledLine(" \(who) \(state.typing.count == 1 ? "is" : "are") typing…", TextStyle(foreground: .cyan))
+        }
+        if linesBelow > 0 {
+            return StyledLine(" ↓ \(linesBelow) more line\(linesBelow == 1 ? "" : "s") below · End jumps to the newest", TextStyle(foreground: .gray))
+        }
+        return StyledLine(" " + (state.help ?? help), TextStyle(foreground: .gray))
+    }
+
+    static func inputLine(_ state: ChatScreenState, width: Int) -> (StyledLine, Int) {
+        let isSearching = state.search.map { $0.results == nil } ?? false
+        let prompt = isSearching ? "search: " : "> "
+        let editor = isSearching ? state.search!.query : state.input
+        let (shown, column) = editor.visible(width: width - TextWidth.of(prompt))
+        var line = StyledLine(prompt, TextStyle(foreground: isSearching ? .yellow : .green, bold: true))
+        line.append(shown)
+        return (line, TextWidth.of(prompt) + column)
+    }
+}
