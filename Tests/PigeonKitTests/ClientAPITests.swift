@@ -34,6 +34,18 @@ struct ClientAPITests {
         await #expect(throws: PigeonClientError.self) { _ = try await PigeonClient.registerDevice(serverURL: server.url, userId: "") }
     }
 
+    /// AsyncHTTPClient retried a refused connection until the request's deadline: `registerDevice` against a server
+    /// that is down took its whole timeout (15 s in `pigeon login`) to say "connection refused".
+    @Test func aServerThatIsDownIsReportedAtOnceNotAtTheTimeout() async throws {
+        let url = URL(string: "http://127.0.0.1:\(try freePort())")!
+        let started = ContinuousClock.now
+        let error = await #expect(throws: PigeonClientError.self) {
+            _ = try await PigeonClient.registerDevice(serverURL: url, userId: "alice", timeout: .seconds(120))
+        }
+        #expect(error?.code == .network)
+        #expect(ContinuousClock.now - started < .seconds(60), "it waited for the timeout")
+    }
+
     @Test func aMessageTheServerRefusesFailsAtOnce() async throws {
         let server = try await KitTestServer.start { $0.maxBodyBytes = 2_000 }
         defer { Task { await server.stop() } }

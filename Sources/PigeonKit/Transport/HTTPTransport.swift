@@ -17,7 +17,7 @@ package struct HTTPTransport: PigeonTransport {
     /// closed when nothing (not even the server's keep-alive comment) arrived for twice this long.
     let liveness: Duration
     let logger: Logger
-    var http: HTTPClient { .shared }
+    var http: HTTPClient { .pigeonKit }
 
     package init(baseURL: URL, token: String, requestTimeout: Duration, connectTimeout: Duration, liveness: Duration, logger: Logger) {
         var base = baseURL.absoluteString
@@ -126,4 +126,16 @@ package struct HTTPTransport: PigeonTransport {
                 http: http, url: baseURL + "/v1/events" + query, token: token, timeout: connectTimeout, idleTimeout: liveness * 2)
         }
     }
+}
+
+extension HTTPClient {
+    /// PigeonKit's HTTP client: like `HTTPClient.shared`, but a connection that cannot be made fails the request at
+    /// once (AsyncHTTPClient's default retries it until the request's deadline: a server that is down would hold
+    /// `registerDevice` or a catch-up for the whole timeout). PigeonKit retries with its own backoff.
+    static let pigeonKit: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.retryConnectionEstablishment = false
+        configuration.timeout.connect = .seconds(10)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
 }

@@ -174,8 +174,8 @@ public enum ChatScreen {
             }
             if message.status == .failed, message.isOutgoing {
                 let reason = message.failure.map { ": \(TextWidth.sanitized($0.message))" } ?? ""
-                let hint = selected ? " · Ctrl-R retries" : " · select it (↑) and press Ctrl-R"
-                lines.append(StyledLine(String(repeating: " ", count: prefixWidth) + "not sent\(reason)\(hint)", TextStyle(foreground: .red)))
+                let hint = selected ? "Ctrl-R retries" : "↑ selects, Ctrl-R retries"
+                lines.append(StyledLine(String(repeating: " ", count: prefixWidth) + "not sent (\(hint))\(reason)", TextStyle(foreground: .red)))
             }
         }
         if lines.isEmpty || (lines.count == 1 && state.hasOlder) {

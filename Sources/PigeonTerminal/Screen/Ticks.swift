@@ -5,7 +5,7 @@ import PigeonProtocol
 /// The WhatsApp-style ticks of DESIGN.md's status table, as a terminal shows them.
 public enum Ticks {
     /// The frames of the "sending" spinner (one cell each).
-    static let spinner = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"]
+    public static let spinner = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"]
 
     /// ⏰ pending, a spinner while sending, ✓ sent and stored, ✓✓ delivered and read (read is blue), ⚠️ failed.
     public static func symbol(for status: MessageStatus, frame: Int = 0) -> String {

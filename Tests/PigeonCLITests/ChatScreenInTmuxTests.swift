@@ -1,0 +1,111 @@
+import Foundation
+import PigeonTestSupport
+import Testing
+
+/// A tmux server of the test's own, with one window running a command; the screen is read back as tmux shows it.
+final class TmuxSession: Sendable {
+    let socket = "pigeon-test-\(UUID().uuidString.prefix(8))"
+    let name = "chat"
+
+    init(command: String, width: Int = 100, height: Int = 30) throws {
+        guard Self.tmuxPath != nil else {
+            throw TestFailure("tmux is not installed (scripts/test.sh installs it: apt-get install tmux)")
+        }
+        try tmuxCommand(["new-session", "-d", "-s", name, "-x", String(width), "-y", String(height), command])
+    }
+
+    static var tmuxPath: String? {
+        ["/usr/bin/tmux", "/usr/local/bin/tmux", "/bin/tmux"].first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    @discardableResult
+    func tmuxCommand(_ arguments: [String]) throws -> String {
+        try Command.run(["tmux", "-L", socket, "-f", "/dev/null"] + arguments)
+    }
+
+    /// The screen as text, or with the colours (`escapes`).
+    func screen(escapes: Bool = false) throws -> String {
+        try tmuxCommand(["capture-pane", "-p", "-t", name] + (escapes ? ["-e"] : []))
+    }
+
+    func type(_ text: String) throws {
+        try tmuxCommand(["send-keys", "-t", name, "-l", text])
+    }
+
+    func press(_ key: String) throws {
+        try tmuxCommand(["send-keys", "-t", name, key])
+    }
+
+    func kill() {
+        _ = try? tmuxCommand(["kill-server"])
+    }
+}
+
+@Suite(.serialized) struct ChatScreenInTmuxTests {
+    @Test func chatShowsLiveTicksTheOfflineBannerAndIncomingMessages() async throws {
+        let server = try PigeonServerProcess()
+        try await server.start()
+        let cli = PigeonCLI(server: server.url)
+        #expect(try await cli.run(["login", "alice"], profile: "alice").status == 0)
+        #expect(try await cli.run(["login", "bob"], profile: "bob").status == 0)
+        let conversation = try await cli.run(["new", "bob"], profile: "alice").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let command = "env PIGEON_HOME=\(cli.home) \(PigeonCLI.binaryPath) --server \(server.url) --profile \(cli.home)/alice chat \(conversation); echo EXITED:$?; sleep 60"
+        let tmux = try TmuxSession(command: command)
+        defer { tmux.kill() }
+        func screenLine(containing text: String) -> String? {
+            (try? tmux.screen())?.split(separator: "\n").map(String.init).first { $0.contains(text) }
+        }
+        func waitForLine(_ text: String, endingWith suffix: String, _ what: String) async throws {
+            try await eventually(what, describe: { (try? tmux.screen()) ?? "" }) {
+                screenLine(containing: text)?.trimmingCharacters(in: .whitespaces).hasSuffix(suffix) == true
+            }
+        }
+
+        try await eventually("the chat is online", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "● online") != nil }
+        try tmux.type("hello from the terminal")
+        try tmux.press("Enter")
+        try await waitForLine("hello from the terminal", endingWith: "✓", "the message shows ✓")
+        #expect(try await cli.run(["sync"], profile: "bob").status == 0)
+        try await waitForLine("hello from the terminal", endingWith: "✓✓", "bob's sync turns it ✓✓")
+        #expect(try await cli.run(["read", conversation], profile: "bob").status == 0)
+        try await eventually("bob's read turns ✓✓ blue", describe: { (try? tmux.screen(escapes: true)) ?? "" }) {
+            let coloured = (try? tmux.screen(escapes: true))?.split(separator: "\n").first { $0.contains("hello from the terminal") }
+            return coloured.map { $0.contains("94m✓✓") || $0.contains("94;1m✓✓") || $0.contains("1;94m✓✓") } ?? false
+        }
+
+        // /offline: the banner, and a message that waits (⏰) until /online sends it.
+        try tmux.type("/offline")
+        try tmux.press("Enter")
+        try await eventually("the offline banner shows", describe: { (try? tmux.screen()) ?? "" }) {
+            screenLine(containing: "No connection - messages will send when online") != nil
+        }
+        try tmux.type("written while offline")
+        try tmux.press("Enter")
+        try await waitForLine("written while offline", endingWith: "⏰", "the offline message shows ⏰")
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(screenLine(containing: "written while offline")?.trimmingCharacters(in: .whitespaces).hasSuffix("⏰") == true)
+        try tmux.type("/online")
+        try tmux.press("Enter")
+        try await waitForLine("written while offline", endingWith: "✓", "/online sends it")
+        #expect(screenLine(containing: "No connection") == nil)
+
+        // Bob answers from his shell: it appears live, with his name.
+        #expect(try await cli.run(["send", conversation, "hi alice, got it", "--wait", "20"], profile: "bob").status == 0)
+        try await eventually("bob's answer appears", describe: { (try? tmux.screen()) ?? "" }) {
+            screenLine(containing: "hi alice, got it")?.contains("bob") == true
+        }
+
+        // Search, then quit with Ctrl-C: the terminal comes back and the exit status is 0.
+        try tmux.press("C-f")
+        try tmux.type("offline")
+        try tmux.press("Enter")
+        try await eventually("the search finds the message", describe: { (try? tmux.screen()) ?? "" }) {
+            screenLine(containing: "Search \"offline\": 1 result") != nil
+        }
+        try tmux.press("Escape")
+        try tmux.press("C-c")
+        try await eventually("pigeon chat exits", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "EXITED:0") != nil }
+        try await server.stop()
+    }
+}

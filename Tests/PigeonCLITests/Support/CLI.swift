@@ -1,0 +1,213 @@
+import Foundation
+import PigeonTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A built executable of this package: next to the test bundle (SwiftPM builds it, the test target depends on it).
+func builtProduct(_ name: String) -> String {
+    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    var directory = executable.deletingLastPathComponent()
+    while directory.path != "/" {
+        let candidate = directory.appendingPathComponent(name)
+        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate.path }
+        directory = directory.deletingLastPathComponent()
+    }
+    return executable.deletingLastPathComponent().appendingPathComponent(name).path
+}
+
+/// What one run of `pigeon` did.
+struct CLIResult: CustomStringConvertible {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+
+    var description: String { "exit \(status)\nstdout:\n\(stdout)\nstderr:\n\(stderr)" }
+
+    /// stdout as JSON.
+    func json() throws -> Any {
+        try JSONSerialization.jsonObject(with: Data(stdout.utf8))
+    }
+}
+
+/// The built `pigeon` binary, run with a home of its own (`PIGEON_HOME`) and a server.
+struct PigeonCLI: Sendable {
+    let home: String
+    let server: String
+
+    static var binaryPath: String { builtProduct("pigeon") }
+
+    init(server: String) {
+        home = makeTemporaryDirectory("pigeon-cli-home")
+        self.server = server
+    }
+
+    /// Runs `pigeon --server … <arguments>` to its end (killed after `timeout`).
+    @discardableResult
+    func run(_ arguments: [String], profile: String? = nil, stdin: String? = nil, timeout: Duration = .seconds(60)) async throws -> CLIResult {
+        var all = ["--server", server]
+        if let profile { all += ["--profile", "\(home)/\(profile)"] }
+        var environment = ProcessInfo.processInfo.environment
+        environment["PIGEON_HOME"] = home
+        environment["PIGEON_SERVER"] = nil
+        environment["PIGEON_PROFILE"] = nil
+        environment["PIGEON_LOG_LEVEL"] = nil
+        let outPath = "\(home)/.out-\(UUID().uuidString)"
+        let errPath = "\(home)/.err-\(UUID().uuidString)"
+        var inPath = "/dev/null"
+        if let stdin {
+            inPath = "\(home)/.in-\(UUID().uuidString)"
+            FileManager.default.createFile(atPath: inPath, contents: Data(stdin.utf8))
+        }
+        defer {
+            unlink(outPath)
+            unlink(errPath)
+            if stdin != nil { unlink(inPath) }
+        }
+        let pid = try spawn([Self.binaryPath] + all + arguments, environment: environment, stdin: inPath, stdout: outPath, stderr: errPath)
+        let status = try await waitForExit(pid, timeout: timeout, what: "pigeon \(arguments.joined(separator: " "))")
+        return CLIResult(
+            status: status,
+            stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+            stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+    }
+}
+
+/// The built `pigeon-server` binary on a fixed port and data directory, so it can be stopped and started again.
+final class PigeonServerProcess: @unchecked Sendable {
+    let port: Int
+    let dataDirectory: String
+    private var pid: pid_t?
+
+    var url: String { "http://127.0.0.1:\(port)" }
+
+    init() throws {
+        port = try freePort()
+        dataDirectory = makeTemporaryDirectory("pigeon-cli-server")
+    }
+
+    func start() async throws {
+        let log = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
+        let pid = try spawn(
+            [builtProduct("pigeon-server"), "serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory, "--log-level", "warning"],
+            environment: ProcessInfo.processInfo.environment, stdin: "/dev/null", stdout: log, stderr: log)
+        self.pid = pid
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if Self.accepts(port: port) { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        kill(pid, SIGKILL)
+        throw TestFailure("pigeon-server did not start: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+    }
+
+    /// SIGTERM (a graceful stop) and wait.
+    func stop() async throws {
+        guard let pid else { return }
+        self.pid = nil
+        kill(pid, SIGTERM)
+        _ = try await waitForExit(pid, timeout: .seconds(30), what: "pigeon-server after SIGTERM")
+    }
+
+    deinit {
+        if let pid { kill(pid, SIGKILL) }
+    }
+
+    private static func accepts(port: Int) -> Bool {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+}
+
+func makeTemporaryDirectory(_ prefix: String) -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString.prefix(8))").path
+    try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// Polls `condition` until it holds; fails after `timeout` with `what` and the last value `describe` gives.
+func eventually(
+    _ what: String, timeout: Duration = .seconds(20), describe: () async -> String = { "" }, _ condition: () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    if try await condition() { return }
+    throw TestFailure("timed out after \(timeout) waiting until \(what)\n\(await describe())")
+}
+
+/// Starts `arguments` (the first an absolute path) with a clean signal state (Foundation's `Process` passes on the
+/// test runner's blocked signals) and the given files as stdin, stdout and stderr.
+func spawn(_ arguments: [String], environment: [String: String], stdin: String, stdout: String, stderr: String) throws -> pid_t {
+    #if canImport(Glibc)
+    var attributes = posix_spawnattr_t()
+    var fileActions = posix_spawn_file_actions_t()
+    #else
+    var attributes: posix_spawnattr_t?
+    var fileActions: posix_spawn_file_actions_t?
+    #endif
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    var allSignals = sigset_t()
+    sigfillset(&allSignals)
+    posix_spawnattr_setsigdefault(&attributes, &allSignals)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    posix_spawn_file_actions_init(&fileActions)
+    defer { posix_spawn_file_actions_destroy(&fileActions) }
+    posix_spawn_file_actions_addopen(&fileActions, 0, stdin, O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&fileActions, 1, stdout, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    if stderr == stdout {
+        posix_spawn_file_actions_adddup2(&fileActions, 1, 2)
+    } else {
+        posix_spawn_file_actions_addopen(&fileActions, 2, stderr, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    }
+    let argv = arguments.map { strdup($0) } + [nil]
+    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        for pointer in argv { free(pointer) }
+        for pointer in envp { free(pointer) }
+    }
+    var pid = pid_t()
+    let spawned = posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, envp)
+    guard spawned == 0 else { throw TestFailure("cannot start \(arguments.joined(separator: " ")): error \(spawned)") }
+    return pid
+}
+
+/// Waits for `pid` to exit and returns its exit status (128 + n for a signal); SIGKILLs it after `timeout`.
+func waitForExit(_ pid: pid_t, timeout: Duration, what: String) async throws -> Int32 {
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        var status: Int32 = 0
+        let result = waitpid(pid, &status, WNOHANG)
+        if result == pid {
+            let signal = status & 0x7f
+            return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+        }
+        if result == -1 && errno != EINTR { throw TestFailure("waitpid for \(what) failed: errno \(errno)") }
+        guard ContinuousClock.now < deadline else {
+            kill(pid, SIGKILL)
+            throw TestFailure("\(what) did not end within \(timeout)")
+        }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}
