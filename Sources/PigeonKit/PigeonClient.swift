@@ -219,13 +219,16 @@ public final class PigeonClient: Sendable, Service {
     /// for the next connection. ``PigeonClientError/Code-swift.struct/closed`` when the client is not running.
     @discardableResult
     public func sync(timeout: Duration = .seconds(30)) async throws -> SyncReport {
-        guard engine.isRunning else { throw PigeonClientError(.closed, "the client is not running: call start() first") }
+        // `start()` returns before its task is inside `run()`: a started client counts as running.
+        guard engine.isRunning || runTask.withLockedValue({ $0 != nil }) else {
+            throw PigeonClientError(.closed, "the client is not running: call start() first")
+        }
         let deadline = ContinuousClock.now + timeout
         let server = configuration.serverURL.absoluteString
         try await waitUntil(deadline, timeout: timeout, { () -> String in
             let reason = self.lastConnectionError.map { ": \($0.message)" } ?? ""
             return self.engine.isNetworkEnabled ? "not connected to \(server)\(reason)" : "the network is switched off"
-        }) { self.connectionState == .online }
+        }) { self.engine.isNetworkEnabled && self.connectionState == .online }
         try await withDeadline(deadline, timeout: timeout, "fetching the conversations and missing messages from \(server)") {
             try await self.engine.catchUp()
         }

@@ -46,6 +46,41 @@ struct ClientAPITests {
         #expect(ContinuousClock.now - started < .seconds(60), "it waited for the timeout")
     }
 
+    @Test func syncReturnsOnceTheOutboxIsFlushedAndTheReceiptsAreConfirmed() async throws {
+        let server = try await KitTestServer.start()
+        defer { Task { await server.stop() } }
+        let alice = try await TestDevice.register("alice", on: server.url)
+        let bob = try await TestDevice.register("bob", on: server.url)
+        let conversation = try await alice.client.createConversation(members: ["bob"])
+        await #expect(throws: PigeonClientError.self) { try await alice.client.sync(timeout: .seconds(1)) }
+        let sent = try (1...3).map { try alice.client.send("queued \($0)", to: conversation.id) }
+
+        alice.client.start()
+        let report = try await alice.client.sync(timeout: .seconds(20))
+        #expect(report.failed.isEmpty)
+        #expect(try alice.client.unsentMessages().isEmpty)
+        #expect(try sent.allSatisfy { try alice.client.message(localId: $0.localId)!.status >= .sent })
+
+        bob.client.start()
+        try await bob.client.sync(timeout: .seconds(20))
+        // On return bob has every message and the server has his delivered receipt: alice's ✓✓ follows.
+        #expect(try bob.client.messages(in: conversation.id).messages.map(\.body) == ["queued 1", "queued 2", "queued 3"])
+        try await eventually("alice sees ✓✓") {
+            try sent.allSatisfy { try alice.client.message(localId: $0.localId)!.status == .delivered }
+        }
+        await bob.client.stop()
+        bob.client.setNetworkEnabled(false)
+        let offline = try alice.client.send("bob is away", to: conversation.id)
+        try await alice.client.sync(timeout: .seconds(20))
+        #expect(try [.sent, .stored].contains(alice.client.message(localId: offline.localId)!.status), "✓, not ✓✓: bob is away")
+
+        alice.client.setNetworkEnabled(false)
+        let error = await #expect(throws: PigeonClientError.self) { try await alice.client.sync(timeout: .milliseconds(300)) }
+        #expect(error?.code == .timeout)
+        #expect(error?.message.contains("the network is switched off") == true)
+        await alice.client.stop()
+    }
+
     @Test func aMessageTheServerRefusesFailsAtOnce() async throws {
         let server = try await KitTestServer.start { $0.maxBodyBytes = 2_000 }
         defer { Task { await server.stop() } }
