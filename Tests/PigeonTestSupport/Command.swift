@@ -29,6 +29,16 @@ public enum Command {
     /// Starts `arguments` (the first an absolute path) with a clean signal state, stdin from /dev/null and
     /// stdout + stderr to `outputPath` (or /dev/null); the caller waits for it.
     public static func spawn(_ arguments: [String], outputPath: String? = nil) throws -> pid_t {
+        try spawn(arguments, stdout: outputPath ?? "/dev/null", stderr: nil, truncate: true)
+    }
+
+    /// Starts `arguments` (the first an absolute path) with a clean signal state, `environment` (default: this
+    /// process's), stdin read from `stdin`, stdout to `stdout` and stderr to `stderr` (nil: with stdout); the
+    /// output files are appended to unless `truncate`. The caller waits for it.
+    public static func spawn(
+        _ arguments: [String], environment: [String: String]? = nil, stdin: String = "/dev/null", stdout: String, stderr: String?,
+        truncate: Bool = false
+    ) throws -> pid_t {
         #if canImport(Glibc)
         var attributes = posix_spawnattr_t()
         var fileActions = posix_spawn_file_actions_t()
@@ -47,13 +57,23 @@ public enum Command {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         posix_spawn_file_actions_init(&fileActions)
         defer { posix_spawn_file_actions_destroy(&fileActions) }
-        posix_spawn_file_actions_addopen(&fileActions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&fileActions, 1, outputPath ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_adddup2(&fileActions, 1, 2)
+        let mode = O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND)
+        posix_spawn_file_actions_addopen(&fileActions, 0, stdin, O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&fileActions, 1, stdout, mode, 0o644)
+        if let stderr {
+            posix_spawn_file_actions_addopen(&fileActions, 2, stderr, mode, 0o644)
+        } else {
+            posix_spawn_file_actions_adddup2(&fileActions, 1, 2)
+        }
         let argv = arguments.map { strdup($0) } + [nil]
-        defer { for argument in argv { free(argument) } }
+        let envp = environment.map { $0.map { strdup("\($0.key)=\($0.value)") } + [nil] }
+        defer {
+            for argument in argv { free(argument) }
+            for variable in envp ?? [] { free(variable) }
+        }
         var pid = pid_t()
-        let spawned = posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, environ)
+        let spawned = envp.map { envp in posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, envp) }
+            ?? posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, environ)
         guard spawned == 0 else { throw TestFailure("cannot start \(arguments.joined(separator: " ")): error \(spawned)") }
         return pid
     }

@@ -43,8 +43,8 @@ final class DemoStory: Sendable {
         func client(_ user: String, url: URL) async throws -> PigeonClient {
             let credentials = try await PigeonClient.registerDevice(serverURL: server.url, userId: user, deviceName: "demo")
             var configuration = PigeonClient.Configuration(serverURL: url, databasePath: "\(directory)/\(user).sqlite", credentials: credentials)
-            // Short timings, so the story fits in half a minute: an answer is awaited 1.5 s, three tries.
-            configuration.retryPolicy = RetryPolicy(maxAttempts: 3, ackTimeout: .milliseconds(1500), baseDelay: .milliseconds(300), maxDelay: .seconds(1))
+            // Short timings, so the story fits in half a minute: an answer is awaited 1 s, three tries.
+            configuration.retryPolicy = RetryPolicy(maxAttempts: 3, ackTimeout: .seconds(1), baseDelay: .milliseconds(200), maxDelay: .milliseconds(500))
             configuration.reconnectBaseDelay = .milliseconds(150)
             configuration.reconnectMaxDelay = .milliseconds(600)
             configuration.connectTimeout = .seconds(3)
@@ -111,7 +111,7 @@ final class DemoStory: Sendable {
         }
         if let terminal {
             draw(terminal)
-            if case .success = result { try? await Task.sleep(for: seconds(3 * pace)) }
+            if case .success = result { try? await Task.sleep(for: seconds(2 * pace)) }
             terminal.restore()
         }
         await alice.stop()
@@ -223,7 +223,7 @@ final class DemoStory: Sendable {
                 view.withLockedValue {
                     if isAlice { $0.aliceInput = String(text[...index]) } else { $0.bobInput = String(text[...index]) }
                 }
-                try await Task.sleep(for: seconds(0.035 * pace))
+                try await Task.sleep(for: seconds(0.025 * pace))
             }
             try await pause(0.3)
         }
@@ -240,7 +240,7 @@ final class DemoStory: Sendable {
         }
         try reader.markRead(conversationId: conversationId)
         try await expectStatus(message, .read, within: .seconds(10), client: sender ?? alice)
-        try await pause(1)
+        try await pause(0.7)
     }
 
     private func status(_ message: PigeonMessage, client: PigeonClient? = nil) throws -> MessageStatus? {

@@ -124,8 +124,8 @@ public enum ChatScreen {
             case .connecting: ("◌", "connecting", .yellow)
             case .offline: ("○", state.networkEnabled ? "offline" : "offline (by you)", .red)
             }
-        let right = "\(symbol) \(label) "
-        let left = TextWidth.truncated(" Pigeon · \(TextWidth.sanitized(state.title)) · \(state.userId)", to: width - TextWidth.of(right) - 1)
+        let right = "\(state.userId) · \(symbol) \(label) "
+        let left = TextWidth.truncated(" Pigeon · \(TextWidth.sanitized(state.title))", to: width - TextWidth.of(right) - 1)
         var line = StyledLine(left, TextStyle(bold: true, inverse: true))
         line.append(String(repeating: " ", count: max(1, width - TextWidth.of(left) - TextWidth.of(right))), TextStyle(inverse: true))
         line.append(right, TextStyle(foreground: color, bold: true, inverse: true))

@@ -67,7 +67,7 @@ struct PigeonCLI: Sendable {
             unlink(errPath)
             if stdin != nil { unlink(inPath) }
         }
-        let pid = try spawn([Self.binaryPath] + all + arguments, environment: environment, stdin: inPath, stdout: outPath, stderr: errPath)
+        let pid = try Command.spawn([Self.binaryPath] + all + arguments, environment: environment, stdin: inPath, stdout: outPath, stderr: errPath)
         let status = try await waitForExit(pid, timeout: timeout, what: "pigeon \(arguments.joined(separator: " "))")
         return CLIResult(
             status: status,
@@ -91,9 +91,9 @@ final class PigeonServerProcess: @unchecked Sendable {
 
     func start() async throws {
         let log = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
-        let pid = try spawn(
+        let pid = try Command.spawn(
             [builtProduct("pigeon-server"), "serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory, "--log-level", "warning"],
-            environment: ProcessInfo.processInfo.environment, stdin: "/dev/null", stdout: log, stderr: log)
+            stdout: log, stderr: nil)
         self.pid = pid
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
@@ -151,46 +151,6 @@ func eventually(
     }
     if try await condition() { return }
     throw TestFailure("timed out after \(timeout) waiting until \(what)\n\(await describe())")
-}
-
-/// Starts `arguments` (the first an absolute path) with a clean signal state (Foundation's `Process` passes on the
-/// test runner's blocked signals) and the given files as stdin, stdout and stderr.
-func spawn(_ arguments: [String], environment: [String: String], stdin: String, stdout: String, stderr: String) throws -> pid_t {
-    #if canImport(Glibc)
-    var attributes = posix_spawnattr_t()
-    var fileActions = posix_spawn_file_actions_t()
-    #else
-    var attributes: posix_spawnattr_t?
-    var fileActions: posix_spawn_file_actions_t?
-    #endif
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
-    var allSignals = sigset_t()
-    sigfillset(&allSignals)
-    posix_spawnattr_setsigdefault(&attributes, &allSignals)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    posix_spawn_file_actions_init(&fileActions)
-    defer { posix_spawn_file_actions_destroy(&fileActions) }
-    posix_spawn_file_actions_addopen(&fileActions, 0, stdin, O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&fileActions, 1, stdout, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    if stderr == stdout {
-        posix_spawn_file_actions_adddup2(&fileActions, 1, 2)
-    } else {
-        posix_spawn_file_actions_addopen(&fileActions, 2, stderr, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    }
-    let argv = arguments.map { strdup($0) } + [nil]
-    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer {
-        for pointer in argv { free(pointer) }
-        for pointer in envp { free(pointer) }
-    }
-    var pid = pid_t()
-    let spawned = posix_spawn(&pid, arguments[0], &fileActions, &attributes, argv, envp)
-    guard spawned == 0 else { throw TestFailure("cannot start \(arguments.joined(separator: " ")): error \(spawned)") }
-    return pid
 }
 
 /// Waits for `pid` to exit and returns its exit status (128 + n for a signal); SIGKILLs it after `timeout`.
