@@ -8,6 +8,9 @@ import Darwin
 private let systemWrite = Darwin.write
 #endif
 
+/// The terminal's settings before full-screen mode, for the signal handler (set once, before the handler is installed).
+nonisolated(unsafe) private var settingsToRestore = termios()
+
 /// The controlling terminal in full-screen mode: raw input (keys arrive as bytes, Ctrl-C included), the alternate
 /// screen (what was on the terminal comes back on exit), and its size.
 final class Terminal: Sendable {
@@ -28,6 +31,16 @@ final class Terminal: Sendable {
         cfmakeraw(&raw)
         tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw)
         Self.write("\u{1B}[?1049h\u{1B}[H\u{1B}[2J")
+        // Killed or hung up: give the terminal back as it was before exiting.
+        settingsToRestore = original
+        for signalNumber in [SIGTERM, SIGHUP] {
+            signal(signalNumber) { signalNumber in
+                let reset = "\u{1B}[0m\u{1B}[?25h\u{1B}[?1049l"
+                _ = reset.withCString { systemWrite(STDOUT_FILENO, $0, strlen($0)) }
+                tcsetattr(STDIN_FILENO, TCSAFLUSH, &settingsToRestore)
+                _exit(128 + signalNumber)
+            }
+        }
     }
 
     func restore() {
