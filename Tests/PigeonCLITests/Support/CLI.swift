@@ -60,7 +60,7 @@ struct PigeonCLI: Sendable {
         var inPath = "/dev/null"
         if let stdin {
             inPath = "\(home)/.in-\(UUID().uuidString)"
-            FileManager.default.createFile(atPath: inPath, contents: Data(stdin.utf8))
+            _ = FileManager.default.createFile(atPath: inPath, contents: Data(stdin.utf8))
         }
         defer {
             unlink(outPath)
