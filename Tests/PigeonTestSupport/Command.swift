@@ -65,6 +65,13 @@ public enum Command {
         } else {
             posix_spawn_file_actions_adddup2(&fileActions, 1, 2)
         }
+        // Only stdin, stdout and stderr: without this the child inherits every descriptor the test process has open
+        // without close-on-exec, such as an in-process server's listening socket, and keeps that port bound after
+        // the server stops (its restart then cannot listen). glibc ignores a descriptor closed meanwhile.
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.compactMap { Int32($0) } ?? []
+        for descriptor in open where descriptor > 2 {
+            posix_spawn_file_actions_addclose(&fileActions, descriptor)
+        }
         let argv = arguments.map { strdup($0) } + [nil]
         let envp = environment.map { $0.map { strdup("\($0.key)=\($0.value)") } + [nil] }
         defer {
