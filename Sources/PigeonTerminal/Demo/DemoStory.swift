@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import PigeonFaultProxy
 import PigeonKit
 import PigeonProtocol
+import PigeonServer
 
 /// `pigeon demo`: seed 000's story with a real server in this process and two real PigeonKit clients, alice and
 /// bob. Alice's network goes through a ``FaultProxy`` so it can be black-holed; each step checks what it shows
@@ -16,7 +17,7 @@ final class DemoStory: Sendable {
 
     private let plain: Bool
     private let pace: Double
-    private let server: EmbeddedServer
+    private let server: InProcessServer
     private let proxy: FaultProxy
     private let alice: PigeonClient
     private let bob: PigeonClient
@@ -36,7 +37,14 @@ final class DemoStory: Sendable {
     static func make(plain: Bool, pace: Double) async throws -> DemoStory {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-demo-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: directory + "/server", withIntermediateDirectories: true)
-        let server = try EmbeddedServer(dataDirectory: directory + "/server")
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configuration.dataDirectory = directory + "/server"
+        configuration.keepAliveInterval = .seconds(30)
+        configuration.shutdownDrainTimeout = .seconds(3)
+        var logger = Logger(label: "pigeon-demo-server")
+        logger.logLevel = .critical
+        let server = try InProcessServer(configuration: configuration, logger: logger)
         try await server.start()
         let proxy = try await FaultProxy.start(upstreamPort: server.port)
         let proxyURL = URL(string: "http://127.0.0.1:\(proxy.port)")!
@@ -59,7 +67,7 @@ final class DemoStory: Sendable {
     }
 
     private init(
-        plain: Bool, pace: Double, server: EmbeddedServer, proxy: FaultProxy, alice: PigeonClient, bob: PigeonClient, conversationId: String,
+        plain: Bool, pace: Double, server: InProcessServer, proxy: FaultProxy, alice: PigeonClient, bob: PigeonClient, conversationId: String,
         directory: String
     ) {
         self.plain = plain

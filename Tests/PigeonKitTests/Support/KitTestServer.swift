@@ -2,49 +2,41 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import Logging
-import NIOConcurrencyHelpers
 import PigeonKit
 import PigeonProtocol
 import PigeonServer
 import PigeonTestSupport
-import ServiceLifecycle
 
 /// A real embedded Pigeon server in this process, on a fixed loopback port and data directory, so it can be
 /// stopped and started again (a restart keeps its data, and clients reconnect to the same URL).
 final class KitTestServer: Sendable {
-    let port: Int
-    let dataDirectory: String
-    private let configure: @Sendable (inout ServerConfiguration) -> Void
-    private let running = NIOLockedValueBox<(group: ServiceGroup, task: Task<Void, any Error>)?>(nil)
+    private let server: InProcessServer
 
-    var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
+    var port: Int { server.port }
+    var dataDirectory: String { server.configuration.dataDirectory }
+    var url: URL { server.url }
 
-    private init(port: Int, dataDirectory: String, configure: @escaping @Sendable (inout ServerConfiguration) -> Void) {
-        self.port = port
-        self.dataDirectory = dataDirectory
-        self.configure = configure
+    private init(_ server: InProcessServer) {
+        self.server = server
     }
 
     static func start(configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) async throws -> KitTestServer {
-        let server = KitTestServer(port: try freePort(), dataDirectory: makeTemporaryDirectory(), configure: configure)
-        try await server.start()
-        return server
-    }
-
-    func start() async throws {
         var configuration = ServerConfiguration()
-        configuration.port = port
-        configuration.dataDirectory = dataDirectory
+        configuration.port = try freePort()
+        configuration.dataDirectory = makeTemporaryDirectory()
         configuration.durable = false
         configuration.keepAliveInterval = .seconds(1)
         configuration.shutdownDrainTimeout = .seconds(2)
         configure(&configuration)
         var logger = Logger(label: "pigeonkit-test-server")
         logger.logLevel = .critical
-        let app = try await PigeonApplication.make(configuration: configuration, logger: logger)
-        // Run in a service group of its own, so `stop` is a graceful shutdown (what SIGTERM does to pigeon-server).
-        let group = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
-        running.withLockedValue { $0 = (group, Task { try await group.run() }) }
+        let server = KitTestServer(try InProcessServer(configuration: configuration, logger: logger))
+        try await server.start()
+        return server
+    }
+
+    func start() async throws {
+        try await server.start()
         try await eventually("the server answers /healthz", timeout: .seconds(20)) {
             let request = HTTPClientRequest(url: self.url.absoluteString + "/healthz")
             let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(1))
@@ -54,12 +46,7 @@ final class KitTestServer: Sendable {
 
     /// Stops the server (gracefully: it drains what it accepted) and waits until it is down.
     func stop() async {
-        guard let (group, task) = running.withLockedValue({ running in
-            defer { running = nil }
-            return running
-        }) else { return }
-        await group.triggerGracefulShutdown()
-        _ = await task.result
+        await server.stop()
     }
 
     func restart() async throws {
