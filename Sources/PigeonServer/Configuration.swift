@@ -35,12 +35,24 @@ public struct ServerConfiguration: Sendable {
     /// Largest request body or WebSocket message, in bytes.
     public var maxBodyBytes = 65_536
     public var maxMembers = 1_000
-    /// Open device registration (`POST /v1/devices`); `nil`: on unless a JWT key is set.
+    /// Open device registration (`POST /v1/devices` without credentials); `nil`: on only for the embedded
+    /// store and buffer bound to a loopback address without a JWT key (see ``isOpenRegistrationEnabled``).
     public var openRegistration: Bool?
     /// Bearer token of the admin routes (dead-letter inspection and replay); `nil`: no admin routes.
     public var adminToken: String?
-    /// HS256 key of the app backend's JWTs (`sub` = userId, `did` = deviceId, `exp`); `nil`: no JWTs.
-    public var jwtSecret: String?
+    /// Bearer token `/metrics` asks for; `nil`: `/metrics` is open (bind it to a private interface, or set this).
+    public var metricsToken: String?
+    /// Reverse proxies in front of the server: from these peers (and only these) the client address of the
+    /// per-address limits is read from `X-Forwarded-For` (``ClientAddress``).
+    public var trustedProxies: [AddressBlock] = []
+    /// Device tokens: opaque registration tokens and the app backend's JWTs (keys, claims, lifetimes).
+    public var auth = AuthConfiguration()
+    /// What one client address may open and how long a request head may take (slowloris, descriptors).
+    public var connectionLimits = ConnectionLimits()
+    /// What one device or stream may make the server hold (streams per device, outbound bytes, typing).
+    public var streamLimits = StreamLimits()
+    /// What one user may make the server store, and how fast (registrations, devices, conversations, bytes).
+    public var abuseLimits = AbuseLimits()
     /// Sends per second per device; 0 turns the limit off.
     public var rateLimitPerDevice: Double = 0
     public var rateLimitBurst: Double = 100
@@ -87,6 +99,17 @@ public struct ServerConfiguration: Sendable {
         }
     }
 
-    /// Whether `POST /v1/devices` registers devices.
-    public var isOpenRegistrationEnabled: Bool { openRegistration ?? (jwtSecret == nil) }
+    /// Whether `POST /v1/devices` registers devices without credentials: as configured, else only for a
+    /// development setup (embedded store and buffer, a loopback address, no JWT keys). A production store never
+    /// defaults to open.
+    public var isOpenRegistrationEnabled: Bool {
+        if let openRegistration { return openRegistration }
+        return store == .embedded && buffer == .embedded && !auth.hasJWTKeys && Self.isLoopback(host)
+    }
+
+    /// Whether `host` names only this machine (`127.0.0.0/8`, `::1`, `localhost`).
+    public static func isLoopback(_ host: String) -> Bool {
+        let host = host.lowercased()
+        return host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
 }

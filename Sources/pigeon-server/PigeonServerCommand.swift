@@ -68,8 +68,17 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("admin-token"), help: "Bearer token of the dead-letter admin routes (better: PIGEON_ADMIN_TOKEN).")
     var adminToken: String?
 
-    @Option(name: .customLong("jwt-secret"), help: "HS256 key of your backend's device tokens (better: PIGEON_JWT_SECRET).")
-    var jwtSecret: String?
+    @OptionGroup(title: "Device tokens")
+    var auth: AuthOptions
+
+    @OptionGroup(title: "Connection limits")
+    var connections: ConnectionOptions
+
+    @OptionGroup(title: "Stream limits")
+    var streams: StreamOptions
+
+    @OptionGroup(title: "Abuse limits")
+    var abuse: AbuseOptions
 
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
@@ -106,8 +115,10 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.adminToken = adminToken ?? environment["PIGEON_ADMIN_TOKEN"]
         if configuration.adminToken?.isEmpty == true { throw ValidationError("the admin token must not be empty") }
-        configuration.jwtSecret = jwtSecret ?? environment["PIGEON_JWT_SECRET"]
-        if configuration.jwtSecret?.isEmpty == true { throw ValidationError("the JWT key must not be empty") }
+        try auth.apply(to: &configuration, environment: environment)
+        try connections.apply(to: &configuration, environment: environment)
+        try streams.apply(to: &configuration, environment: environment)
+        try abuse.apply(to: &configuration, environment: environment)
         if openRegistration { configuration.openRegistration = true }
         if noOpenRegistration { configuration.openRegistration = false }
 

@@ -15,6 +15,7 @@ public enum PigeonApplication {
         let core = try await PigeonCore(configuration: configuration, logger: logger)
         let router = Router(context: PigeonRequestContext.self)
         router.middlewares.add(ErrorMiddleware())
+        core.addDeviceRoutes(to: router)
         core.addRoutes(to: router)
         core.addStreamRoutes(to: router)
         core.addOperationsRoutes(to: router)

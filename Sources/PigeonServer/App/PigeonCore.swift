@@ -64,7 +64,7 @@ final class PigeonCore: Sendable {
             }
         }
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, configuration: configuration)
-        self.authenticator = Authenticator(store: store, jwtSecret: configuration.jwtSecret)
+        self.authenticator = Authenticator(store: store, jwtSecret: configuration.auth.jwtSecret)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
         if let postgres = store as? PostgresMessageStore {
             // Typing reaches devices connected to the other nodes through PostgreSQL notifications.

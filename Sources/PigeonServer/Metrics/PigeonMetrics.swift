@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Prometheus
 
 /// The server's Prometheus metrics (seed 000's list), in a registry of their own so several servers can
@@ -18,6 +19,8 @@ public final class PigeonMetrics: Sendable {
     let processingBatch: DurationHistogram
     let acceptToStored: DurationHistogram
     let storedToDelivered: DurationHistogram
+    /// `pigeon_limit_hits_total{limit=...}`, one counter per limit name, made at its first hit.
+    private let limitCounters = NIOLockedValueBox([String: Counter]())
 
     /// `pigeon_<name>` with its help text.
     private static func name(_ name: String, _ help: String) -> MetricNameDescriptor {
@@ -43,5 +46,19 @@ public final class PigeonMetrics: Sendable {
         processingBatch = registry.makeDurationHistogram(descriptor: Self.name("processing_seconds", "Time to process one batch into the store"), buckets: latencyBuckets)
         acceptToStored = registry.makeDurationHistogram(descriptor: Self.name("accept_to_stored_seconds", "Latency from accept to stored"), buckets: latencyBuckets)
         storedToDelivered = registry.makeDurationHistogram(descriptor: Self.name("stored_to_delivered_seconds", "Latency from stored to the delivered receipt"), buckets: latencyBuckets)
+    }
+
+    /// Counts one request, connection or stream refused or closed by the limit `name` (docs/SECURITY.md lists
+    /// the names): `pigeon_limit_hits_total{limit="<name>"}`.
+    public func limitHit(_ name: String) {
+        let counter = limitCounters.withLockedValue { counters -> Counter in
+            if let counter = counters[name] { return counter }
+            let counter = registry.makeCounter(
+                descriptor: Self.name("limit_hits_total", "Requests, connections and streams refused or closed by a limit"),
+                labels: [("limit", name)])
+            counters[name] = counter
+            return counter
+        }
+        counter.increment()
     }
 }

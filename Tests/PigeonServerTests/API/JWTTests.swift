@@ -26,7 +26,7 @@ import Testing
     }
 
     @Test func validTokensAuthenticateTheirUserAndDevice() async throws {
-        try await withTestServer(configure: { $0.jwtSecret = Self.secret }) { client in
+        try await withTestServer(configure: { $0.auth.jwtSecret = Self.secret }) { client in
             let alice = TestDevice(userId: "alice", deviceId: "alice-phone", token: Self.token(claims: Self.claims(sub: "alice", did: "alice-phone")))
             let bob = TestDevice(userId: "bob", deviceId: "bob-laptop", token: Self.token(claims: Self.claims(sub: "bob", did: "bob-laptop")))
             let conversation = try await client.createConversation(alice, members: ["bob"])
@@ -44,7 +44,7 @@ import Testing
     }
 
     @Test func badTokensAre401AndChangeNothing() async throws {
-        try await withTestServer(configure: { $0.jwtSecret = Self.secret }) { client in
+        try await withTestServer(configure: { $0.auth.jwtSecret = Self.secret }) { client in
             let now = Int64(Date().timeIntervalSince1970)
             let alice = TestDevice(userId: "alice", deviceId: "d", token: Self.token(claims: Self.claims(sub: "alice", did: "d")))
             let conversation = try await client.createConversation(alice, members: ["bob"])
@@ -70,7 +70,7 @@ import Testing
     }
 
     @Test func openRegistrationIsOffWithAJWTKey() async throws {
-        try await withTestServer(configure: { $0.jwtSecret = Self.secret }) { client in
+        try await withTestServer(configure: { $0.auth.jwtSecret = Self.secret }) { client in
             expectError(try await client.request(.POST, "/v1/devices", body: #"{"userId":"alice"}"#), 401, .unauthorized)
         }
     }
