@@ -20,6 +20,8 @@ public struct ErrorCode: RawRepresentable, Codable, Sendable, Hashable, CustomSt
     public static let overloaded = ErrorCode(rawValue: "overloaded")
     /// 500: a server fault; the request may or may not have taken effect, so retry idempotently.
     public static let internalError = ErrorCode(rawValue: "internal")
+    /// 403: the caller is known but may not do this (a plain member removing someone else; a user at its device cap).
+    public static let forbidden = ErrorCode(rawValue: "forbidden")
     /// 405: the path exists but not with this method.
     public static let methodNotAllowed = ErrorCode(rawValue: "method_not_allowed")
 
@@ -28,6 +30,7 @@ public struct ErrorCode: RawRepresentable, Codable, Sendable, Hashable, CustomSt
         switch self {
         case .invalidRequest: 400
         case .unauthorized: 401
+        case .forbidden: 403
         case .notFound: 404
         case .methodNotAllowed: 405
         case .payloadTooLarge: 413

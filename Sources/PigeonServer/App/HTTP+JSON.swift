@@ -16,9 +16,16 @@ enum JSONBody {
         return try decode(type, from: Data(buffer.readableBytesView))
     }
 
+    /// Decodes `data`; malformed JSON, a wrong field and a key given twice in one object are `400 invalid_request`.
     static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
         do {
-            return try JSONDecoder().decode(T.self, from: data)
+            let value = try JSONDecoder().decode(T.self, from: data)
+            if let key = JSONDuplicateKeys.first(in: data) {
+                throw PigeonError.invalid("the key \"\(key.prefix(80))\" appears twice in one object")
+            }
+            return value
+        } catch let error as PigeonError {
+            throw error
         } catch let error as DecodingError {
             throw PigeonError.invalid(describe(error))
         } catch {

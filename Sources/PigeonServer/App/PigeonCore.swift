@@ -16,6 +16,8 @@ final class PigeonCore: Sendable {
     let buffer: any IngestBuffer
     let ingest: Ingest
     let authenticator: Authenticator
+    /// Registrations per address, conversations and stored bytes per user.
+    let abuse: AbuseGuard
     let processor: Processor
     let typing: TypingTracker
     let housekeeping: Housekeeping
@@ -63,7 +65,8 @@ final class PigeonCore: Sendable {
                 throw error
             }
         }
-        self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, configuration: configuration)
+        self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
+        self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
         self.authenticator = Authenticator(store: store, jwtSecret: configuration.auth.jwtSecret)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
         if let postgres = store as? PostgresMessageStore {
@@ -146,8 +149,11 @@ final class PigeonCore: Sendable {
     func recordReceipt(_ receipt: ReceiptRequest, conversationId: String, device: DeviceIdentity) async throws -> ReceiptResponse {
         let conversation = try await memberConversation(conversationId, device: device)
         guard receipt.upToSeq >= 0 else { throw PigeonError.invalid("upToSeq must be 0 or more") }
+        try abuse.checkStorage(of: device.userId)
         let outcome = try await store.recordReceipt(
             conversationId: conversation.id, userId: device.userId, kind: receipt.kind, upToSeq: receipt.upToSeq)
+        // A receipt that moves a watermark writes an event row per member (two when read moves delivered too).
+        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 128, members: 2 * conversation.members.count))
         if let storedAt = outcome.deliveredMessageStoredAt {
             metrics.storedToDelivered.record(.milliseconds(max(0, WallClock.nowMillis() - storedAt)))
         }

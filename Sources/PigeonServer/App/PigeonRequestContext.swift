@@ -1,11 +1,14 @@
 import Hummingbird
 import HummingbirdWebSocket
+import NIOCore
 
 /// The request context of every Pigeon route: Hummingbird's core storage, the WebSocket upgrade slot, and
 /// the authenticated device once a route or middleware has established it.
-public struct PigeonRequestContext: RequestContext, WebSocketRequestContext {
+public struct PigeonRequestContext: RequestContext, WebSocketRequestContext, RemoteAddressRequestContext {
     public var coreContext: CoreRequestContextStorage
     public let webSocket: WebSocketHandlerReference<PigeonRequestContext>
+    /// The TCP peer (a reverse proxy when there is one: see ``ClientAddress``).
+    public let remoteAddress: SocketAddress?
     var device: DeviceIdentity?
     /// Where a WebSocket's stream starts, fixed before the upgrade is answered (so nothing committed after the
     /// client sees the upgrade can be missed).
@@ -14,6 +17,7 @@ public struct PigeonRequestContext: RequestContext, WebSocketRequestContext {
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.webSocket = .init()
+        self.remoteAddress = source.channel.remoteAddress
         self.device = nil
         self.streamStart = nil
     }

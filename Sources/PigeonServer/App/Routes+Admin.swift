@@ -9,12 +9,8 @@ struct DeadLetterList: Codable, Sendable {
 extension PigeonCore {
     /// Dead-letter inspection and replay. Without an admin token configured the routes do not exist (404).
     func addAdminRoutes(to router: Router<PigeonRequestContext>) {
-        guard let adminToken = configuration.adminToken else { return }
-        let adminHash = Authenticator.hash(adminToken)
-        @Sendable func authorize(_ request: Request) throws {
-            let token = try Authenticator.token(authorization: request.headers[.authorization], queryToken: nil, allowQuery: false)
-            guard Authenticator.hash(token) == adminHash else { throw PigeonError.unauthorized }
-        }
+        guard let adminToken = configuration.adminToken.map(OperatorToken.init) else { return }
+        @Sendable func authorize(_ request: Request) throws { try adminToken.authorize(request) }
 
         router.get("/v1/admin/dead-letters") { request, _ -> Response in
             try authorize(request)
@@ -38,5 +34,19 @@ extension PigeonCore {
                 SendMessageResponse(serverId: serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt),
                 status: .accepted)
         }
+    }
+}
+
+/// A fixed bearer token of an operator route (admin, metrics), compared by hash so its length and prefix leak
+/// nothing through timing.
+struct OperatorToken: Sendable {
+    private let hash: String
+
+    init(_ token: String) { self.hash = Authenticator.hash(token) }
+
+    /// Throws `401 unauthorized` unless `request` carries `Authorization: Bearer <the token>`.
+    func authorize(_ request: Request) throws {
+        let token = try Authenticator.token(authorization: request.headers[.authorization], queryToken: nil, allowQuery: false)
+        guard Authenticator.hash(token) == hash else { throw PigeonError.unauthorized }
     }
 }

@@ -18,7 +18,12 @@ extension PigeonCore {
             }
             if let name = body.name, name.count > 256 { throw PigeonError.invalid("name is longer than 256 characters") }
             if let name = body.name, !Validation.isStorableText(name) { throw PigeonError.invalid("name must not contain the character U+0000") }
+            try self.abuse.checkStorage(of: device.userId)
+            try self.abuse.admitConversation(by: device.userId)
             let conversation = try await self.store.createConversation(creator: device.userId, members: Array(members), name: body.name)
+            // The conversation's rows and its `conversation.created` payload once, then an event row per member.
+            let payloadBytes = members.reduce(256 + (body.name?.utf8.count ?? 0)) { $0 + $1.utf8.count + 48 }
+            self.abuse.chargeStorage(of: device.userId, bytes: self.abuse.storageCost(bytes: payloadBytes, members: members.count))
             return try JSONBody.response(conversation, status: .created)
         }
 

@@ -1,15 +1,20 @@
+import Foundation
+import HTTPTypes
 import Hummingbird
 import PigeonProtocol
 
 extension PigeonCore {
-    /// `POST /v1/devices`: registration of a device.
+    /// `POST /v1/devices`: registration of a device (API.md 1.1, "Registration and identity").
     func addDeviceRoutes(to router: Router<PigeonRequestContext>) {
         let limit = configuration.maxBodyBytes
 
-        router.post("/v1/devices") { request, _ -> Response in
+        router.post("/v1/devices") { request, context -> Response in
             guard self.configuration.isOpenRegistrationEnabled else {
                 throw PigeonError(.unauthorized, "open device registration is disabled on this server")
             }
+            // A token proves who the caller is: only then may a user that has devices get another one.
+            let caller = request.headers[.authorization] == nil ? nil : try await self.authenticate(request)
+            try self.abuse.admitRegistration(from: ClientAddress.limitKey(self.clientAddress(request, context)))
             let body = try await JSONBody.decode(RegisterDeviceRequest.self, from: request, limit: limit)
             guard Validation.isValidUserId(body.userId) else {
                 throw PigeonError.invalid("userId must be 1-64 characters of [A-Za-z0-9._@-]")
@@ -18,7 +23,30 @@ extension PigeonCore {
             if let name = body.deviceName, !Validation.isStorableText(name) {
                 throw PigeonError.invalid("deviceName must not contain the character U+0000")
             }
-            return try JSONBody.response(try await self.authenticator.register(userId: body.userId, deviceName: body.deviceName), status: .created)
+            if let caller, caller.userId != body.userId {
+                throw PigeonError(.forbidden, "a device's token registers devices of its own user only")
+            }
+            let token = Self.newDeviceToken()
+            let device = try await self.store.registerDevice(
+                userId: body.userId, name: body.deviceName, tokenHash: Authenticator.hash(token),
+                rule: self.abuse.registrationRule(authenticated: caller != nil))
+            return try JSONBody.response(DeviceRegistration(userId: device.userId, deviceId: device.deviceId, token: token), status: .created)
         }
+    }
+
+    /// A new opaque device token: `pgn_` and 32 random bytes in URL-safe base64 (the store keeps only its hash).
+    static func newDeviceToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return "pgn_" + Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    /// The client address of a request, for the per-address limits (``ClientAddress``).
+    func clientAddress(_ request: Request, _ context: PigeonRequestContext) -> String {
+        let forwarded = request.headers[values: HTTPField.Name("X-Forwarded-For")!]
+        return ClientAddress.resolve(
+            peer: context.remoteAddress, forwardedFor: forwarded.isEmpty ? nil : forwarded.joined(separator: ","),
+            trustedProxies: configuration.trustedProxies)
     }
 }

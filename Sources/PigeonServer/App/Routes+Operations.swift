@@ -2,7 +2,7 @@ import Hummingbird
 import PigeonProtocol
 
 extension PigeonCore {
-    /// `/healthz`, `/readyz`, `/metrics`.
+    /// `/healthz`, `/readyz`, `/metrics` (behind `metricsToken` when one is set).
     func addOperationsRoutes(to router: Router<PigeonRequestContext>) {
         router.get("/healthz") { _, _ -> Response in
             try JSONBody.response(["status": "ok"])
@@ -18,7 +18,9 @@ extension PigeonCore {
             return try JSONBody.response(["status": "ready"])
         }
 
-        router.get("/metrics") { _, _ -> Response in
+        let metricsToken = configuration.metricsToken.map(OperatorToken.init)
+        router.get("/metrics") { request, _ -> Response in
+            try metricsToken?.authorize(request)
             self.metrics.bufferDepth.set(Int64(self.buffer.depth))
             if let deadLetters = try? await self.store.deadLetterCount() { self.metrics.deadLetters.set(Int64(deadLetters)) }
             let streams = self.hub.openStreams

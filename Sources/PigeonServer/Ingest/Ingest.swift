@@ -14,14 +14,16 @@ final class Ingest: Sendable {
     private let buffer: any IngestBuffer
     private let store: any MessageStore
     private let metrics: PigeonMetrics
+    private let abuse: AbuseGuard
     private let rateLimiter: RateLimiter?
     private let maxBuffered: Int
     private let maxBodyBytes: Int
 
-    init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration) {
+    init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, abuse: AbuseGuard, configuration: ServerConfiguration) {
         self.buffer = buffer
         self.store = store
         self.metrics = metrics
+        self.abuse = abuse
         self.rateLimiter =
             configuration.rateLimitPerDevice > 0
             ? RateLimiter(rate: configuration.rateLimitPerDevice, burst: configuration.rateLimitBurst) : nil
@@ -29,8 +31,14 @@ final class Ingest: Sendable {
         self.maxBodyBytes = configuration.maxBodyBytes
     }
 
+    /// A prepared send: the message to append and what storing it will cost its sender's stored-bytes budget.
+    struct Prepared: Sendable {
+        var message: BufferedMessage
+        var storageCost: Int
+    }
+
     /// Checks a send; throws (and nothing is appended) if it is refused. Cheap: membership comes from memory.
-    func prepare(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> BufferedMessage {
+    func prepare(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Prepared {
         do {
             return try await check(request, from: device, to: conversationId)
         } catch {
@@ -41,18 +49,22 @@ final class Ingest: Sendable {
 
     /// Starts the durable append of a prepared message; `completion` runs with the answer once it is durable.
     /// Appends started one after the other are buffered in that order.
-    func append(_ message: BufferedMessage, completion: @escaping @Sendable (Result<Accepted, PigeonError>) -> Void) {
+    func append(_ prepared: Prepared, completion: @escaping @Sendable (Result<Accepted, PigeonError>) -> Void) {
+        let message = prepared.message
         // Over the rate or a full buffer still answers resends: the buffer refuses only new messages.
         var refusal: PigeonError?
-        if let rateLimiter, let wait = rateLimiter.take(message.senderDeviceId) {
+        if let rateLimiter, let wait = rateLimiter.take(message.senderId + "\u{0}" + message.senderDeviceId) {
             refusal = PigeonError(.rateLimited, "too many messages from this device; retry in \(wait) s", retryAfter: wait)
         } else if buffer.depth >= maxBuffered {
             refusal = .overloaded("the ingest buffer is full; retry shortly")
+        } else {
+            do { try abuse.checkStorage(of: message.senderId) } catch let error as PigeonError { refusal = error } catch {}
         }
-        buffer.append(message, refusal: refusal) { [metrics, store] result in
+        buffer.append(message, refusal: refusal) { [metrics, store, abuse] result in
             switch result {
             case .success(.accepted):
                 metrics.accepted.increment()
+                abuse.chargeStorage(of: message.senderId, bytes: prepared.storageCost)
                 let response = SendMessageResponse(
                     serverId: message.serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt)
                 completion(.success(Accepted(response: response, created: true)))
@@ -75,13 +87,13 @@ final class Ingest: Sendable {
 
     /// Prepares and appends, answering once durable.
     func send(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Accepted {
-        let message = try await prepare(request, from: device, to: conversationId)
+        let prepared = try await prepare(request, from: device, to: conversationId)
         return try await withCheckedThrowingContinuation { continuation in
-            append(message) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+            append(prepared) { continuation.resume(with: $0.mapError { $0 as any Error }) }
         }
     }
 
-    private func check(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> BufferedMessage {
+    private func check(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Prepared {
         guard let conversationId = Validation.canonicalUUID(conversationId) else {
             throw PigeonError.invalid("conversationId must be a UUID")
         }
@@ -101,9 +113,12 @@ final class Ingest: Sendable {
             throw PigeonError.conversationNotFound
         }
         let now = WallClock.nowMillis()
-        return BufferedMessage(
+        let message = BufferedMessage(
             serverId: Identifiers.uuidV7(nowMillis: now), conversationId: conversationId, senderId: device.userId,
             senderDeviceId: device.deviceId, clientMessageId: clientMessageId, type: request.type, body: request.body,
             clientTimestamp: request.clientTimestamp, acceptedAt: now)
+        // The message's row and its body, then one event row per member (message.new, message.stored).
+        let cost = abuse.storageCost(bytes: 256 + request.body.utf8.count + request.type.utf8.count, members: members.count)
+        return Prepared(message: message, storageCost: cost)
     }
 }

@@ -1,4 +1,20 @@
-/// Limits of what one user or client address may make the server create and store.
+/// Limits of what one user or client address may make the server create and store. Each is counted on this node
+/// (with several nodes, a client spread over N of them gets up to N times as much).
 public struct AbuseLimits: Sendable {
+    /// Open registrations one client address may make at once (`429` with `Retry-After` past it) …
+    public var registrationBurst: Double = 300
+    /// … and per second after the burst (0: no limit).
+    public var registrationsPerSecond: Double = 5
+    /// Registered devices one user may have (`403 forbidden` past it).
+    public var maxDevicesPerUser = 10
+    /// Conversations one user may create per minute (`429`; 0: no limit).
+    public var conversationsPerMinute: Double = 60
+    /// Bytes one user may make the server store per minute (`429`; 0: no limit): a message costs its body and type
+    /// plus ``storedRowBytes`` per member (its event rows), a conversation its payload plus that per member, a
+    /// receipt that per member. The budget refills continuously; a user may run into debt by one request.
+    public var storedBytesPerMinute = 64 << 20
+    /// The cost this budget counts per row a request writes for each member (an event row and its index entries).
+    public var storedRowBytes = 64
+
     public init() {}
 }

@@ -65,6 +65,13 @@ public enum ClientAddress {
         return format(unmapped(current))
     }
 
+    /// The key a per-address limit counts under: the address itself for IPv4, its /64 network for IPv6 (one
+    /// subscriber usually holds a whole /64, so counting single IPv6 addresses would be no limit at all).
+    public static func limitKey(_ address: String) -> String {
+        guard address.contains(":"), let bytes = AddressBlock.addressBytes(address), bytes.count == 16 else { return address }
+        return format(Array(bytes[0..<8]) + [UInt8](repeating: 0, count: 8)) + "/64"
+    }
+
     /// Whether the TCP peer `peer` is one of `trustedProxies`.
     public static func isTrusted(_ peer: SocketAddress?, _ trustedProxies: [AddressBlock]) -> Bool {
         guard let peer, let bytes = bytes(of: peer) else { return false }

@@ -11,6 +11,37 @@ public struct DeviceIdentity: Sendable, Hashable {
     }
 }
 
+extension MessageStore {
+    /// Registers a device without checking the user's other devices (kept while the authenticator moves over).
+    func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity {
+        try await registerDevice(userId: userId, name: name, tokenHash: tokenHash, rule: DeviceRegistrationRule(onlyFirstDevice: false, maxDevices: .max))
+    }
+}
+
+/// What must hold for a device registration to be written.
+public struct DeviceRegistrationRule: Sendable {
+    /// Refuse (`401 unauthorized`) when the user already has a device: the caller did not prove it is that user.
+    public var onlyFirstDevice: Bool
+    /// Refuse (`403 forbidden`) when the user already has this many devices.
+    public var maxDevices: Int
+
+    public init(onlyFirstDevice: Bool, maxDevices: Int) {
+        self.onlyFirstDevice = onlyFirstDevice
+        self.maxDevices = maxDevices
+    }
+
+    /// The refusal for a user that has `existing` devices, or `nil` when the registration may be written.
+    func refusal(existing: Int) -> PigeonError? {
+        if onlyFirstDevice && existing > 0 {
+            return PigeonError(.unauthorized, "this userId already has devices: register another one with the token of one of them")
+        }
+        if existing >= maxDevices {
+            return PigeonError(.forbidden, "this user has \(existing) devices, the most allowed; revoke one first")
+        }
+        return nil
+    }
+}
+
 /// An event persisted in a user's event log, ready to push.
 ///
 /// `payload` is the event's JSON object without its cursor; ``frame(cursor:)`` adds it.
@@ -114,7 +145,9 @@ public protocol MessageStore: Sendable {
     /// A random id of this store's event log; cursors from another log are unknown here.
     var epoch: String { get }
 
-    func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity
+    /// Registers a device of `userId`, atomically checking `rule` against the user's devices at that moment
+    /// (two concurrent registrations of a new user cannot both count as its first).
+    func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity
     func device(tokenHash: String) async throws -> DeviceIdentity?
 
     func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation

@@ -125,11 +125,20 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     // MARK: Devices
 
-    public func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity {
+    public func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity {
         let deviceId = Identifiers.uuidV4()
-        try await client.query(
-            "INSERT INTO devices(id, user_id, name, token_hash, created_at) VALUES (\(deviceId), \(userId), \(name), \(tokenHash), \(WallClock.nowMillis()))",
-            logger: logger)
+        try await transaction { connection in
+            // One registration of a user at a time, so the count below cannot change before the insert commits.
+            try await connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\("pigeon-devices:" + userId), 0))", logger: logger)
+            var existing = 0
+            for try await count in try await connection.query(
+                "SELECT COUNT(*)::BIGINT FROM devices WHERE user_id = \(userId)", logger: logger
+            ).decode(Int64.self) { existing = Int(count) }
+            if let refusal = rule.refusal(existing: existing) { throw refusal }
+            try await connection.query(
+                "INSERT INTO devices(id, user_id, name, token_hash, created_at) VALUES (\(deviceId), \(userId), \(name), \(tokenHash), \(WallClock.nowMillis()))",
+                logger: logger)
+        }
         return DeviceIdentity(userId: userId, deviceId: deviceId)
     }
 

@@ -35,10 +35,12 @@ public final class SQLiteMessageStore: MessageStore {
 
     // MARK: Devices
 
-    public func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity {
+    public func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity {
         let deviceId = Identifiers.uuidV4()
         let now = WallClock.nowMillis()
         _ = try await writer.write { db in
+            let existing = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE user_id = ?", arguments: [userId]) ?? 0
+            if let refusal = rule.refusal(existing: existing) { throw refusal }
             try db.execute(
                 sql: "INSERT INTO devices(id, user_id, name, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
                 arguments: [deviceId, userId, name, tokenHash, now])
