@@ -4,6 +4,10 @@ import Foundation
 /// The Pigeon server(s) a set of scenarios runs against: one node, or several nodes of one service (same store and
 /// buffer). Scenarios spread their connections over the nodes in turn.
 struct PigeonDeployment: Sendable {
+    /// The per-address and per-user limits a load generator trips by design (thousands of devices and streams
+    /// from one loopback address, a few users sending at full speed) turned off: docs/SECURITY.md lists them.
+    static let loadGeneratorLimits = ["--registration-rate", "0", "--stored-bytes-per-minute", "0", "--conversations-per-minute", "0"]
+
     /// What is measured: a ``Backend``'s name, or `url` for a server given with --url.
     let label: String
     let nodes: [PigeonServer]
@@ -62,7 +66,8 @@ struct PigeonDeployment: Sendable {
                 let process = try ChildProcess(
                     name: name,
                     executable: binary,
-                    arguments: ["serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory] + extraArguments,
+                    arguments: ["serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory]
+                        + Self.loadGeneratorLimits + extraArguments,
                     logPath: dataDirectory + ".log"
                 )
                 processes.append(process)

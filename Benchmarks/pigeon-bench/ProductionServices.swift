@@ -38,7 +38,11 @@ struct ProductionServices: Sendable {
 
     /// The pigeon-server options of a node in `namespace`.
     func serverArguments(namespace: String) -> [String] {
-        ["--store", Self.adding("schema", namespace, to: postgresURL), "--buffer", Self.adding("prefix", namespace, to: redisURL)]
+        [
+            "--store", Self.adding("schema", namespace, to: postgresURL), "--buffer", Self.adding("prefix", namespace, to: redisURL),
+            // A production store never opens registration by default: the benchmark registers its own devices.
+            "--open-registration",
+        ]
     }
 
     /// PostgreSQL's postmaster and redis-server, for their CPU figures, when they run on this machine and can be

@@ -60,12 +60,20 @@ public final class PigeonClient: Sendable, Service {
 
     /// Registers a new device for `userId` (open registration, `POST /v1/devices`). Keep the credentials: the
     /// token is shown only once.
+    ///
+    /// The server registers a user's first device for anyone (on a server with open registration), and further
+    /// devices only for a caller that proves it is that user: pass the credentials of one of its devices as
+    /// `existingDevice` (else the server answers `401`).
     public static func registerDevice(
-        serverURL: URL, userId: String, deviceName: String? = nil, timeout: Duration = .seconds(30)
+        serverURL: URL, userId: String, deviceName: String? = nil, existingDevice: Credentials? = nil, timeout: Duration = .seconds(30)
     ) async throws -> Credentials {
         guard Validation.isValidUserId(userId) else { throw PigeonClientError.invalid("userId must be 1–64 characters of [A-Za-z0-9._@-]") }
+        if let existingDevice, existingDevice.userId != userId {
+            throw PigeonClientError.invalid("existingDevice must be a device of \(userId), not of \(existingDevice.userId)")
+        }
         let registration = try await HTTPTransport.registerDevice(
-            baseURL: serverURL, RegisterDeviceRequest(userId: userId, deviceName: deviceName), timeout: timeout)
+            baseURL: serverURL, RegisterDeviceRequest(userId: userId, deviceName: deviceName), existingToken: existingDevice?.token,
+            timeout: timeout)
         return Credentials(userId: registration.userId, deviceId: registration.deviceId, token: registration.token)
     }
 

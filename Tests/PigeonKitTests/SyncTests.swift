@@ -31,7 +31,7 @@ struct SyncTests {
         let server = try await KitTestServer.start()
         defer { Task { await server.stop() } }
         let phone = try await TestDevice.register("alice", on: server.url)
-        let laptop = try await TestDevice.register("alice", on: server.url)
+        let laptop = try await TestDevice.register("alice", on: server.url, existing: phone)
         let bob = try await TestDevice.register("bob", on: server.url)
         try await startAll(phone, laptop, bob)
         let conversation = try await makeConversation([phone, laptop, bob])

@@ -32,10 +32,15 @@ package struct HTTPTransport: PigeonTransport {
 
     // MARK: REST
 
-    /// `POST /v1/devices` (open registration): no token needed.
-    static func registerDevice(baseURL: URL, _ request: RegisterDeviceRequest, timeout: Duration) async throws -> DeviceRegistration {
-        let transport = HTTPTransport(baseURL: baseURL, token: "", requestTimeout: timeout, connectTimeout: timeout, liveness: .seconds(15), logger: Logger(label: "PigeonKit"))
-        return try await transport.call(.POST, "/v1/devices", body: request, authorized: false)
+    /// `POST /v1/devices` (open registration): no token for a user's first device, a token of one of its devices
+    /// (`existingToken`) for another.
+    static func registerDevice(
+        baseURL: URL, _ request: RegisterDeviceRequest, existingToken: String?, timeout: Duration
+    ) async throws -> DeviceRegistration {
+        let transport = HTTPTransport(
+            baseURL: baseURL, token: existingToken ?? "", requestTimeout: timeout, connectTimeout: timeout, liveness: .seconds(15),
+            logger: Logger(label: "PigeonKit"))
+        return try await transport.call(.POST, "/v1/devices", body: request, authorized: existingToken != nil)
     }
 
     package func sendMessage(conversationId: String, _ request: SendMessageRequest) async throws -> SendMessageResponse {

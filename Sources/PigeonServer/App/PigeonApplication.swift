@@ -13,6 +13,7 @@ public enum PigeonApplication {
     /// drain the buffer, exit) or inside a `ServiceGroup`.
     public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<RouterResponder<PigeonRequestContext>> {
         let core = try await PigeonCore(configuration: configuration, logger: logger)
+        if configuration.isOpenRegistrationEnabled { core.warnOpenRegistration() }
         let router = Router(context: PigeonRequestContext.self)
         router.middlewares.add(ErrorMiddleware())
         core.addDeviceRoutes(to: router)

@@ -27,11 +27,24 @@ extension PigeonCore {
                 throw PigeonError(.forbidden, "a device's token registers devices of its own user only")
             }
             let token = Self.newDeviceToken()
-            let device = try await self.store.registerDevice(
-                userId: body.userId, name: body.deviceName, tokenHash: Authenticator.hash(token),
-                rule: self.abuse.registrationRule(authenticated: caller != nil))
+            let device: DeviceIdentity
+            do {
+                device = try await self.store.registerDevice(
+                    userId: body.userId, name: body.deviceName, tokenHash: Authenticator.hash(token),
+                    rule: self.abuse.registrationRule(authenticated: caller != nil))
+            } catch let error as PigeonError where error.code == .forbidden {
+                self.metrics.limitHit("devices_per_user")
+                throw error
+            }
             return try JSONBody.response(DeviceRegistration(userId: device.userId, deviceId: device.deviceId, token: token), status: .created)
         }
+    }
+
+    /// The warning logged at start while open registration is on.
+    func warnOpenRegistration() {
+        logger.warning(
+            "open registration is on: anyone who reaches this server can register a new userId's first device (further devices need a token of the user's devices); turn it off with --no-open-registration and mint JWTs in your backend",
+            metadata: ["address": "\(configuration.host):\(configuration.port)"])
     }
 
     /// A new opaque device token: `pgn_` and 32 random bytes in URL-safe base64 (the store keeps only its hash).

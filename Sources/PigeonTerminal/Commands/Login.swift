@@ -11,6 +11,10 @@ extension PigeonCommand {
         @ParentCommand var root: PigeonCommand
         @Argument(help: "Your user id (1–64 characters of A-Z a-z 0-9 . _ @ -).") var userId: String
         @Option(help: "A name for this device (default: the host name).") var deviceName: String?
+        @Option(
+            name: .customLong("from-profile"),
+            help: "A profile already logged in as <userId>: proves to the server that this new device is yours (needed for every device after a user's first).")
+        var fromProfile: String?
         @Flag(help: "Print the device as JSON.") var json = false
 
         func validate() throws {
@@ -29,9 +33,20 @@ extension PigeonCommand {
             }
             let serverURL = try options.serverURL()
             let name = deviceName ?? "pigeon on \(ProcessInfo.processInfo.hostName)"
+            var existing: PigeonClient.Credentials?
+            if let fromProfile {
+                guard let device = try Profile(directory: URL(fileURLWithPath: fromProfile)).device() else {
+                    throw CLIError("the profile \(fromProfile) is not logged in")
+                }
+                guard device.userId == userId else {
+                    throw CLIError("the profile \(fromProfile) is logged in as \(device.userId), not \(userId)")
+                }
+                existing = PigeonClient.Credentials(userId: device.userId, deviceId: device.deviceId, token: device.token)
+            }
             let credentials: PigeonClient.Credentials
             do {
-                credentials = try await PigeonClient.registerDevice(serverURL: serverURL, userId: userId, deviceName: name, timeout: .seconds(15))
+                credentials = try await PigeonClient.registerDevice(
+                    serverURL: serverURL, userId: userId, deviceName: name, existingDevice: existing, timeout: .seconds(15))
             } catch {
                 throw CLIError.from(error, server: serverURL.absoluteString)
             }

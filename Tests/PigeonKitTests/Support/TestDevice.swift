@@ -29,13 +29,15 @@ final class TestDevice: Sendable {
 
     deinit { recorder.cancel() }
 
-    /// Registers a new device of `userId` on `server` and opens a client on a fresh database (not started).
+    /// Registers a new device of `userId` on `server` and opens a client on a fresh database (not started); a
+    /// user that has devices needs one of them (`existing`) to prove it.
     static func register(
-        _ userId: String, on serverURL: URL, connectingThrough connectURL: URL? = nil, databasePath: String? = nil,
-        transport: TransportMaker? = nil,
+        _ userId: String, on serverURL: URL, existing: TestDevice? = nil, connectingThrough connectURL: URL? = nil,
+        databasePath: String? = nil, transport: TransportMaker? = nil,
         configure: (inout PigeonClient.Configuration) -> Void = { _ in }
     ) async throws -> TestDevice {
-        let credentials = try await PigeonClient.registerDevice(serverURL: serverURL, userId: userId, deviceName: "test")
+        let credentials = try await PigeonClient.registerDevice(
+            serverURL: serverURL, userId: userId, deviceName: "test", existingDevice: existing?.credentials)
         let path = databasePath ?? (makeTemporaryDirectory() + "/pigeon.sqlite")
         return try open(credentials: credentials, serverURL: connectURL ?? serverURL, databasePath: path, transport: transport, configure: configure)
     }

@@ -15,7 +15,7 @@ import Testing
             #expect(!first.token.isEmpty)
             #expect(Set(answer.jsonObject.map { Array($0.keys) } ?? []) == ["userId", "deviceId", "token"])
             // deviceName is optional; a second device of the same user is another device.
-            let second = try await client.request(.POST, "/v1/devices", body: "{\"userId\":\"alice\"}")
+            let second = try await client.request(.POST, "/v1/devices", token: first.token, body: "{\"userId\":\"alice\"}")
             #expect(second.status == 201, "\(second.text)")
             let phone = try second.decode(DeviceRegistration.self)
             #expect(phone.userId == "alice")
@@ -71,7 +71,7 @@ import Testing
             #expect(try await ids(carol) == [bc.id, ca.id])
             #expect(try await ids(dave) == [])
             // A member registered after the conversation was created sees it too (membership is by user).
-            let bobPhone = try await client.register("bob")
+            let bobPhone = try await client.register("bob", existing: bob)
             #expect(try await ids(bobPhone) == [ab.id, bc.id])
             let list = try await client.conversations(alice)
             #expect(list.first { $0.id == ab.id } == ab)
@@ -120,9 +120,9 @@ import Testing
     @Test func everyDeviceOfAUserGetsMessageNew() async throws {
         try await withTestServer { client in
             let alice = try await client.register("alice")
-            let aliceTablet = try await client.register("alice")
+            let aliceTablet = try await client.register("alice", existing: alice)
             let bobLaptop = try await client.register("bob")
-            let bobPhone = try await client.register("bob")
+            let bobPhone = try await client.register("bob", existing: bobLaptop)
             let conversation = try await client.createConversation(alice, members: ["bob"])
             let laptop = try await TestWebSocket.connect(port: client.port, token: bobLaptop.token)
             let phone = try await TestSSE.open(port: client.port, token: bobPhone.token)

@@ -372,7 +372,7 @@ import Testing
     @Test func rateLimitedIs429WithRetryAfterAndStoresNothing() async throws {
         try await withTestServer(configure: { $0.rateLimitPerDevice = 1; $0.rateLimitBurst = 2 }) { client in
             let alice = try await client.register("alice")
-            let alicePhone = try await client.register("alice")
+            let alicePhone = try await client.register("alice", existing: alice)
             let conversation = try await client.createConversation(alice, members: ["bob"])
             let first = try await client.sendAccepted(alice, to: conversation.id, body: "1")
             let second = try await client.sendAccepted(alice, to: conversation.id, body: "2")

@@ -119,7 +119,7 @@ import Testing
     @Test func sameClientMessageIdFromAnotherDeviceIsAnotherMessage() async throws {
         try await withTestServer { client in
             let laptop = try await client.register("alice", deviceName: "laptop")
-            let phone = try await client.register("alice", deviceName: "phone")
+            let phone = try await client.register("alice", deviceName: "phone", existing: laptop)
             let bob = try await client.register("bob")
             let conversation = try await client.createConversation(laptop, members: ["bob"])
             let clientMessageId = newId()

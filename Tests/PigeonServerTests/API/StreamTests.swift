@@ -71,7 +71,7 @@ import Testing
     @Test func webSocketSendIsAckedThenStoredThenPushedToTheOtherDevices() async throws {
         try await withTestServer { client in
             let laptop = try await client.register("alice", deviceName: "laptop")
-            let phone = try await client.register("alice", deviceName: "phone")
+            let phone = try await client.register("alice", deviceName: "phone", existing: laptop)
             let bob = try await client.register("bob")
             let conversation = try await client.createConversation(laptop, members: ["bob"])
             let cursors = [try await client.headCursor(laptop), try await client.headCursor(phone), try await client.headCursor(bob)]
@@ -119,9 +119,9 @@ import Testing
     @Test func recipientsOnlineCountsOtherMembersConnectedDevices() async throws {
         try await withTestServer { client in
             let alice = try await client.register("alice")
-            let alicePhone = try await client.register("alice")
+            let alicePhone = try await client.register("alice", existing: alice)
             let bobLaptop = try await client.register("bob")
-            let bobPhone = try await client.register("bob")
+            let bobPhone = try await client.register("bob", existing: bobLaptop)
             let carol = try await client.register("carol")
             let conversation = try await client.createConversation(alice, members: ["bob", "carol"])
             let socket = try await TestWebSocket.connect(port: client.port, token: alice.token)
@@ -148,7 +148,7 @@ import Testing
     @Test func conversationCreatedReachesEveryMemberDevice() async throws {
         try await withTestServer { client in
             let laptop = try await client.register("alice")
-            let phone = try await client.register("alice")
+            let phone = try await client.register("alice", existing: laptop)
             let bob = try await client.register("bob")
             let carol = try await client.register("carol")
             let dave = try await client.register("dave")

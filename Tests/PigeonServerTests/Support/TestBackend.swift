@@ -61,6 +61,8 @@ struct TestBackendInstance: Sendable {
     func apply(to configuration: inout ServerConfiguration) {
         configuration.store = store
         configuration.buffer = buffer
+        // A production store never opens registration by default; the tests register their own devices.
+        if case .postgres = store { configuration.openRegistration = true }
     }
 
     /// The `pigeon-server serve` arguments for these backends.
@@ -68,6 +70,8 @@ struct TestBackendInstance: Sendable {
         var arguments: [String] = []
         if case .postgres(let url) = store { arguments += ["--store", url] }
         if case .redis(let url) = buffer { arguments += ["--buffer", url] }
+        // A production store never opens registration by default; the tests register their own devices.
+        if case .postgres = store { arguments.append("--open-registration") }
         return arguments
     }
 }

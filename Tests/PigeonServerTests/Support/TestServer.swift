@@ -166,8 +166,10 @@ struct PigeonTestClient: Sendable {
         String(decoding: try! JSONEncoder().encode(value), as: UTF8.self)
     }
 
-    func register(_ userId: String, deviceName: String? = nil) async throws -> TestDevice {
-        let answer = try await request(.POST, "/v1/devices", body: json(RegisterDeviceRequest(userId: userId, deviceName: deviceName)))
+    /// Registers a device of `userId`; a user that has devices needs the token of one of them (`existing`).
+    func register(_ userId: String, deviceName: String? = nil, existing: TestDevice? = nil) async throws -> TestDevice {
+        let answer = try await request(
+            .POST, "/v1/devices", token: existing?.token, body: json(RegisterDeviceRequest(userId: userId, deviceName: deviceName)))
         guard answer.status == 201 else { throw TestFailure("register \(userId): \(answer.status) \(answer.text)") }
         let registration = try answer.decode(DeviceRegistration.self)
         return TestDevice(userId: registration.userId, deviceId: registration.deviceId, token: registration.token)
