@@ -12,6 +12,7 @@ public enum PigeonApplication {
     /// Run it with `runService()` (graceful shutdown on SIGINT/SIGTERM: stop accepting, close streams,
     /// drain the buffer, exit) or inside a `ServiceGroup`.
     public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<RouterResponder<PigeonRequestContext>> {
+        ConnectionDescriptorLimit.raise(logger: logger)
         let core = try await PigeonCore(configuration: configuration, logger: logger)
         if configuration.isOpenRegistrationEnabled { core.warnOpenRegistration() }
         let router = Router(context: PigeonRequestContext.self)
@@ -22,15 +23,22 @@ public enum PigeonApplication {
         core.addOperationsRoutes(to: router)
         core.addAdminRoutes(to: router)
         let webSocketResponder = core.makeWebSocketRouter().buildResponder()
+        let limits = configuration.connectionLimits
+        // The connection guard keeps the idle and head deadlines (Hummingbird's idle timeout would only start after
+        // the first head); the parser's own limits are a backstop for heads that arrive pipelined behind a request.
         let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
-            http1: .init(idleTimeout: .seconds(120)),
+            http1: .init(
+                idleTimeout: nil,
+                httpDecoderConfiguration: .init(
+                    maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: limits.maxHeaderCount)),
             ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30))))
         return Application(
             router: router,
             server: HTTPServerBuilder { responder in
-                CloseIdleConnectionsOnShutdown(
+                ConnectionGuard(
                     base: HTTP1WebSocketUpgradeChannel(
-                        responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration))
+                        responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration),
+                    limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
             services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.housekeeping, core.processor, core.typing],

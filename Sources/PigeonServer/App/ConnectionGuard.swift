@@ -1,0 +1,46 @@
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// Wraps the server's child channel (HTTP/1 with the WebSocket upgrade) with the guard of ``ConnectionLimits``:
+/// a ``ConnectionGuardHandler`` first in every connection's pipeline (head deadlines and sizes, closing at graceful
+/// shutdown), a ``ConnectionExchangeObserver`` behind the HTTP parser, and the per-address connection count.
+///
+/// Hummingbird's upgradable HTTP/1 pipeline installs its idle handler only after a complete request head and leaves
+/// parser errors unanswered; without this guard a connection that never completes a head stays open for ever and
+/// holds graceful shutdown.
+struct ConnectionGuard<Base: ServerChildChannel>: ServerChildChannel {
+    typealias Value = Base.Value
+    let base: Base
+    let limits: ConnectionLimits
+    let connections: ConnectionsPerAddress
+    let metrics: PigeonMetrics
+
+    init(base: Base, limits: ConnectionLimits, trustedProxies: [AddressBlock], metrics: PigeonMetrics) {
+        self.base = base
+        self.limits = limits
+        self.connections = ConnectionsPerAddress(limit: limits.maxConnectionsPerAddress, trustedProxies: trustedProxies)
+        self.metrics = metrics
+    }
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        let refusal = connections.admit(channel) ? nil : ConnectionRefusal.tooManyConnections
+        let connectionGuard = ConnectionGuardHandler(limits: limits, metrics: metrics, refusal: refusal)
+        do {
+            try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+        return base.setup(channel: channel, logger: logger).assumeIsolated().flatMapThrowing { value in
+            let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            try channel.pipeline.syncOperations.addHandler(
+                ConnectionExchangeObserver(connectionGuard: connectionGuard), position: .after(decoder))
+            return value
+        }.nonisolated()
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await base.handle(value: value, logger: logger)
+    }
+}

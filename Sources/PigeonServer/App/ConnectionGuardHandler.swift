@@ -1,0 +1,281 @@
+import NIOCore
+import NIOHTTP1
+
+/// The first handler of every connection: it sees the raw bytes before the HTTP parser and enforces
+/// ``ConnectionLimits`` on request heads.
+///
+/// - Between exchanges (from the connection's start, or once the previous request and its response are complete)
+///   the connection may stay silent for `idleTimeout`, then it is closed without an answer.
+/// - From the first byte of a head to its blank line it has `headTimeout` (`408`), and the head may not break the
+///   request-line, header-size or header-count limits (`414`, `431`); a parser error anywhere is `400`.
+/// - Graceful shutdown closes a connection between exchanges or in the middle of a head at once.
+/// - Once the connection is a WebSocket none of this applies any more.
+///
+/// Every answer is written straight to the socket (when no response is under way), then the connection closes its
+/// output and discards what the client still sends for a moment (so that the client reads the answer instead of a
+/// reset) before it closes. ``ConnectionExchangeObserver``, behind the HTTP parser, reports the requests, responses,
+/// parser errors and the WebSocket upgrade.
+final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private enum Phase {
+        /// Waiting for the first byte of a request head.
+        case idle
+        /// Reading a request head.
+        case head(ConnectionHeadScanner)
+        /// A request or its response is under way.
+        case exchange
+        /// The connection is a WebSocket.
+        case webSocket
+        /// Answered and closing: what the client still sends is discarded.
+        case closing
+    }
+
+    /// How long a refused connection discards what the client still sends before it closes.
+    static let lingerTime = Duration.seconds(1)
+
+    private let limits: ConnectionLimits
+    private let metrics: PigeonMetrics
+    /// The answer the connection gets as soon as it is active instead of being served (the per-address limit).
+    private var refusal: ConnectionRefusal?
+    private var phase = Phase.idle
+    private var timer: Scheduled<Void>?
+    private var started = false
+    /// Requests whose head arrived but not yet their end.
+    private var openRequests = 0
+    /// Requests whose response has not ended yet.
+    private var unansweredRequests = 0
+    /// A response head was written and its end not yet.
+    private var responseInProgress = false
+    private var context: ChannelHandlerContext?
+
+    init(limits: ConnectionLimits, metrics: PigeonMetrics, refusal: ConnectionRefusal?) {
+        self.limits = limits
+        self.metrics = metrics
+        self.refusal = refusal
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { start(context: context) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        cancelTimer()
+        self.context = nil
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context: context)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        cancelTimer()
+        context.fireChannelInactive()
+    }
+
+    private func start(context: ChannelHandlerContext) {
+        guard !started else { return }
+        started = true
+        if let refusal {
+            refuse(refusal, context: context)
+        } else {
+            schedule(limits.idleTimeout, context: context) { [unowned self] context in
+                self.phase = .closing
+                context.close(promise: nil)
+            }
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch phase {
+        case .idle:
+            phase = .head(ConnectionHeadScanner(limits: limits))
+            schedule(limits.headTimeout, context: context) { [unowned self] context in
+                self.refuse(.headTimeout, context: context)
+            }
+            scanHead(context: context, data: data)
+        case .head:
+            scanHead(context: context, data: data)
+        case .exchange, .webSocket:
+            context.fireChannelRead(data)
+        case .closing:
+            break
+        }
+    }
+
+    private func scanHead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .head(var scanner) = phase else { return }
+        switch scanner.scan(unwrapInboundIn(data)) {
+        case .incomplete:
+            phase = .head(scanner)
+            context.fireChannelRead(data)
+        case .complete:
+            cancelTimer()
+            phase = .exchange
+            context.fireChannelRead(data)
+        case .requestLineTooLong:
+            refuse(.requestLineTooLong, context: context)
+        case .headersTooLarge:
+            refuse(.headersTooLarge, context: context)
+        case .tooManyHeaders:
+            refuse(.tooManyHeaders, context: context)
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        switch (phase, event) {
+        case (.idle, is ChannelShouldQuiesceEvent), (.head, is ChannelShouldQuiesceEvent), (.closing, is ChannelShouldQuiesceEvent):
+            phase = .closing
+            context.close(promise: nil)
+        case (.closing, let event as ChannelEvent) where event == .inputClosed:
+            context.close(promise: nil)
+        default:
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    // MARK: What the exchange observer reports
+
+    func requestHeadReceived() {
+        openRequests += 1
+        unansweredRequests += 1
+    }
+
+    func requestEnded() {
+        openRequests = max(0, openRequests - 1)
+        exchangeProgressed()
+    }
+
+    func responseStarted() {
+        responseInProgress = true
+    }
+
+    func responseEnded() {
+        responseInProgress = false
+        unansweredRequests = max(0, unansweredRequests - 1)
+        exchangeProgressed()
+    }
+
+    func upgradedToWebSocket() {
+        cancelTimer()
+        phase = .webSocket
+    }
+
+    func parserFailed(_ error: HTTPParserError) {
+        guard let context else { return }
+        refuse(.parserError(error), context: context)
+    }
+
+    /// Back to waiting for the next head once every request and response is complete.
+    private func exchangeProgressed() {
+        guard case .exchange = phase, openRequests == 0, unansweredRequests == 0, let context else { return }
+        phase = .idle
+        schedule(limits.idleTimeout, context: context) { [unowned self] context in
+            self.phase = .closing
+            context.close(promise: nil)
+        }
+    }
+
+    // MARK: Answering and closing
+
+    /// Answers with `refusal` (unless a response is under way), closes the output, and closes the connection once
+    /// the client closes its side or after ``lingerTime``.
+    private func refuse(_ refusal: ConnectionRefusal, context: ChannelHandlerContext) {
+        if case .closing = phase { return }
+        phase = .closing
+        metrics.limitHit(refusal.limit)
+        schedule(Self.lingerTime, context: context) { context in
+            context.close(promise: nil)
+        }
+        guard !responseInProgress else {
+            context.close(promise: nil)
+            return
+        }
+        let closeOutput = context.eventLoop.makePromise(of: Void.self)
+        closeOutput.futureResult.assumeIsolated().whenComplete { _ in
+            context.close(mode: .output, promise: nil)
+        }
+        context.writeAndFlush(NIOAny(refusal.response(allocator: context.channel.allocator)), promise: closeOutput)
+    }
+
+    private func schedule(_ delay: Duration, context: ChannelHandlerContext, _ action: @escaping (ChannelHandlerContext) -> Void) {
+        cancelTimer()
+        timer = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(delay)) { [unowned self] in
+            self.timer = nil
+            action(context)
+        }
+    }
+
+    private func cancelTimer() {
+        timer?.cancel()
+        timer = nil
+    }
+}
+
+/// Sits behind the HTTP parser and tells the ``ConnectionGuardHandler`` where each exchange begins and ends, about
+/// parser errors (which it answers through the guard, instead of leaving the connection hanging), and when the
+/// connection becomes a WebSocket (then it leaves the pipeline).
+final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let connectionGuard: ConnectionGuardHandler
+    private var upgraded = false
+
+    init(connectionGuard: ConnectionGuardHandler) {
+        self.connectionGuard = connectionGuard
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if !upgraded {
+            switch unwrapInboundIn(data) {
+            case .head: connectionGuard.requestHeadReceived()
+            case .body: break
+            case .end: connectionGuard.requestEnded()
+            }
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard !upgraded else {
+            context.write(data, promise: promise)
+            return
+        }
+        switch unwrapOutboundIn(data) {
+        case .head(let head) where head.status == .switchingProtocols:
+            upgraded = true
+            connectionGuard.upgradedToWebSocket()
+            context.write(data, promise: promise)
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+            return
+        case .head(let head) where head.status.code < 200:
+            break
+        case .head:
+            connectionGuard.responseStarted()
+        case .body:
+            break
+        case .end:
+            context.write(data, promise: promise)
+            connectionGuard.responseEnded()
+            return
+        }
+        context.write(data, promise: promise)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        switch error {
+        case let error as HTTPParserError:
+            connectionGuard.parserFailed(error)
+        case is ByteToMessageDecoderError:
+            break
+        default:
+            context.fireErrorCaught(error)
+        }
+    }
+}
