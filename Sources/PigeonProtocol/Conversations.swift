@@ -33,14 +33,32 @@ public struct Conversation: Codable, Sendable, Equatable {
     public var createdAt: Int64
     /// The seq of the newest stored message, 0 when there is none.
     public var lastSeq: Int64
+    /// When its newest message was stored, else ``createdAt`` (milliseconds since the epoch): the order of
+    /// `GET /v1/conversations`. Servers before API 1.1 do not send it; it decodes as ``createdAt`` then.
+    public var updatedAt: Int64
     public var members: [ConversationMember]
 
-    public init(id: String, name: String?, createdAt: Int64, lastSeq: Int64, members: [ConversationMember]) {
+    public init(id: String, name: String?, createdAt: Int64, lastSeq: Int64, updatedAt: Int64? = nil, members: [ConversationMember]) {
         self.id = id
         self.name = name
         self.createdAt = createdAt
         self.lastSeq = lastSeq
+        self.updatedAt = updatedAt ?? createdAt
         self.members = members
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case id, name, createdAt, lastSeq, updatedAt, members
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(String.self, forKey: .id)
+        name = try container.decodeIfPresent(String.self, forKey: .name)
+        createdAt = try container.decode(Int64.self, forKey: .createdAt)
+        lastSeq = try container.decode(Int64.self, forKey: .lastSeq)
+        updatedAt = try container.decodeIfPresent(Int64.self, forKey: .updatedAt) ?? createdAt
+        members = try container.decode([ConversationMember].self, forKey: .members)
     }
 
     /// Encodes `name` as `null` when absent, so every field of API.md is always present.
@@ -50,15 +68,43 @@ public struct Conversation: Codable, Sendable, Equatable {
         try container.encode(name, forKey: .name)
         try container.encode(createdAt, forKey: .createdAt)
         try container.encode(lastSeq, forKey: .lastSeq)
+        try container.encode(updatedAt, forKey: .updatedAt)
         try container.encode(members, forKey: .members)
     }
 }
 
-/// `GET /v1/conversations` answer.
+/// `GET /v1/conversations` answer: a page of the caller's conversations, newest activity (``Conversation/updatedAt``)
+/// first.
 public struct ConversationList: Codable, Sendable, Equatable {
     public var conversations: [Conversation]
+    /// Whether older conversations follow; ask for them with `before` = ``nextBefore``.
+    public var hasMore: Bool
+    /// The `before` of the next page (`<updatedAt>:<id>` of this page's last conversation), `nil` on the last page.
+    public var nextBefore: String?
 
-    public init(conversations: [Conversation]) {
+    public init(conversations: [Conversation], hasMore: Bool = false, nextBefore: String? = nil) {
         self.conversations = conversations
+        self.hasMore = hasMore
+        self.nextBefore = nextBefore
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case conversations, hasMore, nextBefore
+    }
+
+    /// Servers before API 1.1 sent every conversation in one answer, without `hasMore`.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        conversations = try container.decode([Conversation].self, forKey: .conversations)
+        hasMore = try container.decodeIfPresent(Bool.self, forKey: .hasMore) ?? false
+        nextBefore = try container.decodeIfPresent(String.self, forKey: .nextBefore)
+    }
+
+    /// Encodes `nextBefore` as `null` on the last page, so every field is always present.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(conversations, forKey: .conversations)
+        try container.encode(hasMore, forKey: .hasMore)
+        try container.encode(nextBefore, forKey: .nextBefore)
     }
 }

@@ -29,7 +29,10 @@ extension PigeonCore {
 
         router.get("/v1/conversations") { request, _ -> Response in
             let device = try await self.authenticate(request)
-            return try JSONBody.response(ConversationList(conversations: try await self.store.conversations(of: device.userId)))
+            let query = request.uri.queryParameters
+            let pageLimit = try Self.integerParameter(query.get("limit"), name: "limit", range: 1...500) ?? 100
+            let before = try query.get("before").map(ConversationCursor.init(parameter:))
+            return try JSONBody.response(try await self.store.conversations(of: device.userId, before: before, limit: Int(pageLimit)))
         }
 
         router.get("/v1/conversations/:id") { request, context -> Response in

@@ -5,8 +5,11 @@ import NIOConcurrencyHelpers
 ///
 /// An append is durable when its transaction has committed; with `durable` (the default) that commit is
 /// fsynced, so a ✓ survives power loss too. The de-duplication index keeps one small row per message
-/// forever, which is what makes a resend idempotent "at any later time". It is keyed by device and
-/// clientMessageId: time-ordered (version 7) clientMessageIds keep its inserts on a few hot pages.
+/// forever, which is what makes a resend idempotent "at any later time". It is keyed by sender, device and
+/// clientMessageId: a device id is unique only within its user (JWT `did` claims are the identity provider's).
+///
+/// A write SQLite refuses for lack of disk space (or an I/O error) fails the append with `503 overloaded` and a
+/// generic text, and ``isReady()`` answers false until a write succeeds again.
 public final class EmbeddedBuffer: IngestBuffer {
     private struct State {
         var lastHandedOut: Int64 = 0
@@ -17,6 +20,7 @@ public final class EmbeddedBuffer: IngestBuffer {
     private let writer: GroupCommitWriter
     private let arrivals = AsyncSignal()
     private let state = NIOLockedValueBox(State())
+    private let diskHealth = SQLiteDiskHealth()
 
     /// Opens or creates the buffer at `path`.
     public init(path: String, durable: Bool = true) throws {
@@ -52,13 +56,49 @@ public final class EmbeddedBuffer: IngestBuffer {
                         PRIMARY KEY(device_id, client_message_id)) WITHOUT ROWID;
                     """)
         }
+        // v2 (issue 11): de-duplication by (sender, device, clientMessageId). Records of earlier versions name no
+        // sender and are dropped: a resend of a message accepted before the upgrade is accepted again and the store's
+        // own unique index keeps it stored once.
+        migrator.registerMigration("v2") { db in
+            try db.execute(
+                sql: """
+                    DROP TABLE dedupe;
+                    CREATE TABLE dedupe(
+                        sender_id TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        client_message_id TEXT NOT NULL,
+                        server_id TEXT NOT NULL,
+                        accepted_at INTEGER NOT NULL,
+                        PRIMARY KEY(sender_id, device_id, client_message_id)) WITHOUT ROWID;
+                    CREATE TABLE disk_probe(only_row INTEGER PRIMARY KEY CHECK (only_row = 1), at INTEGER NOT NULL);
+                    """)
+        }
         return migrator
     }
 
     public var depth: Int { state.withLockedValue { $0.depth } }
 
+    /// Not ready while the disk refuses writes: then each call tries a tiny write, so readiness comes back with space.
     public func isReady() async -> Bool {
-        (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+        if diskHealth.isRefusingWrites {
+            let now = WallClock.nowMillis()
+            return (try? await write { db in
+                try db.execute(
+                    sql: "INSERT INTO disk_probe(only_row, at) VALUES (1, ?) ON CONFLICT(only_row) DO UPDATE SET at = excluded.at",
+                    arguments: [now])
+            }) != nil
+        }
+        return (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+    }
+
+    public var isDiskFull: Bool { diskHealth.isRefusingWrites }
+
+    /// A group-committed write; a disk that refuses it is answered with ``SQLiteDiskHealth/refusal``.
+    @discardableResult
+    private func write<T: Sendable>(
+        _ body: @escaping @Sendable (Database) throws -> T, afterCommit: (@Sendable (T) -> Void)? = nil
+    ) async throws -> T {
+        try await diskHealth.guarding { try await write(body, afterCommit: afterCommit) }
     }
 
     public func append(
@@ -70,8 +110,9 @@ public final class EmbeddedBuffer: IngestBuffer {
                 if let refusal {
                     // Refused: answer a duplicate, write nothing.
                     if let row = try Row.fetchOne(
-                        db.cachedStatement(sql: "SELECT server_id, accepted_at FROM dedupe WHERE device_id = ? AND client_message_id = ?"),
-                        arguments: [message.senderDeviceId, message.clientMessageId])
+                        db.cachedStatement(
+                            sql: "SELECT server_id, accepted_at FROM dedupe WHERE sender_id = ? AND device_id = ? AND client_message_id = ?"),
+                        arguments: [message.senderId, message.senderDeviceId, message.clientMessageId])
                     {
                         return .duplicate(serverId: row[0], acceptedAt: row[1])
                     }
@@ -79,14 +120,15 @@ public final class EmbeddedBuffer: IngestBuffer {
                 }
                 try db.cachedStatement(
                     sql: """
-                        INSERT INTO dedupe(device_id, client_message_id, server_id, accepted_at) VALUES (?, ?, ?, ?)
+                        INSERT INTO dedupe(sender_id, device_id, client_message_id, server_id, accepted_at) VALUES (?, ?, ?, ?, ?)
                         ON CONFLICT DO NOTHING
                         """
-                ).execute(arguments: [message.senderDeviceId, message.clientMessageId, message.serverId, message.acceptedAt])
+                ).execute(arguments: [message.senderId, message.senderDeviceId, message.clientMessageId, message.serverId, message.acceptedAt])
                 if db.changesCount == 0 {
                     let row = try Row.fetchOne(
-                        db.cachedStatement(sql: "SELECT server_id, accepted_at FROM dedupe WHERE device_id = ? AND client_message_id = ?"),
-                        arguments: [message.senderDeviceId, message.clientMessageId])!
+                        db.cachedStatement(
+                            sql: "SELECT server_id, accepted_at FROM dedupe WHERE sender_id = ? AND device_id = ? AND client_message_id = ?"),
+                        arguments: [message.senderId, message.senderDeviceId, message.clientMessageId])!
                     return .duplicate(serverId: row[0], acceptedAt: row[1])
                 }
                 try Self.insertEntry(message, db)
@@ -98,7 +140,16 @@ public final class EmbeddedBuffer: IngestBuffer {
                     arrivals.notify()
                 }
             },
-            completion: completion
+            completion: { [diskHealth] result in
+                switch result {
+                case .success(let outcome):
+                    // Only an accepted append wrote something: a duplicate's answer says nothing about the disk.
+                    if outcome == .accepted { diskHealth.recordSuccess() }
+                    completion(result)
+                case .failure(let error):
+                    completion(.failure(diskHealth.translate(error)))
+                }
+            }
         )
     }
 
@@ -115,7 +166,7 @@ public final class EmbeddedBuffer: IngestBuffer {
     }
 
     public func requeue(_ message: BufferedMessage) async throws {
-        try await writer.write(
+        try await write(
             { db in try Self.insertEntry(message, db) },
             afterCommit: { [state, arrivals] _ in
                 state.withLockedValue { $0.depth += 1 }
@@ -159,7 +210,7 @@ public final class EmbeddedBuffer: IngestBuffer {
     public func acknowledge(entryIds: [String]) async throws {
         let ids = entryIds.compactMap { Int64($0) }
         guard !ids.isEmpty else { return }
-        let removed = try await writer.write { db -> Int in
+        let removed = try await write { db -> Int in
             var removed = 0
             for id in ids {
                 try db.cachedStatement(sql: "DELETE FROM entries WHERE id = ?").execute(arguments: [id])
@@ -172,7 +223,7 @@ public final class EmbeddedBuffer: IngestBuffer {
 
     public func recordFailedAttempt(entryId: String, attempts: Int) async throws {
         guard let id = Int64(entryId) else { return }
-        try await writer.write { db in
+        try await write { db in
             try db.cachedStatement(sql: "UPDATE entries SET attempts = ? WHERE id = ?").execute(arguments: [attempts, id])
         }
     }

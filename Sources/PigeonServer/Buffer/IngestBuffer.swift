@@ -89,6 +89,12 @@ public protocol IngestBuffer: Sendable {
 
     /// Whether the buffer can take appends now (for `/readyz`).
     func isReady() async -> Bool
+    /// Whether the buffer's disk refused its last write (full, or failing): `/readyz` names it.
+    var isDiskFull: Bool { get }
+}
+
+extension IngestBuffer {
+    public var isDiskFull: Bool { false }
 }
 
 extension IngestBuffer {

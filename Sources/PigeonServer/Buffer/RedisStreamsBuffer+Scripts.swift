@@ -69,8 +69,12 @@ extension RedisStreamsBuffer {
         let prefix: String
 
         func stream(_ partition: Int) -> String { "\(prefix):{\(partition)}:s" }
-        func dedupe(_ partition: Int, deviceId: String, clientMessageId: String) -> String {
-            "\(prefix):{\(partition)}:d:\(deviceId):\(clientMessageId)"
+        /// The de-duplication record of (sender, device, clientMessageId): a device id is unique only within its user
+        /// (JWT `did` claims are chosen by the identity provider). The user and device ids are length-prefixed, so no
+        /// two triples share a key, and `u:` keeps these keys apart from the `d:<device>:<clientMessageId>` keys of
+        /// earlier versions (which expire with their TTL).
+        func dedupe(_ partition: Int, senderId: String, deviceId: String, clientMessageId: String) -> String {
+            "\(prefix):{\(partition)}:u:\(senderId.utf8.count):\(senderId):\(deviceId.utf8.count):\(deviceId):\(clientMessageId)"
         }
         func lease(_ partition: Int) -> String { "\(prefix):{\(partition)}:lease" }
         func attempts(_ partition: Int) -> String { "\(prefix):{\(partition)}:attempts" }

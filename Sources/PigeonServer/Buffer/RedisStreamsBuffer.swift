@@ -34,7 +34,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         public var leaseTTL: Duration
         /// How often the node renews its leases and rebalances partitions; well below `leaseTTL`.
         public var heartbeatInterval: Duration
-        /// How long a (device, clientMessageId) is remembered for de-duplication.
+        /// How long a (sender, device, clientMessageId) is remembered for de-duplication.
         public var dedupeTTL: Duration
 
         public init(
@@ -171,7 +171,8 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         _ message: BufferedMessage, refusal: PigeonError?, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void
     ) {
         let partition = Self.partition(ofConversation: message.conversationId, partitions: configuration.partitions)
-        let dedupeKey = keys.dedupe(partition, deviceId: message.senderDeviceId, clientMessageId: message.clientMessageId)
+        let dedupeKey = keys.dedupe(
+            partition, senderId: message.senderId, deviceId: message.senderDeviceId, clientMessageId: message.clientMessageId)
         // One device's appends share a connection: they run in the order they were sent.
         let routingKey = message.senderDeviceId
         if let refusal {

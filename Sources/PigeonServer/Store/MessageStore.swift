@@ -137,7 +137,8 @@ public struct ReceiptOutcome: Sendable {
 ///
 /// Guarantees every implementation gives (the contract suite checks them):
 /// - seq per conversation is 1, 2, 3 … with no gap and no repeat, assigned in processing order;
-/// - a message is stored at most once per serverId and per (senderDeviceId, clientMessageId);
+/// - a message is stored at most once per serverId and per (senderId, senderDeviceId, clientMessageId);
+/// - an event written for every member of a conversation keeps one copy of its payload, however many members;
 /// - a message, its events and its seq are written in one transaction;
 /// - events of a user are numbered in commit order and handed to the ``EventSink`` in that order after commit;
 /// - watermarks only move up, read implies delivered, and both are clamped to the conversation's last seq.
@@ -151,7 +152,9 @@ public protocol MessageStore: Sendable {
     func device(tokenHash: String) async throws -> DeviceIdentity?
 
     func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation
-    func conversations(of userId: String) async throws -> [Conversation]
+    /// A page of `userId`'s conversations, newest `updatedAt` first (ties: greater id first), starting after
+    /// `before` (nil: the newest), at most `limit`.
+    func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList
     /// The conversation if `userId` is a member, else `nil` (unknown and forbidden look the same).
     func conversation(id: String, for userId: String) async throws -> Conversation?
     /// Member user ids of a conversation, `nil` if it does not exist. Cheap: served from memory when possible.
@@ -187,6 +190,12 @@ public protocol MessageStore: Sendable {
     func deadLetterCount() async throws -> Int
 
     func isReady() async -> Bool
+    /// Whether the store's disk refused its last write (full, or failing): `/readyz` names it.
+    var isDiskFull: Bool { get }
+}
+
+extension MessageStore {
+    public var isDiskFull: Bool { false }
 }
 
 /// A conversation about to be created, the same for every store: a time-ordered id, the creator among the
@@ -198,5 +207,52 @@ enum NewConversation {
             id: Identifiers.uuidV7(), name: name, createdAt: WallClock.nowMillis(), lastSeq: 0,
             members: userIds.map { ConversationMember(userId: $0, deliveredSeq: 0, readSeq: 0) })
         return (conversation, userIds, try EventPayload().conversationCreated(conversation))
+    }
+}
+
+/// Where a page of `GET /v1/conversations` starts: `before=<updatedAt>` (conversations updated strictly before it)
+/// or `before=<updatedAt>:<id>` (strictly after that conversation in the list's order: older, or as old with a
+/// smaller id), which pages through conversations updated in the same millisecond without skipping or repeating one.
+public struct ConversationCursor: Sendable, Equatable {
+    public var updatedAt: Int64
+    public var id: String?
+
+    public init(updatedAt: Int64, id: String?) {
+        self.updatedAt = updatedAt
+        self.id = id
+    }
+
+    /// Parses the `before` query parameter; a clear `400 invalid_request` for anything else.
+    public init(parameter raw: String) throws {
+        let parts = raw.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let updatedAt = Int64(parts[0]), updatedAt >= 0 else {
+            throw PigeonError.invalid("before must be <updatedAt> or <updatedAt>:<conversationId>, updatedAt an integer from 0")
+        }
+        if parts.count == 2 {
+            let id = parts[1]
+            guard !id.isEmpty, id.utf8.count <= 64, id.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) })
+            else { throw PigeonError.invalid("before's conversationId is not a conversation id") }
+            self.init(updatedAt: updatedAt, id: String(id))
+        } else {
+            self.init(updatedAt: updatedAt, id: nil)
+        }
+    }
+
+    /// The `before` that continues after `conversation`.
+    init(after conversation: Conversation) {
+        self.init(updatedAt: conversation.updatedAt, id: conversation.id)
+    }
+
+    public var parameter: String { id.map { "\(updatedAt):\($0)" } ?? String(updatedAt) }
+}
+
+extension ConversationList {
+    /// A page from `limit + 1` conversations read in list order: the extra one only says that more follow.
+    init(page: [Conversation], limit: Int) {
+        let hasMore = page.count > limit
+        let conversations = Array(page.prefix(limit))
+        self.init(
+            conversations: conversations, hasMore: hasMore,
+            nextBefore: hasMore ? conversations.last.map { ConversationCursor(after: $0).parameter } : nil)
     }
 }

@@ -22,7 +22,8 @@ public final class PostgresMessageStore: MessageStore, Service {
     var ephemeralChannel: String { "pigeon_ephemeral_\(epoch)" }
 
     public let epoch: String
-    private let client: PostgresClient
+    /// Internal for the store contract tests, which inspect the tables.
+    let client: PostgresClient
     private let sink: any EventSink
     private let logger: Logger
     private let faultInjector: ProcessingFaultInjector?
@@ -158,13 +159,12 @@ public final class PostgresMessageStore: MessageStore, Service {
         let (id, now) = (conversation.id, conversation.createdAt)
         try await transaction { connection in
             try await connection.query(
-                "INSERT INTO conversations(id, name, created_by, created_at) VALUES (\(id), \(name), \(creator), \(now))", logger: logger)
+                "INSERT INTO conversations(id, name, created_by, created_at, updated_at) VALUES (\(id), \(name), \(creator), \(now), \(now))",
+                logger: logger)
             try await connection.query(
                 "INSERT INTO members(conversation_id, user_id) SELECT \(id), u FROM unnest(\(userIds)::text[]) AS u", logger: logger)
             var events = EventRows()
-            for userId in userIds {
-                events.append(type: "conversation.created", userId: userId, payload: payload, at: now)
-            }
+            events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now)
             try await insert(events, connection)
         }
         membersCache.withLockedValue { $0[id] = userIds }
@@ -172,22 +172,36 @@ public final class PostgresMessageStore: MessageStore, Service {
         return conversation
     }
 
-    public func conversations(of userId: String) async throws -> [Conversation] {
-        var conversations: [Conversation] = []
-        for try await (id, name, createdAt, lastSeq) in try await client.query(
-            """
-            SELECT c.id, c.name, c.created_at, c.last_seq FROM members m JOIN conversations c ON c.id = m.conversation_id
-            WHERE m.user_id = \(userId) ORDER BY c.created_at, c.id
-            """, logger: logger
-        ).decode((String, String?, Int64, Int64).self) {
-            conversations.append(Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, members: []))
+    public func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList {
+        let position: PostgresQuery
+        switch before {
+        case nil:
+            position = "SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id WHERE m.user_id = \(userId)"
+        case let cursor? where cursor.id == nil:
+            position = """
+                SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                WHERE m.user_id = \(userId) AND c.updated_at < \(cursor.updatedAt)
+                """
+        case let cursor?:
+            position = """
+                SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                WHERE m.user_id = \(userId) AND (c.updated_at, c.id) < (\(cursor.updatedAt), \(cursor.id ?? ""))
+                """
         }
+        var query = position
+        query.sql += " ORDER BY c.updated_at DESC, c.id DESC LIMIT \(limit + 1)"
+        var conversations: [Conversation] = []
+        for try await (id, name, createdAt, lastSeq, updatedAt) in try await client.query(query, logger: logger)
+            .decode((String, String?, Int64, Int64, Int64).self)
+        {
+            conversations.append(Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, updatedAt: updatedAt, members: []))
+        }
+        let ids = conversations.prefix(limit).map(\.id)
         var membersByConversation: [String: [ConversationMember]] = [:]
         for try await (conversationId, member, delivered, read) in try await client.query(
             """
             SELECT conversation_id, user_id, delivered_seq, read_seq FROM members
-            WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = \(userId))
-            ORDER BY conversation_id, user_id
+            WHERE conversation_id = ANY(\(ids)) ORDER BY conversation_id, user_id
             """, logger: logger
         ).decode((String, String, Int64, Int64).self) {
             membersByConversation[conversationId, default: []].append(ConversationMember(userId: member, deliveredSeq: delivered, readSeq: read))
@@ -195,16 +209,16 @@ public final class PostgresMessageStore: MessageStore, Service {
         for index in conversations.indices {
             conversations[index].members = membersByConversation[conversations[index].id] ?? []
         }
-        return conversations
+        return ConversationList(page: conversations, limit: limit)
     }
 
     public func conversation(id: String, for userId: String) async throws -> Conversation? {
         guard let members = try await members(of: id), members.contains(userId) else { return nil }
         var conversation: Conversation?
-        for try await (id, name, createdAt, lastSeq) in try await client.query(
-            "SELECT id, name, created_at, last_seq FROM conversations WHERE id = \(id)", logger: logger
-        ).decode((String, String?, Int64, Int64).self) {
-            conversation = Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, members: [])
+        for try await (id, name, createdAt, lastSeq, updatedAt) in try await client.query(
+            "SELECT id, name, created_at, last_seq, updated_at FROM conversations WHERE id = \(id)", logger: logger
+        ).decode((String, String?, Int64, Int64, Int64).self) {
+            conversation = Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, updatedAt: updatedAt, members: [])
         }
         guard var conversation else { return nil }
         for try await (member, delivered, read) in try await client.query(
@@ -292,21 +306,22 @@ public final class PostgresMessageStore: MessageStore, Service {
                 membersCache.withLockedValue { cache in cache.merge(fetched) { old, _ in old } }
             }
             // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
-            // buffer de-duplication record expired): by serverId or by (device, clientMessageId).
+            // buffer de-duplication record expired): by serverId or by (sender, device, clientMessageId).
             var storedByServerId: [String: Int64] = [:]
-            var storedByClientId: [String: Int64] = [:]
-            for try await (serverId, deviceId, clientMessageId, seq) in try await connection.query(
+            var storedByClientId: [[String]: Int64] = [:]
+            for try await (serverId, senderId, deviceId, clientMessageId, seq) in try await connection.query(
                 """
-                SELECT m.server_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
+                SELECT m.server_id, m.sender_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
                 WHERE m.server_id = ANY(\(messages.map(\.serverId)))
                 UNION ALL
-                SELECT m.server_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
-                JOIN unnest(\(messages.map(\.senderDeviceId))::text[], \(messages.map(\.clientMessageId))::text[]) AS k(d, c)
-                    ON m.sender_device_id = k.d AND m.client_message_id = k.c
+                SELECT m.server_id, m.sender_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
+                JOIN unnest(\(messages.map(\.senderId))::text[], \(messages.map(\.senderDeviceId))::text[],
+                    \(messages.map(\.clientMessageId))::text[]) AS k(u, d, c)
+                    ON m.sender_id = k.u AND m.sender_device_id = k.d AND m.client_message_id = k.c
                 """, logger: logger
-            ).decode((String, String, String, Int64).self) {
+            ).decode((String, String, String, String, Int64).self) {
                 storedByServerId[serverId] = seq
-                storedByClientId[deviceId + " " + clientMessageId] = seq
+                storedByClientId[[senderId, deviceId, clientMessageId]] = seq
             }
 
             let remoteDevices = try await remoteOnlineDevices(of: conversationIds, connection)
@@ -325,7 +340,9 @@ public final class PostgresMessageStore: MessageStore, Service {
                     results.append(.deferred)
                     continue
                 }
-                if let seq = storedByServerId[message.serverId] ?? storedByClientId[message.senderDeviceId + " " + message.clientMessageId] {
+                if let seq = storedByServerId[message.serverId]
+                    ?? storedByClientId[[message.senderId, message.senderDeviceId, message.clientMessageId]]
+                {
                     results.append(.alreadyStored(seq: seq))
                     continue
                 }
@@ -385,7 +402,8 @@ public final class PostgresMessageStore: MessageStore, Service {
                 let ids = Array(newLastSeqs.keys)
                 try await connection.query(
                     """
-                    UPDATE conversations c SET last_seq = u.seq FROM unnest(\(ids)::text[], \(ids.map { newLastSeqs[$0]! })::bigint[]) AS u(id, seq)
+                    UPDATE conversations c SET last_seq = u.seq, updated_at = GREATEST(c.updated_at, \(now))
+                    FROM unnest(\(ids)::text[], \(ids.map { newLastSeqs[$0]! })::bigint[]) AS u(id, seq)
                     WHERE c.id = u.id
                     """, logger: logger)
             }
@@ -595,9 +613,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 for (movedKind, seq) in moved {
                     let payload = try payloads.receipt(
                         ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
-                    for member in receipt.members {
-                        events.append(type: "receipt", userId: member, payload: payload, at: now)
-                    }
+                    events.append(type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now)
                 }
             }
             guard !changed.isEmpty else { return outcomes }
@@ -639,10 +655,11 @@ public final class PostgresMessageStore: MessageStore, Service {
     )
 
     private static let eventSelect = """
-        SELECT e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, e.payload,
+        SELECT e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload),
             m.server_id, m.client_message_id, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.type, m.body,
             m.client_timestamp, m.accepted_at, m.stored_at
         FROM events e LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+            LEFT JOIN event_payloads p ON p.id = e.payload_id
         """
 
     private static func storedEvent(_ t: EventTuple, payloads: EventPayload) -> StoredEvent? {
@@ -711,6 +728,12 @@ public final class PostgresMessageStore: MessageStore, Service {
             ).decode(Int.self) {
                 deleted = count
             }
+            // A shared payload's id is its first event's id: it goes with the last event that points at it.
+            try await connection.query(
+                """
+                DELETE FROM event_payloads p WHERE p.id <= \(boundary)
+                    AND NOT EXISTS (SELECT 1 FROM events e WHERE e.payload_id = p.id)
+                """, logger: logger)
             try await connection.query(
                 """
                 INSERT INTO meta(key, value) VALUES ('pruned_through', \(String(boundary)))
@@ -1010,13 +1033,23 @@ public final class PostgresMessageStore: MessageStore, Service {
             last = id
         }
         let first = last - Int64(events.count) + 1
+        if !events.sharedPayloads.isEmpty {
+            try await connection.query(
+                """
+                INSERT INTO event_payloads(id, payload)
+                SELECT \(first) + i, p FROM unnest(\(events.sharedPayloads.map(\.firstIndex))::bigint[], \(events.sharedPayloads.map(\.payload))::text[])
+                    AS s(i, p)
+                """, logger: logger)
+        }
         try await connection.query(
             """
-            INSERT INTO events(id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload)
-            SELECT \(first) + o - 1, u, NULLIF(d, ''), NULLIF(x, ''), t, c, NULLIF(ci, ''), NULLIF(s, 0), NULLIF(p, '')
+            INSERT INTO events(id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
+            SELECT \(first) + o - 1, u, NULLIF(d, ''), NULLIF(x, ''), t, c, NULLIF(ci, ''), NULLIF(s, 0), NULLIF(p, ''),
+                CASE WHEN pi < 0 THEN NULL ELSE \(first) + pi END
             FROM unnest(\(events.userIds)::text[], \(events.deviceIds)::text[], \(events.excludedDeviceIds)::text[], \(events.types)::text[],
-                \(events.createdAt)::bigint[], \(events.conversationIds)::text[], \(events.seqs)::bigint[], \(events.payloads)::text[])
-                WITH ORDINALITY AS e(u, d, x, t, c, ci, s, p, o)
+                \(events.createdAt)::bigint[], \(events.conversationIds)::text[], \(events.seqs)::bigint[], \(events.payloads)::text[],
+                \(events.payloadIndexes)::bigint[])
+                WITH ORDINALITY AS e(u, d, x, t, c, ci, s, p, pi, o)
             """, logger: logger)
         try await connection.query("SELECT pg_notify(\(notificationChannel), \(String(last)))", logger: logger)
     }
@@ -1032,8 +1065,23 @@ private struct EventRows {
     var conversationIds: [String] = []
     var seqs: [Int64] = []
     var payloads: [String] = []
+    /// For each event, the index (among these events) of the first event of its shared payload, or -1.
+    var payloadIndexes: [Int64] = []
+    /// Payloads stored once for several events, by the index of the first of them.
+    var sharedPayloads: [(firstIndex: Int64, payload: String)] = []
 
     var count: Int { userIds.count }
+
+    /// One event per user in `userIds`, all pointing at one stored copy of `payload`.
+    mutating func append(type: String, userIds users: [String], sharedPayload payload: String, at now: Int64) {
+        guard !users.isEmpty else { return }
+        let firstIndex = Int64(count)
+        sharedPayloads.append((firstIndex, payload))
+        for userId in users {
+            append(type: type, userId: userId, payload: nil, at: now)
+            payloadIndexes[payloadIndexes.count - 1] = firstIndex
+        }
+    }
 
     /// `payload` nil: a `message.new` that refers to its message (conversation and seq) instead of copying it.
     mutating func append(
@@ -1048,6 +1096,7 @@ private struct EventRows {
         conversationIds.append(message?.conversationId ?? "")
         seqs.append(message?.seq ?? 0)
         payloads.append(payload ?? "")
+        payloadIndexes.append(-1)
     }
 }
 

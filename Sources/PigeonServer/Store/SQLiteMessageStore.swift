@@ -8,12 +8,14 @@ public final class SQLiteMessageStore: MessageStore {
     public typealias FaultInjector = ProcessingFaultInjector
 
     public let epoch: String
-    private let pool: DatabasePool
+    /// Internal for the store contract tests, which inspect the tables.
+    let pool: DatabasePool
     private let writer: GroupCommitWriter
     private let sink: any EventSink
     private let faultInjector: FaultInjector?
     /// conversation id → sorted member user ids. Membership never changes after creation in v1.
     private let membersCache = NIOLockedValueBox([String: [String]]())
+    private let diskHealth = SQLiteDiskHealth()
 
     public init(path: String, durable: Bool = true, sink: any EventSink, faultInjector: FaultInjector? = nil) throws {
         self.pool = try SQLiteDatabase.open(path: path, durable: durable)
@@ -29,8 +31,27 @@ public final class SQLiteMessageStore: MessageStore {
         self.faultInjector = faultInjector
     }
 
+    /// Not ready while the disk refuses writes: then each call tries a tiny write, so readiness comes back with space.
     public func isReady() async -> Bool {
-        (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+        if diskHealth.isRefusingWrites {
+            let now = WallClock.nowMillis()
+            return (try? await write { db in
+                try db.execute(
+                    sql: "INSERT INTO meta(key, value) VALUES ('disk_probe', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    arguments: [String(now)])
+            }) != nil
+        }
+        return (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+    }
+
+    public var isDiskFull: Bool { diskHealth.isRefusingWrites }
+
+    /// A group-committed write; a disk that refuses it is answered with ``SQLiteDiskHealth/refusal``.
+    @discardableResult
+    private func write<T: Sendable>(
+        _ body: @escaping @Sendable (Database) throws -> T, afterCommit: (@Sendable (T) -> Void)? = nil
+    ) async throws -> T {
+        try await diskHealth.guarding { try await writer.write(body, afterCommit: afterCommit) }
     }
 
     // MARK: Devices
@@ -38,7 +59,7 @@ public final class SQLiteMessageStore: MessageStore {
     public func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity {
         let deviceId = Identifiers.uuidV4()
         let now = WallClock.nowMillis()
-        _ = try await writer.write { db in
+        _ = try await write { db in
             let existing = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE user_id = ?", arguments: [userId]) ?? 0
             if let refusal = rule.refusal(existing: existing) { throw refusal }
             try db.execute(
@@ -61,19 +82,20 @@ public final class SQLiteMessageStore: MessageStore {
     public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
         let (conversation, userIds, payload) = try NewConversation.make(creator: creator, members: members, name: name)
         let (id, now) = (conversation.id, conversation.createdAt)
-        try await writer.write(
+        try await write(
             { db -> [StoredEvent] in
                 try db.execute(
-                    sql: "INSERT INTO conversations(id, name, created_by, created_at) VALUES (?, ?, ?, ?)",
-                    arguments: [id, name, creator, now])
+                    sql: "INSERT INTO conversations(id, name, created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                    arguments: [id, name, creator, now, now])
                 for userId in userIds {
                     try db.cachedStatement(sql: "INSERT INTO members(conversation_id, user_id) VALUES (?, ?)")
                         .execute(arguments: [id, userId])
                 }
+                let payloadId = try Self.insertSharedPayload(db, payload)
                 return try userIds.map { userId in
                     try Self.insertEvent(
                         db, type: "conversation.created", userId: userId, deviceId: nil, excludedDeviceId: nil,
-                        payload: payload, at: now)
+                        payload: payload, at: now, payloadId: payloadId)
                 }
             },
             afterCommit: { [sink, membersCache] events in
@@ -83,42 +105,50 @@ public final class SQLiteMessageStore: MessageStore {
         return conversation
     }
 
-    public func conversations(of userId: String) async throws -> [Conversation] {
+    public func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList {
         try await pool.read { db in
-            let rows = try Row.fetchAll(
+            let position: String
+            var arguments: StatementArguments = [userId]
+            switch before {
+            case nil:
+                position = ""
+            case let cursor? where cursor.id == nil:
+                position = "AND c.updated_at < ?"
+                arguments += [cursor.updatedAt]
+            case let cursor?:
+                position = "AND (c.updated_at < ? OR (c.updated_at = ? AND c.id < ?))"
+                arguments += [cursor.updatedAt, cursor.updatedAt, cursor.id]
+            }
+            arguments += [limit + 1]
+            var conversations = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT c.id, c.name, c.created_at, c.last_seq FROM members m JOIN conversations c ON c.id = m.conversation_id
-                    WHERE m.user_id = ? ORDER BY c.created_at, c.id
+                    SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    WHERE m.user_id = ? \(position) ORDER BY c.updated_at DESC, c.id DESC LIMIT ?
                     """,
-                arguments: [userId])
-            let memberRows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT conversation_id, user_id, delivered_seq, read_seq FROM members
-                    WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = ?)
-                    ORDER BY conversation_id, user_id
-                    """,
-                arguments: [userId])
-            var membersByConversation: [String: [ConversationMember]] = [:]
-            for row in memberRows {
-                membersByConversation[row[0], default: []].append(ConversationMember(userId: row[1], deliveredSeq: row[2], readSeq: row[3]))
+                arguments: arguments
+            ).map { row in Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], updatedAt: row[4], members: []) }
+            let statement = try db.cachedStatement(
+                sql: "SELECT user_id, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id")
+            for index in conversations.indices.prefix(limit) {
+                conversations[index].members = try Row.fetchAll(statement, arguments: [conversations[index].id])
+                    .map { ConversationMember(userId: $0[0], deliveredSeq: $0[1], readSeq: $0[2]) }
             }
-            return rows.map { row in
-                Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], members: membersByConversation[row[0]] ?? [])
-            }
+            return ConversationList(page: conversations, limit: limit)
         }
     }
 
     public func conversation(id: String, for userId: String) async throws -> Conversation? {
         guard let members = try await members(of: id), members.contains(userId) else { return nil }
         return try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT id, name, created_at, last_seq FROM conversations WHERE id = ?", arguments: [id])
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT id, name, created_at, last_seq, updated_at FROM conversations WHERE id = ?", arguments: [id])
             else { return nil }
             let members = try Row.fetchAll(
                 db, sql: "SELECT user_id, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id", arguments: [id]
             ).map { ConversationMember(userId: $0[0], deliveredSeq: $0[1], readSeq: $0[2]) }
-            return Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], members: members)
+            return Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], updatedAt: row[4], members: members)
         }
     }
 
@@ -156,14 +186,14 @@ public final class SQLiteMessageStore: MessageStore {
     public func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
         // Optimistically without a savepoint per message; if one fails, again with them, so it fails alone.
         do {
-            return try await writer.write(
+            return try await write(
                 { [self] db -> BatchOutcome in try processInTransaction(items, db, isolated: false, knownFailure: nil) },
                 afterCommit: { [sink] outcome in sink.publish(outcome.events) }
             ).results
         } catch let failure as BatchNeedsIsolation {
             // The failed message is not run twice: this round is its one attempt.
             let knownFailure = (failure.index, failure.error)
-            return try await writer.write(
+            return try await write(
                 { [self] db -> BatchOutcome in try processInTransaction(items, db, isolated: true, knownFailure: knownFailure) },
                 afterCommit: { [sink] outcome in sink.publish(outcome.events) }
             ).results
@@ -201,7 +231,7 @@ public final class SQLiteMessageStore: MessageStore {
                 } else {
                     do {
                         outcome = try storeMessage(message, seq: lastSeq + 1, now: now, payloads: payloads, db, into: &written)
-                    } catch {
+                    } catch where !SQLiteDiskHealth.isDiskFault(error) {
                         throw BatchNeedsIsolation(index: index, error: error)
                     }
                 }
@@ -211,6 +241,9 @@ public final class SQLiteMessageStore: MessageStore {
                 }
                 results.append(outcome)
             } catch let error as BatchNeedsIsolation {
+                throw error
+            } catch where SQLiteDiskHealth.isDiskFault(error) {
+                // The whole batch waits for disk space: a full disk is no fault of this message.
                 throw error
             } catch {
                 let permanent = (error as? PigeonError)?.isPermanent ?? false
@@ -227,7 +260,8 @@ public final class SQLiteMessageStore: MessageStore {
             }
         }
         for (conversationId, seq) in lastSeqs {
-            try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ? WHERE id = ?").execute(arguments: [seq, conversationId])
+            try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, updated_at = MAX(updated_at, ?) WHERE id = ?")
+                .execute(arguments: [seq, now, conversationId])
         }
         return BatchOutcome(results: results, events: events)
     }
@@ -248,16 +282,24 @@ public final class SQLiteMessageStore: MessageStore {
             sql: """
                 INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
                     client_timestamp, accepted_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT(server_id) DO NOTHING
+                ON CONFLICT DO NOTHING
                 """
         ).execute(arguments: [
             message.conversationId, seq, message.serverId, message.clientMessageId, message.senderId, message.senderDeviceId,
             message.type, message.body, message.clientTimestamp, message.acceptedAt, now,
         ])
         if db.changesCount == 0 {
-            // Stored by an earlier attempt whose buffer acknowledgement was lost (crash between the two).
+            // Stored by an earlier attempt whose buffer acknowledgement was lost (crash between the two), or the
+            // same (sender, device, clientMessageId) under another serverId (a resend the buffer no longer knew).
             let storedSeq = try Int64.fetchOne(
-                db.cachedStatement(sql: "SELECT seq FROM messages WHERE server_id = ?"), arguments: [message.serverId]) ?? 0
+                db.cachedStatement(
+                    sql: """
+                        SELECT seq FROM messages WHERE server_id = ?
+                        UNION ALL SELECT seq FROM messages WHERE sender_id = ? AND sender_device_id = ? AND client_message_id = ?
+                        LIMIT 1
+                        """),
+                arguments: [message.serverId, message.senderId, message.senderDeviceId, message.clientMessageId])
+            guard let storedSeq else { throw PigeonError.overloaded("seq \(seq) of the conversation is taken; retry shortly") }
             return .alreadyStored(seq: storedSeq)
         }
         let stored = Message(
@@ -304,19 +346,29 @@ public final class SQLiteMessageStore: MessageStore {
     }
 
     /// Appends an event to `userId`'s log. With `message`, the log keeps a reference to the stored message
-    /// instead of a copy of `payload` (``events(for:after:limit:)`` renders it back).
+    /// instead of a copy of `payload` (``events(for:after:limit:)`` renders it back); with `payloadId`, a reference
+    /// to the payload every member's row shares (``insertSharedPayload(_:_:)``).
     private static func insertEvent(
         _ db: Database, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String, at now: Int64,
-        message: (conversationId: String, seq: Int64)? = nil
+        message: (conversationId: String, seq: Int64)? = nil, payloadId: Int64? = nil
     ) throws -> StoredEvent {
+        let inline = message == nil && payloadId == nil
         try db.cachedStatement(
             sql: """
-                INSERT INTO events(user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO events(user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
-        ).execute(arguments: [userId, deviceId, excludedDeviceId, type, now, message?.conversationId, message?.seq, message == nil ? payload : nil])
+        ).execute(arguments: [
+            userId, deviceId, excludedDeviceId, type, now, message?.conversationId, message?.seq, inline ? payload : nil, payloadId,
+        ])
         return StoredEvent(
             id: db.lastInsertedRowID, type: type, userId: userId, deviceId: deviceId, excludedDeviceId: excludedDeviceId, payload: payload)
+    }
+
+    /// Stores a payload once for the events of every member that carry it; returns its id.
+    private static func insertSharedPayload(_ db: Database, _ payload: String) throws -> Int64 {
+        try db.cachedStatement(sql: "INSERT INTO event_payloads(payload) VALUES (?)").execute(arguments: [payload])
+        return db.lastInsertedRowID
     }
 
     public func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {
@@ -383,7 +435,7 @@ public final class SQLiteMessageStore: MessageStore {
     }
 
     public func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
-        try await writer.write(
+        try await write(
             { [self] db -> ReceiptWrite in
                 guard let members = try membersInTransaction(db, conversationId), members.contains(userId),
                     let row = try Row.fetchOne(
@@ -412,10 +464,12 @@ public final class SQLiteMessageStore: MessageStore {
                 for (movedKind, seq) in moved {
                     let payload = try payloads.receipt(
                         ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: seq, at: now))
+                    let payloadId = try Self.insertSharedPayload(db, payload)
                     for member in members {
                         result.events.append(
                             try Self.insertEvent(
-                                db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now))
+                                db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now,
+                                payloadId: payloadId))
                     }
                 }
                 if delivered != oldDelivered,
@@ -440,8 +494,9 @@ public final class SQLiteMessageStore: MessageStore {
             return try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
-                        SELECT e.id, e.type, e.device_id, e.excluded_device_id, e.payload, \(Self.joinedMessageColumns)
+                        SELECT e.id, e.type, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload), \(Self.joinedMessageColumns)
                         FROM events e LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+                            LEFT JOIN event_payloads p ON p.id = e.payload_id
                         WHERE e.user_id = ? AND e.id > ? AND (e.device_id IS NULL OR e.device_id = ?)
                             AND (e.excluded_device_id IS NULL OR e.excluded_device_id != ?)
                         ORDER BY e.id LIMIT ?
@@ -466,7 +521,7 @@ public final class SQLiteMessageStore: MessageStore {
 
     @discardableResult
     public func pruneEvents(olderThan cutoff: Int64) async throws -> Int {
-        try await writer.write { db -> Int in
+        try await write { db -> Int in
             // Event ids grow with time, so binary-search the newest id created before the cutoff.
             guard var high = try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM events"),
                 var low = try Int64.fetchOne(db, sql: "SELECT MIN(id) FROM events")
@@ -484,8 +539,19 @@ public final class SQLiteMessageStore: MessageStore {
                 }
             }
             guard boundary > 0 else { return 0 }
+            let newestPrunedPayload = try Int64.fetchOne(
+                db, sql: "SELECT MAX(payload_id) FROM events WHERE id <= ? AND payload_id IS NOT NULL", arguments: [boundary])
             try db.execute(sql: "DELETE FROM events WHERE id <= ?", arguments: [boundary])
             let deleted = db.changesCount
+            if let newestPrunedPayload {
+                // A shared payload goes with the last event that points at it.
+                try db.execute(
+                    sql: """
+                        DELETE FROM event_payloads WHERE id <= ?
+                            AND NOT EXISTS (SELECT 1 FROM events WHERE events.payload_id = event_payloads.id)
+                        """,
+                    arguments: [newestPrunedPayload])
+            }
             try db.execute(
                 sql: "INSERT INTO meta(key, value) VALUES ('pruned_through', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 arguments: [String(boundary)])
@@ -532,7 +598,7 @@ public final class SQLiteMessageStore: MessageStore {
     }
 
     public func removeDeadLetter(serverId: String) async throws {
-        try await writer.write { db in
+        try await write { db in
             try db.execute(sql: "DELETE FROM dead_letters WHERE server_id = ?", arguments: [serverId])
         }
     }

@@ -2,8 +2,13 @@ import GRDB
 
 /// The embedded store's schema, one migration per version.
 ///
-/// Messages are unique by `server_id`; (device, clientMessageId) uniqueness is the embedded buffer's
-/// de-duplication index, which every message passes through, so the store does not pay for a second one.
+/// Messages are unique by `server_id` and by (sender, sender device, clientMessageId): the embedded buffer
+/// de-duplicates first, the store's index is the last word (a message that hits it is `.alreadyStored`).
+///
+/// v2 (issue 11): an event written for every member (`conversation.created`, `receipt`) keeps its payload once in
+/// `event_payloads` and its rows point at it (`payload_id`); pruning removes payloads no event points at.
+/// Conversations gain `updated_at` (the store time of their newest message, else their creation), the order of
+/// the paginated conversation list.
 enum SQLiteSchema {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -69,6 +74,18 @@ enum SQLiteSchema {
                         failed_at INTEGER NOT NULL,
                         error_code TEXT NOT NULL,
                         error_message TEXT NOT NULL);
+                    """)
+        }
+        migrator.registerMigration("v2") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE event_payloads(id INTEGER PRIMARY KEY, payload TEXT NOT NULL);
+                    ALTER TABLE events ADD COLUMN payload_id INTEGER;
+                    CREATE INDEX events_payload ON events(payload_id) WHERE payload_id IS NOT NULL;
+                    CREATE UNIQUE INDEX messages_client_id ON messages(sender_id, sender_device_id, client_message_id);
+                    ALTER TABLE conversations ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0;
+                    UPDATE conversations SET updated_at = COALESCE(
+                        (SELECT MAX(stored_at) FROM messages WHERE messages.conversation_id = conversations.id), created_at);
                     """)
         }
         return migrator

@@ -1,0 +1,46 @@
+import GRDB
+import NIOConcurrencyHelpers
+import PigeonProtocol
+
+/// Whether the disk under an embedded SQLite file (the store or the buffer) took the last write.
+///
+/// A write SQLite refuses because the disk is full (`SQLITE_FULL`) or failed (`SQLITE_IOERR`) is answered with a
+/// generic `503 overloaded`, never SQLite's own text, and the file is not ready until a write succeeds again.
+final class SQLiteDiskHealth: Sendable {
+    /// The answer a client gets while the disk refuses writes.
+    static let refusal = PigeonError.overloaded("the server's disk is full; retry later")
+
+    private let refusing = NIOLockedValueBox(false)
+
+    /// Whether the last write was refused by the disk.
+    var isRefusingWrites: Bool { refusing.withLockedValue { $0 } }
+
+    /// Whether `error` is the disk refusing a write.
+    static func isDiskFault(_ error: any Error) -> Bool {
+        guard let error = error as? DatabaseError else { return false }
+        return error.resultCode == .SQLITE_FULL || error.resultCode == .SQLITE_IOERR
+    }
+
+    /// `error` as the client sees it: ``refusal`` for a disk fault (remembered until ``recordSuccess()``), else
+    /// unchanged.
+    func translate(_ error: any Error) -> any Error {
+        guard Self.isDiskFault(error) else { return error }
+        refusing.withLockedValue { $0 = true }
+        return Self.refusal
+    }
+
+    func recordSuccess() {
+        refusing.withLockedValue { if $0 { $0 = false } }
+    }
+
+    /// Runs `write`, translating a disk fault (``translate(_:)``) and recording a success.
+    func guarding<T>(_ write: () async throws -> T) async throws -> T {
+        do {
+            let value = try await write()
+            recordSuccess()
+            return value
+        } catch {
+            throw translate(error)
+        }
+    }
+}
