@@ -728,11 +728,12 @@ public final class PostgresMessageStore: MessageStore, Service {
             ).decode(Int.self) {
                 deleted = count
             }
-            // A shared payload's id is its first event's id: it goes with the last event that points at it.
+            // A shared payload's id is its first event's id and its events are consecutive: it goes with the last
+            // of them, so only the first event after the boundary can still point at a payload up to it.
             try await connection.query(
                 """
                 DELETE FROM event_payloads p WHERE p.id <= \(boundary)
-                    AND NOT EXISTS (SELECT 1 FROM events e WHERE e.payload_id = p.id)
+                    AND p.id IS DISTINCT FROM (SELECT e.payload_id FROM events e WHERE e.id > \(boundary) ORDER BY e.id LIMIT 1)
                 """, logger: logger)
             try await connection.query(
                 """

@@ -112,10 +112,10 @@ enum PostgresSchema {
             3,
             [
                 // An event written for every member (`conversation.created`, `receipt`) keeps its payload once: its
-                // id is the id of the first event pointing at it, and it is pruned with the last one.
+                // id is the id of the first event pointing at it (they are consecutive events), and it is pruned with
+                // the last one.
                 "CREATE TABLE event_payloads(id BIGINT PRIMARY KEY, payload TEXT NOT NULL)",
                 "ALTER TABLE events ADD COLUMN payload_id BIGINT",
-                "CREATE INDEX events_payload ON events(payload_id) WHERE payload_id IS NOT NULL",
                 // A device id is only unique within its user (JWT `did` claims are the issuer's): de-duplicate by all three.
                 "CREATE UNIQUE INDEX messages_client_id ON messages(sender_id, sender_device_id, client_message_id)",
                 "ALTER TABLE messages DROP CONSTRAINT IF EXISTS messages_sender_device_id_client_message_id_key",

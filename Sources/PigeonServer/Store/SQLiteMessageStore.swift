@@ -365,7 +365,8 @@ public final class SQLiteMessageStore: MessageStore {
             id: db.lastInsertedRowID, type: type, userId: userId, deviceId: deviceId, excludedDeviceId: excludedDeviceId, payload: payload)
     }
 
-    /// Stores a payload once for the events of every member that carry it; returns its id.
+    /// Stores a payload once for the events of every member that carry it (inserted right after it, one after the
+    /// other: pruning relies on that); returns its id.
     private static func insertSharedPayload(_ db: Database, _ payload: String) throws -> Int64 {
         try db.cachedStatement(sql: "INSERT INTO event_payloads(payload) VALUES (?)").execute(arguments: [payload])
         return db.lastInsertedRowID
@@ -544,13 +545,14 @@ public final class SQLiteMessageStore: MessageStore {
             try db.execute(sql: "DELETE FROM events WHERE id <= ?", arguments: [boundary])
             let deleted = db.changesCount
             if let newestPrunedPayload {
-                // A shared payload goes with the last event that points at it.
+                // A shared payload goes with the last event that points at it. Its events are consecutive and payload
+                // ids grow with event ids, so only the first event left can still point at a payload up to this one.
                 try db.execute(
                     sql: """
                         DELETE FROM event_payloads WHERE id <= ?
-                            AND NOT EXISTS (SELECT 1 FROM events WHERE events.payload_id = event_payloads.id)
+                            AND id IS NOT (SELECT payload_id FROM events WHERE id > ? ORDER BY id LIMIT 1)
                         """,
-                    arguments: [newestPrunedPayload])
+                    arguments: [newestPrunedPayload, boundary])
             }
             try db.execute(
                 sql: "INSERT INTO meta(key, value) VALUES ('pruned_through', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",

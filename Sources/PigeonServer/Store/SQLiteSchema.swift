@@ -6,7 +6,8 @@ import GRDB
 /// de-duplicates first, the store's index is the last word (a message that hits it is `.alreadyStored`).
 ///
 /// v2 (issue 11): an event written for every member (`conversation.created`, `receipt`) keeps its payload once in
-/// `event_payloads` and its rows point at it (`payload_id`); pruning removes payloads no event points at.
+/// `event_payloads` and its rows point at it (`payload_id`). Those rows are consecutive events, so pruning knows
+/// without an index which payloads lost their last event.
 /// Conversations gain `updated_at` (the store time of their newest message, else their creation), the order of
 /// the paginated conversation list.
 enum SQLiteSchema {
@@ -81,7 +82,6 @@ enum SQLiteSchema {
                 sql: """
                     CREATE TABLE event_payloads(id INTEGER PRIMARY KEY, payload TEXT NOT NULL);
                     ALTER TABLE events ADD COLUMN payload_id INTEGER;
-                    CREATE INDEX events_payload ON events(payload_id) WHERE payload_id IS NOT NULL;
                     CREATE UNIQUE INDEX messages_client_id ON messages(sender_id, sender_device_id, client_message_id);
                     ALTER TABLE conversations ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0;
                     UPDATE conversations SET updated_at = COALESCE(
