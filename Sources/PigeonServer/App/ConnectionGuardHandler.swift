@@ -46,6 +46,8 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     private var openRequests = 0
     /// Requests whose response has not ended yet.
     private var unansweredRequests = 0
+    /// A request head has arrived on this connection.
+    private var sawRequest = false
     /// A response head was written and its end not yet.
     private var responseInProgress = false
     private var context: ChannelHandlerContext?
@@ -73,6 +75,9 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func channelInactive(context: ChannelHandlerContext) {
         cancelTimer()
+        // A connection closed before its first request still has the HTTP upgrade handler, which would report the
+        // close as an error; told that the input closed first, it ends quietly.
+        if !sawRequest { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
         context.fireChannelInactive()
     }
 
@@ -140,6 +145,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     // MARK: What the exchange observer reports
 
     func requestHeadReceived() {
+        sawRequest = true
         openRequests += 1
         unansweredRequests += 1
     }
