@@ -41,7 +41,7 @@ public enum PigeonApplication {
                     limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.housekeeping, core.processor, core.typing],
+            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.housekeeping, core.processor, core.typing],
             logger: logger)
     }
 }

@@ -67,7 +67,7 @@ final class PigeonCore: Sendable {
         }
         self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
-        self.authenticator = Authenticator(store: store, jwtSecret: configuration.auth.jwtSecret)
+        self.authenticator = try await Authenticator(store: store, configuration: configuration.auth, logger: logger)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
         if let postgres = store as? PostgresMessageStore {
             // Typing reaches devices connected to the other nodes through PostgreSQL notifications.
