@@ -31,7 +31,7 @@ public enum PigeonApplication {
                 idleTimeout: nil,
                 httpDecoderConfiguration: .init(
                     maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: limits.maxHeaderCount)),
-            ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30))))
+            ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30)), closeTimeout: configuration.streamLimits.closeTimeout, validateUTF8: true))
         return Application(
             router: router,
             server: HTTPServerBuilder { responder in

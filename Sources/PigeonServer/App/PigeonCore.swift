@@ -162,6 +162,11 @@ final class PigeonCore: Sendable {
 
     /// Validates and pushes a typing change (HTTP and WebSocket).
     func recordTyping(active: Bool, conversationId: String, device: DeviceIdentity) async throws {
+        let limits = configuration.streamLimits
+        if let wait = typing.admit(device, rate: limits.typingPerSecond, burst: limits.typingBurst) {
+            metrics.limitHit("typing_rate")
+            throw PigeonError(.rateLimited, "too many typing updates from this device; retry in \(wait) s", retryAfter: wait)
+        }
         let conversation = try await memberConversation(conversationId, device: device)
         typing.update(conversationId: conversation.id, device: device, active: active, members: conversation.members)
     }

@@ -13,8 +13,7 @@ extension PigeonCore {
         router.get("/v1/events") { request, _ -> Response in
             let device = try await self.authenticate(request, allowQuery: true)
             let cursor = try self.cursorParameter(request, allowHeader: true)
-            let session = self.hub.makeSession(device: device, transport: "sse")
-            self.hub.register(session)
+            let session = self.makeStreamSession(device: device, transport: "sse")
             let start: StreamStart
             do {
                 start = try await self.store.resolveStart(cursor)
@@ -26,24 +25,10 @@ extension PigeonCore {
             return Response(
                 status: .ok, headers: headers,
                 body: ResponseBody { writer in
-                    defer { self.hub.unregister(session) }
-                    var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: self.configuration.keepAliveInterval)
-                    try await withGracefulShutdownHandler {
-                        try await writer.write(ByteBuffer(string: "retry: 1000\n: connected\n\n"))
-                        while let output = try await streamer.next() {
-                            switch output {
-                            case .idle:
-                                try await writer.write(ByteBuffer(string: ": keep-alive\n\n"))
-                            case .frame(let frame):
-                                var text = ""
-                                if let cursor = frame.cursor { text += "id: \(cursor)\n" }
-                                text += "event: \(frame.type)\ndata: \(frame.json)\n\n"
-                                try await writer.write(ByteBuffer(string: text))
-                            }
-                        }
-                    } onGracefulShutdown: {
-                        session.close()
-                    }
+                    let ended = try await self.runServerSentEvents(session: session, start: start, writer: writer)
+                    // Ended by the server (too slow, write timeout, replaced): the connection is closed, not the
+                    // response finished, as the client may not be reading; it reconnects with its last id.
+                    if let ended { throw StreamEnded(reason: ended) }
                     try await writer.finish(nil)
                 })
         }
@@ -52,6 +37,48 @@ extension PigeonCore {
             _ = try await self.authenticate(request, allowQuery: true)
             _ = try self.cursorParameter(request, allowHeader: false)
             throw PigeonError.invalid("this endpoint needs a WebSocket upgrade request")
+        }
+    }
+
+    /// A registered session of `device` under the configured stream limits.
+    private func makeStreamSession(device: DeviceIdentity, transport: String) -> StreamSession {
+        let metrics = self.metrics
+        let session = hub.makeSession(device: device, transport: transport, limits: configuration.streamLimits) { metrics.limitHit($0) }
+        hub.register(session, maxStreamsPerDevice: configuration.streamLimits.maxStreamsPerDevice)
+        return session
+    }
+
+    /// Writes the session's stream as server-sent events until it closes; the reason if the server ended it.
+    private func runServerSentEvents(session: StreamSession, start: StreamStart, writer: any ResponseBodyWriter) async throws -> StreamSession.EndReason? {
+        defer { hub.unregister(session) }
+        let output = ServerSentEventWriter(writer: writer)
+        let streamer = EventStreamer(store: store, session: session, start: start, idleInterval: configuration.keepAliveInterval)
+        return try await withGracefulShutdownHandler {
+            try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
+                group.addTask {
+                    var streamer = streamer
+                    try await session.write(cost: 0) { try await output.write("retry: 1000\n: connected\n\n") }
+                    while let next = try await streamer.next() {
+                        switch next {
+                        case .idle:
+                            try await session.write(cost: 0) { try await output.write(": keep-alive\n\n") }
+                        case .frame(let frame):
+                            var text = ""
+                            if let cursor = frame.cursor { text += "id: \(cursor)\n" }
+                            text += "event: \(frame.type)\ndata: \(frame.json)\n\n"
+                            try await session.write(cost: frame.cost) { try await output.write(text) }
+                        }
+                    }
+                    return nil
+                }
+                group.addTask { await session.watch() }
+                let ended = try await group.next() ?? nil
+                session.close()
+                group.cancelAll()
+                return ended
+            }
+        } onGracefulShutdown: {
+            session.close()
         }
     }
 
@@ -68,53 +95,84 @@ extension PigeonCore {
         return router
     }
 
+    /// Runs one WebSocket: its operations (read one at a time, paused while the replies to write are over the
+    /// session's high-water mark), the receipts they batch, and the writer of its stream under the session's
+    /// watch. A stream the server ends is closed with its code (4008, 4009); the close frame gets the close
+    /// timeout to reach a client that may not read, then the socket is closed regardless.
     private func runWebSocket(
         device: DeviceIdentity, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
     ) async throws {
-        let session = hub.makeSession(device: device, transport: "ws")
-        hub.register(session)
-        defer { hub.unregister(session) }
+        let session = makeStreamSession(device: device, transport: "ws")
         let receipts = ReceiptQueue()
-        try await withGracefulShutdownHandler {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    defer { session.close() }
-                    for try await message in inbound.messages(maxSize: 1 << 20) {
-                        guard case .text(let text) = message else {
-                            session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
-                            continue
+        let ended: StreamSession.EndReason?
+        do {
+            ended = try await withGracefulShutdownHandler {
+                try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
+                    group.addTask {
+                        defer { session.close() }
+                        for try await message in inbound.messages(maxSize: 1 << 20) {
+                            guard case .text(let text) = message else {
+                                session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
+                                continue
+                            }
+                            await self.handleOperation(text, device: device, session: session, receipts: receipts)
+                            await session.waitUntilDrained()
+                            if session.isEnding { break }
                         }
-                        await self.handleOperation(text, device: device, session: session, receipts: receipts)
-                        while session.queuedCount > 8_192, !session.isClosed {
-                            try await Task.sleep(for: .milliseconds(1))
-                        }
+                        return nil
                     }
-                }
-                group.addTask {
-                    while let batch = await receipts.next() {
-                        for (key, upToSeq) in batch {
-                            do {
-                                _ = try await self.recordReceipt(
-                                    ReceiptRequest(kind: key.kind, upToSeq: upToSeq), conversationId: key.conversationId, device: device)
-                            } catch {
-                                session.send(type: "error", json: Self.errorFrame(nil, error as? PigeonError ?? PigeonError(.internalError, "receipt failed")))
+                    group.addTask {
+                        while let batch = await receipts.next() {
+                            for (key, upToSeq) in batch {
+                                do {
+                                    _ = try await self.recordReceipt(
+                                        ReceiptRequest(kind: key.kind, upToSeq: upToSeq), conversationId: key.conversationId, device: device)
+                                } catch {
+                                    session.send(type: "error", json: Self.errorFrame(nil, error as? PigeonError ?? PigeonError(.internalError, "receipt failed")))
+                                }
                             }
                         }
+                        return nil
                     }
-                }
-                group.addTask {
-                    var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: nil)
-                    while let output = try await streamer.next() {
-                        if case .frame(let frame) = output { try await outbound.write(.text(frame.json)) }
+                    group.addTask {
+                        var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: nil)
+                        while let output = try await streamer.next() {
+                            if case .frame(let frame) = output {
+                                try await session.write(cost: frame.cost) { try await outbound.write(.text(frame.json)) }
+                            }
+                        }
+                        return nil
                     }
+                    group.addTask { await session.watch() }
+                    let ended = try await group.next() ?? nil
+                    session.close()
+                    receipts.finish()
+                    group.cancelAll()
+                    return ended
                 }
-                _ = try await group.next()
+            } onGracefulShutdown: {
                 session.close()
-                receipts.finish()
-                group.cancelAll()
             }
-        } onGracefulShutdown: {
-            session.close()
+        } catch {
+            hub.unregister(session)
+            throw error
+        }
+        hub.unregister(session)
+        if let ended {
+            let (code, reason) = ended.webSocketClose
+            await Self.withDeadline(configuration.streamLimits.closeTimeout) {
+                try await outbound.close(.init(codeNumber: code), reason: reason)
+            }
+        }
+    }
+
+    /// Runs `body` for at most `timeout` (cancelled past it; its errors are dropped).
+    private static func withDeadline(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await body() }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
         }
     }
 
@@ -192,11 +250,33 @@ struct WebSocketAuthMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
         var context = context
+        // Hummingbird's WebSocket handler logs the first bytes of every frame at trace level, with this logger:
+        // message bodies never reach the log.
+        context.logger.logLevel = max(context.logger.logLevel, .debug)
         context.device = try? await core.authenticate(request, allowQuery: true)
         if context.device != nil {
             // A malformed cursor (or a store failure) leaves no start: not upgraded, the HTTP route answers.
             context.streamStart = try? await core.store.resolveStart(core.cursorParameter(request, allowHeader: false))
         }
         return try await next(request, context)
+    }
+}
+
+/// A server-sent event stream ended by the server (``StreamSession/EndReason``): the connection is closed.
+struct StreamEnded: Error {
+    var reason: StreamSession.EndReason
+}
+
+/// The response body writer of an SSE stream, handed to the task that writes the events while the route's own
+/// task waits for that task and the session's watch; only one of them uses it at a time.
+private final class ServerSentEventWriter: @unchecked Sendable {
+    private var writer: any ResponseBodyWriter
+
+    init(writer: any ResponseBodyWriter) {
+        self.writer = writer
+    }
+
+    func write(_ text: String) async throws {
+        try await writer.write(ByteBuffer(string: text))
     }
 }

@@ -1,11 +1,13 @@
 /// One device's stream as a sequence of frames: the events after its start from the log, then the live ones
 /// from its session, each exactly once and in order (live events already read from the log are skipped by id).
 struct EventStreamer: Sendable {
-    /// A frame to write: its JSON, its type and, for stored events, its cursor.
+    /// A frame to write: its JSON, its type, for stored events its cursor, and what it counts against the
+    /// session's outbound budget (0 when read from the log), to give back with ``StreamSession/write(cost:_:)``.
     struct Frame: Sendable {
         var type: String
         var json: String
         var cursor: String?
+        var cost = 0
     }
 
     enum Output: Sendable {
@@ -58,23 +60,26 @@ struct EventStreamer: Sendable {
                 return nil
             case .idle:
                 return .idle
-            case .overflowed:
-                needsCatchUp = true
             case .items(let items):
                 for item in items {
                     switch item {
-                    case .event(let event): enqueue(event)
-                    case .frame(let type, let json): queued.append(Frame(type: type, json: json, cursor: nil))
+                    case .event(let event, let cost):
+                        if !enqueue(event, cost: cost) { session.release(cost: cost) }
+                    case .frame(let type, let json, let cost):
+                        queued.append(Frame(type: type, json: json, cursor: nil, cost: cost))
                     }
                 }
             }
         }
     }
 
-    private mutating func enqueue(_ event: StoredEvent) {
-        guard event.id > last else { return }
+    /// Queues `event` unless it was written already; whether it was queued.
+    @discardableResult
+    private mutating func enqueue(_ event: StoredEvent, cost: Int = 0) -> Bool {
+        guard event.id > last else { return false }
         let cursor = EventCursor(epoch: store.epoch, eventId: event.id).string
-        queued.append(Frame(type: event.type, json: event.frame(cursor: cursor), cursor: cursor))
+        queued.append(Frame(type: event.type, json: event.frame(cursor: cursor), cursor: cursor, cost: cost))
         last = event.id
+        return true
     }
 }

@@ -19,12 +19,15 @@ public final class StreamHub: EventSink {
         return shards[Int(UInt(bitPattern: hasher.finalize()) % UInt(Self.shardCount))]
     }
 
-    func makeSession(device: DeviceIdentity, transport: String) -> StreamSession {
+    /// A new session of `device`; `limitHit` counts the limits it hits (`PigeonMetrics.limitHit`).
+    func makeSession(
+        device: DeviceIdentity, transport: String, limits: StreamLimits, limitHit: @escaping @Sendable (String) -> Void
+    ) -> StreamSession {
         let id = nextSessionID.withLockedValue { id -> UInt64 in
             id += 1
             return id
         }
-        return StreamSession(device: device, id: id, transport: transport)
+        return StreamSession(device: device, id: id, transport: transport, limits: limits, limitHit: limitHit)
     }
 
     /// Told when a device gets its first stream on this node (`true`) or loses its last one (`false`).
@@ -35,14 +38,22 @@ public final class StreamHub: EventSink {
         presenceObserver.withLockedValue { $0 = observer }
     }
 
-    /// Starts delivering the device's events to `session`.
-    func register(_ session: StreamSession) {
-        let first = shard(session.device.userId).withLockedValue { sessions -> Bool in
-            let first = !(sessions[session.device.userId] ?? []).contains { $0.device.deviceId == session.device.deviceId }
+    /// Starts delivering the device's events to `session`. Past `maxStreamsPerDevice` open streams of its device
+    /// (a userId and deviceId) on this node, the oldest ones end (``StreamSession/EndReason/replaced``): a phone
+    /// whose old connections are half-dead gets through with its newest.
+    func register(_ session: StreamSession, maxStreamsPerDevice: Int) {
+        let (first, replaced) = shard(session.device.userId).withLockedValue { sessions -> (Bool, [StreamSession]) in
+            let list = sessions[session.device.userId] ?? []
+            let open = list.filter { $0.device == session.device && !$0.isEnding }
+            let replaced = Array(open.sorted { $0.id < $1.id }.prefix(max(0, open.count - max(1, maxStreamsPerDevice) + 1)))
             sessions[session.device.userId, default: []].append(session)
-            return first
+            return (!list.contains { $0.device == session.device }, replaced)
         }
         openCount.withLockedValue { $0[session.transport, default: 0] += 1 }
+        for old in replaced {
+            session.limitHit("streams_per_device")
+            old.end(.replaced)
+        }
         if first { presenceObserver.withLockedValue { $0 }?(session.device, true) }
     }
 
@@ -51,7 +62,7 @@ public final class StreamHub: EventSink {
             guard var list = sessions[session.device.userId], let index = list.firstIndex(where: { $0.id == session.id }) else { return (false, false) }
             list.remove(at: index)
             sessions[session.device.userId] = list.isEmpty ? nil : list
-            return (true, !list.contains { $0.device.deviceId == session.device.deviceId })
+            return (true, !list.contains { $0.device == session.device })
         }
         if removed { openCount.withLockedValue { $0[session.transport, default: 1] -= 1 } }
         if last { presenceObserver.withLockedValue { $0 }?(session.device, false) }
@@ -69,28 +80,31 @@ public final class StreamHub: EventSink {
         }
     }
 
+    /// Connected devices of `users`, each (userId, deviceId) once, not counting a device whose id is
+    /// `excludedDevice`.
     public func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int {
-        var devices = Set<String>()
-        for user in users {
-            for session in shard(user).withLockedValue({ $0[user] ?? [] }) where session.device.deviceId != excludedDevice {
-                devices.insert(session.device.deviceId)
-            }
-        }
-        return devices.count
+        onlineDevices(of: users).count { $0.deviceId != excludedDevice }
     }
 
+    /// The ids of the connected devices of `users`. Two users' devices that share an id are one entry here:
+    /// ``onlineDevices(of:)`` keeps them apart.
     public func onlineDeviceIds(of users: [String]) -> Set<String> {
-        var devices = Set<String>()
-        for user in users {
-            for session in shard(user).withLockedValue({ $0[user] ?? [] }) { devices.insert(session.device.deviceId) }
+        Set(onlineDevices(of: users).map(\.deviceId))
+    }
+
+    /// The connected devices of `users` on this node.
+    public func onlineDevices(of users: [String]) -> Set<DeviceIdentity> {
+        var devices = Set<DeviceIdentity>()
+        for user in Set(users) {
+            for session in shard(user).withLockedValue({ $0[user] ?? [] }) { devices.insert(session.device) }
         }
         return devices
     }
 
     /// Sends a frame that is never stored (typing) to the connected devices of `users`, except `excludedDevice`.
-    func publishEphemeral(type: String, json: String, to users: [String], excluding excludedDevice: String?) {
+    func publishEphemeral(type: String, json: String, to users: [String], excluding excludedDevice: DeviceIdentity?) {
         for user in users {
-            for session in shard(user).withLockedValue({ $0[user] ?? [] }) where session.device.deviceId != excludedDevice {
+            for session in shard(user).withLockedValue({ $0[user] ?? [] }) where session.device != excludedDevice {
                 session.send(type: type, json: json)
             }
         }

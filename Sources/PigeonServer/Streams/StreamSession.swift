@@ -1,98 +1,168 @@
 import NIOConcurrencyHelpers
 
 /// One open event stream of a device (a WebSocket or an SSE response): the queue between the hub and the
-/// connection's writer.
+/// connection's writer, and the watch over that writer.
 ///
-/// Events are buffered up to a limit; past it the session drops them and flags an overflow, and the writer
-/// re-reads the gap from the event log, so a slow reader loses nothing and cannot grow the server's memory.
-/// Control frames (acks, errors, typing) are never dropped.
+/// Everything the session holds for its client and the writer has not yet handed to the socket (queued events
+/// and control frames alike, counted in bytes) stays within ``StreamLimits/outboundBytes``: past it the session
+/// drops what it holds and ends with ``EndReason/tooSlow``. Nothing is lost by that: events are in the log and the
+/// client resumes by cursor. A write that takes longer than the write timeout ends it with
+/// ``EndReason/writeTimeout``.
+///
+/// Locks: the hub's shard lock may be held while a session's lock is taken, never the other way round.
 final class StreamSession: Sendable {
     enum Item: Sendable {
-        case event(StoredEvent)
+        case event(StoredEvent, cost: Int)
         /// A frame without a cursor, written as is.
-        case frame(type: String, json: String)
+        case frame(type: String, json: String, cost: Int)
     }
 
     enum Next: Sendable {
         case items([Item])
-        /// Events were dropped: read the log from the last written cursor.
-        case overflowed
         /// Nothing arrived within the timeout.
         case idle
         case closed
     }
 
+    /// Why the server ends a stream (rather than the client or an error).
+    enum EndReason: Sendable, Equatable {
+        /// Over the outbound byte budget: the client does not read fast enough.
+        case tooSlow
+        /// One write did not complete within the write timeout: the client stopped reading.
+        case writeTimeout
+        /// The device opened more streams than allowed; this was its oldest.
+        case replaced
+
+        /// The WebSocket close code and reason (API.md).
+        var webSocketClose: (code: Int, reason: String) {
+            switch self {
+            case .tooSlow, .writeTimeout: (4008, "too slow: reconnect with your cursor")
+            case .replaced: (4009, "replaced by a newer stream of this device")
+            }
+        }
+    }
+
     private struct State: Sendable {
         var items: [Item] = []
-        var bufferedEvents = 0
-        var overflowed = false
+        /// Bytes of `items`.
+        var queuedBytes = 0
+        /// Bytes taken by the writer and not yet written.
+        var takenBytes = 0
         var closed = false
+        var endReason: EndReason?
+        /// When the write in progress started.
+        var writeStarted: ContinuousClock.Instant?
+        /// The watch waits for a write to start.
+        var watchIdle = false
+        /// The operation reader waits for the writer to drain.
+        var readerWaiting = false
+
+        var heldBytes: Int { queuedBytes + takenBytes }
     }
 
     let device: DeviceIdentity
     let id: UInt64
     let transport: String
-    private let maxBufferedEvents: Int
+    private let limits: StreamLimits
+    /// Counts a limit hit by name.
+    let limitHit: @Sendable (String) -> Void
     private let state = NIOLockedValueBox(State())
+    /// Wakes the writer (something queued, or closed).
     private let wakeup = AsyncSignal()
+    /// Wakes the watch (a write started, or the stream ends).
+    private let watchSignal = AsyncSignal()
+    /// Wakes the operation reader (the writer drained, or the stream ends).
+    private let drained = AsyncSignal()
 
-    init(device: DeviceIdentity, id: UInt64, transport: String, maxBufferedEvents: Int = 10_000) {
+    /// Per queued item, on top of its text: its share of the queue's storage.
+    private static let itemOverhead = 64
+
+    /// `limitHit` counts a limit hit by name (`PigeonMetrics.limitHit`).
+    init(device: DeviceIdentity, id: UInt64, transport: String, limits: StreamLimits, limitHit: @escaping @Sendable (String) -> Void) {
         self.device = device
         self.id = id
         self.transport = transport
-        self.maxBufferedEvents = maxBufferedEvents
+        self.limits = limits
+        self.limitHit = limitHit
     }
 
     /// Queues a stored event (from the hub).
     func deliver(_ event: StoredEvent) {
-        let wake = state.withLockedValue { state -> Bool in
-            if state.closed || state.overflowed { return false }
-            if state.bufferedEvents >= maxBufferedEvents {
-                state.overflowed = true
-                state.items.removeAll { if case .event = $0 { true } else { false } }
-                state.bufferedEvents = 0
-                return true
-            }
-            state.items.append(.event(event))
-            state.bufferedEvents += 1
-            return true
-        }
-        if wake { wakeup.notify() }
+        enqueue(.event(event, cost: event.payload.utf8.count + 48 + Self.itemOverhead))
     }
 
     /// Queues a control frame.
     func send(type: String, json: String) {
-        let wake = state.withLockedValue { state -> Bool in
-            if state.closed { return false }
-            state.items.append(.frame(type: type, json: json))
-            return true
+        enqueue(.frame(type: type, json: json, cost: json.utf8.count + Self.itemOverhead))
+    }
+
+    private func enqueue(_ item: Item) {
+        let cost = item.cost
+        enum Outcome { case dropped, queued, overBudget }
+        let outcome = state.withLockedValue { state -> Outcome in
+            if state.closed { return .dropped }
+            if state.heldBytes + cost > limits.outboundBytes {
+                state.items = []
+                state.queuedBytes = 0
+                state.closed = true
+                state.endReason = .tooSlow
+                return .overBudget
+            }
+            state.items.append(item)
+            state.queuedBytes += cost
+            return .queued
         }
-        if wake { wakeup.notify() }
+        switch outcome {
+        case .dropped: break
+        case .queued: wakeup.notify()
+        case .overBudget:
+            limitHit("stream_outbound_bytes")
+            wakeAll()
+        }
     }
 
     /// Ends the stream: the writer sees `.closed` after what is queued.
     func close() {
         state.withLockedValue { $0.closed = true }
+        wakeAll()
+    }
+
+    /// Ends the stream at once for `reason`: what is queued is dropped, the write in progress is abandoned.
+    func end(_ reason: EndReason) {
+        state.withLockedValue { state in
+            state.closed = true
+            if state.endReason == nil { state.endReason = reason }
+            state.items = []
+            state.queuedBytes = 0
+        }
+        wakeAll()
+    }
+
+    private func wakeAll() {
         wakeup.notify()
+        watchSignal.notify()
+        drained.notify()
     }
 
     var isClosed: Bool { state.withLockedValue { $0.closed } }
 
-    /// Control frames queued and not yet taken by the writer.
-    var queuedCount: Int { state.withLockedValue { $0.items.count } }
+    /// Whether the server ends this stream (it no longer counts against the device's streams).
+    var isEnding: Bool { state.withLockedValue { $0.endReason != nil } }
 
-    /// Everything queued, or waits up to `timeout` (forever if `nil`) for something.
+    /// Bytes held for the client and not yet written.
+    var heldBytes: Int { state.withLockedValue { $0.heldBytes } }
+
+    /// Everything queued, or waits up to `timeout` (forever if `nil`) for something. The writer reports each
+    /// item's cost back with ``write(cost:_:)`` or ``release(cost:)``.
     func next(timeout: Duration?) async -> Next {
         while true {
             let next = state.withLockedValue { state -> Next? in
-                if state.overflowed {
-                    state.overflowed = false
-                    return .overflowed
-                }
+                if state.endReason != nil { return .closed }
                 if !state.items.isEmpty {
                     let items = state.items
                     state.items = []
-                    state.bufferedEvents = 0
+                    state.takenBytes += state.queuedBytes
+                    state.queuedBytes = 0
                     return .items(items)
                 }
                 return state.closed ? .closed : nil
@@ -106,9 +176,108 @@ final class StreamSession: Sendable {
             let before = ContinuousClock.now
             await wakeup.wait(timeout: timeout)
             if Task.isCancelled { return .closed }
-            if ContinuousClock.now - before >= timeout, state.withLockedValue({ $0.items.isEmpty && !$0.overflowed && !$0.closed }) {
+            if ContinuousClock.now - before >= timeout, state.withLockedValue({ $0.items.isEmpty && !$0.closed }) {
                 return .idle
             }
+        }
+    }
+
+    /// Runs one write to the socket under the watch of ``watch()``; `cost` is what the written item counted
+    /// (0 for what was read from the log).
+    func write(cost: Int, _ body: () async throws -> Void) async throws {
+        let notifyWatch = state.withLockedValue { state -> Bool in
+            state.writeStarted = .now
+            defer { state.watchIdle = false }
+            return state.watchIdle
+        }
+        if notifyWatch { watchSignal.notify() }
+        defer { release(cost: cost, endingWrite: true) }
+        try await body()
+    }
+
+    /// Gives back the cost of an item taken and not written (an event already read from the log).
+    func release(cost: Int) {
+        release(cost: cost, endingWrite: false)
+    }
+
+    private func release(cost: Int, endingWrite: Bool) {
+        let wakeReader = state.withLockedValue { state -> Bool in
+            if endingWrite { state.writeStarted = nil }
+            state.takenBytes = max(0, state.takenBytes - cost)
+            guard state.readerWaiting, state.heldBytes <= limits.resumeReadingBytes else { return false }
+            state.readerWaiting = false
+            return true
+        }
+        if wakeReader { drained.notify() }
+    }
+
+    /// Returns once the bytes held for the client are back under the low-water mark (at once if they are not
+    /// over the high-water mark), or when the stream ends: the WebSocket's operations are not read meanwhile, so
+    /// a client that never reads its replies is slowed, with bounded memory and no busy wait.
+    func waitUntilDrained() async {
+        while true {
+            let wait = state.withLockedValue { state -> Bool in
+                if state.closed {
+                    state.readerWaiting = false
+                    return false
+                }
+                if state.readerWaiting {
+                    if state.heldBytes > limits.resumeReadingBytes { return true }
+                    state.readerWaiting = false
+                    return false
+                }
+                if state.heldBytes <= limits.pauseReadingBytes { return false }
+                state.readerWaiting = true
+                return true
+            }
+            if !wait || Task.isCancelled { return }
+            await drained.wait()
+        }
+    }
+
+    /// Watches the writer until the server must end the stream, and returns why: over the byte budget, replaced, or a write that took longer than the write timeout. Returns `nil` when cancelled.
+    func watch() async -> EndReason? {
+        enum Step { case end(EndReason), waitUntil(ContinuousClock.Instant), waitForWrite }
+        let timeout = limits.writeTimeout
+        while !Task.isCancelled {
+            let now = ContinuousClock.now
+            let step = state.withLockedValue { state -> Step in
+                if let reason = state.endReason { return .end(reason) }
+                guard let started = state.writeStarted else {
+                    state.watchIdle = true
+                    return .waitForWrite
+                }
+                if now - started >= timeout {
+                    state.closed = true
+                    state.endReason = .writeTimeout
+                    state.items = []
+                    state.queuedBytes = 0
+                    return .end(.writeTimeout)
+                }
+                return .waitUntil(started + timeout)
+            }
+            switch step {
+            case .end(let reason):
+                if reason == .writeTimeout {
+                    limitHit("stream_write_timeout")
+                    wakeAll()
+                }
+                return reason
+            case .waitUntil(let deadline):
+                await watchSignal.wait(timeout: deadline - now)
+            case .waitForWrite:
+                await watchSignal.wait()
+            }
+        }
+        return nil
+    }
+}
+
+extension StreamSession.Item {
+    /// The bytes this item counts against the session's budget.
+    var cost: Int {
+        switch self {
+        case .event(_, let cost), .frame(_, _, let cost): cost
         }
     }
 }

@@ -20,6 +20,8 @@ final class TypingTracker: Service {
     private let hub: StreamHub
     private let timeout: Duration
     private let active = NIOLockedValueBox([Key: Indicator]())
+    /// Typing operations per device, made at the first ``admit(_:rate:burst:)``.
+    private let rateLimiter = NIOLockedValueBox<RateLimiter?>(nil)
     /// Relays frames to the other server nodes (several nodes on one PostgreSQL), if any.
     private let relay: (@Sendable (_ type: String, _ json: String, _ users: [String]) -> Void)?
 
@@ -27,6 +29,20 @@ final class TypingTracker: Service {
         self.hub = hub
         self.timeout = timeout
         self.relay = relay
+    }
+
+    /// Takes one typing operation of `device` from its token bucket (`rate` a second in bursts of up to `burst`,
+    /// the configuration's values, fixed by the first call; a rate of 0 admits everything): `nil` if admitted,
+    /// else the whole seconds to wait.
+    func admit(_ device: DeviceIdentity, rate: Double, burst: Double) -> Int? {
+        guard rate > 0 else { return nil }
+        let limiter = rateLimiter.withLockedValue { limiter -> RateLimiter in
+            if let limiter { return limiter }
+            let made = RateLimiter(rate: rate, burst: burst)
+            limiter = made
+            return made
+        }
+        return limiter.take(device.userId + "\u{0}" + device.deviceId)
     }
 
     /// Records and pushes a typing change of `device` in a conversation with `members`.
