@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Glibc
 import HummingbirdWSClient
 import Logging
 import NIOConcurrencyHelpers
@@ -70,6 +71,8 @@ final class Inbox<Item: Sendable>: Sendable {
 final class TestWebSocket: Sendable {
     let inbox = Inbox<ServerFrame>()
     let rawInbox = Inbox<String>()
+    /// The close code and reason the server sent, once the connection is closed.
+    let closeFrame = NIOLockedValueBox<(code: Int, reason: String?)?>(nil)
     private let outgoing: AsyncStream<String>.Continuation
     private let task: NIOLockedValueBox<Task<Void, Never>?> = .init(nil)
 
@@ -115,7 +118,7 @@ final class TestWebSocket: Sendable {
                 var logger = Logger(label: "test-ws")
                 logger.logLevel = .critical
                 do {
-                    try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 21), logger: logger) { inbound, outbound, _ in
+                    let close = try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 21), logger: logger) { inbound, outbound, _ in
                         connected.withLockedValue { $0?.resume(); $0 = nil }
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             group.addTask {
@@ -131,6 +134,17 @@ final class TestWebSocket: Sendable {
                             _ = try await group.next()
                             group.cancelAll()
                         }
+                    }
+                    if let close {
+                        let code: Int
+                        switch close.closeCode {
+                        case .unknown(let number): code = Int(number)
+                        case .dataInconsistentWithMessage: code = 1007
+                        case .normalClosure: code = 1000
+                        case .goingAway: code = 1001
+                        default: code = -1
+                        }
+                        socket.closeFrame.withLockedValue { $0 = (code, close.reason) }
                     }
                 } catch {
                     connected.withLockedValue { $0?.resume(throwing: error); $0 = nil }
@@ -282,4 +296,172 @@ extension ServerEvent {
     var typing: TypingEvent? { if case .typing(let event) = self { event } else { nil } }
     var createdConversation: Conversation? { if case .conversationCreated(_, let conversation) = self { conversation } else { nil } }
     var isReset: Bool { if case .reset = self { true } else { false } }
+}
+
+// MARK: - A raw socket that never reads
+
+/// A TCP client of the test server that does the WebSocket upgrade (or opens an SSE stream) and then reads
+/// nothing unless told to: the never-reading client of the stream limits' tests. Its receive buffer is made
+/// small before connecting, so the server's writes to it block early.
+final class RawStreamSocket: Sendable {
+    private let descriptor: Int32
+
+    private init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    deinit { Glibc.close(descriptor) }
+
+    /// Connects and upgrades to a WebSocket on `/v1/ws`; throws unless the server answers 101.
+    static func webSocket(port: Int, token: String, cursor: String? = nil, receiveBuffer: Int32 = 4_096) throws -> RawStreamSocket {
+        let socket = try connect(port: port, receiveBuffer: receiveBuffer)
+        var path = "/v1/ws?access_token=\(token)"
+        if let cursor { path += "&cursor=\(cursor)" }
+        try socket.writeAll(Array(
+            ("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
+        let head = try socket.readHead()
+        guard head.hasPrefix("HTTP/1.1 101") else { throw TestFailure("WebSocket upgrade refused: \(head)") }
+        return socket
+    }
+
+    /// Opens `GET /v1/events` and reads the response head; throws unless the server answers 200.
+    static func serverSentEvents(port: Int, token: String, receiveBuffer: Int32 = 4_096) throws -> RawStreamSocket {
+        let socket = try connect(port: port, receiveBuffer: receiveBuffer)
+        try socket.writeAll(Array("GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAuthorization: Bearer \(token)\r\n\r\n".utf8))
+        let head = try socket.readHead()
+        guard head.hasPrefix("HTTP/1.1 200") else { throw TestFailure("SSE refused: \(head)") }
+        return socket
+    }
+
+    private static func connect(port: Int, receiveBuffer: Int32) throws -> RawStreamSocket {
+        let descriptor = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw TestFailure("socket: errno \(errno)") }
+        let socket = RawStreamSocket(descriptor: descriptor)
+        var size = receiveBuffer
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else { throw TestFailure("connect: errno \(errno)") }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return socket
+    }
+
+    /// Reads the HTTP response head byte by byte (nothing after it).
+    private func readHead() throws -> String {
+        var head: [UInt8] = []
+        var byte: UInt8 = 0
+        while !head.suffix(4).elementsEqual([13, 10, 13, 10]) {
+            guard Glibc.read(descriptor, &byte, 1) == 1 else { throw TestFailure("no response head: \(String(decoding: head, as: UTF8.self))") }
+            head.append(byte)
+        }
+        return String(decoding: head, as: UTF8.self)
+    }
+
+    private func writeAll(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard written > 0 else { throw TestFailure("send: errno \(errno)") }
+            offset += written
+        }
+    }
+
+    /// A masked client frame (`opcode` 1: text).
+    static func frame(opcode: UInt8 = 1, payload: [UInt8]) -> [UInt8] {
+        var frame: [UInt8] = [0x80 | opcode]
+        if payload.count < 126 {
+            frame.append(0x80 | UInt8(payload.count))
+        } else if payload.count <= 0xFFFF {
+            frame += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        } else {
+            frame.append(0x80 | 127)
+            frame += (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
+        }
+        let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
+        frame += mask
+        frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+        return frame
+    }
+
+    /// Sends one text frame, blocking until the kernel took it.
+    func sendText(_ text: String) throws {
+        try writeAll(Self.frame(payload: Array(text.utf8)))
+    }
+
+    /// Sends one frame with these payload bytes as is (which may be invalid UTF-8).
+    func sendFrame(opcode: UInt8 = 1, payload: [UInt8]) throws {
+        try writeAll(Self.frame(opcode: opcode, payload: payload))
+    }
+
+    /// Sends `bytes` without blocking; how many the kernel took (fewer once the server stops reading).
+    func sendWithoutBlocking(_ bytes: [UInt8]) -> Int {
+        let written = bytes.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        return max(0, written)
+    }
+
+    /// Reads (discarding data frames) until the server's close frame or the end of the connection, for at most
+    /// `timeout`: the close code, `0` if the connection ended without one, `nil` if it is still open.
+    func readUntilClosed(timeout: Duration = .seconds(10)) -> Int? {
+        let deadline = ContinuousClock.now + timeout
+        var pending: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var poll = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        while ContinuousClock.now < deadline {
+            let left = deadline - ContinuousClock.now
+            let ready = Glibc.poll(&poll, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+            if ready <= 0 { continue }
+            let count = Glibc.read(descriptor, &buffer, buffer.count)
+            if count <= 0 { return 0 }
+            pending += buffer[0..<count]
+            while let (opcode, payload, length) = Self.parseServerFrame(pending) {
+                if opcode == 8 { return payload.count >= 2 ? Int(payload[0]) << 8 | Int(payload[1]) : 1005 }
+                pending.removeFirst(length)
+            }
+        }
+        return nil
+    }
+
+    /// The first unmasked frame in `bytes`: its opcode, payload and length, or `nil` if incomplete.
+    private static func parseServerFrame(_ bytes: [UInt8]) -> (UInt8, ArraySlice<UInt8>, Int)? {
+        guard bytes.count >= 2 else { return nil }
+        var length = Int(bytes[1] & 0x7F)
+        var offset = 2
+        if length == 126 {
+            guard bytes.count >= 4 else { return nil }
+            length = Int(bytes[2]) << 8 | Int(bytes[3])
+            offset = 4
+        } else if length == 127 {
+            guard bytes.count >= 10 else { return nil }
+            length = bytes[2..<10].reduce(0) { $0 << 8 | Int($1) }
+            offset = 10
+        }
+        guard bytes.count >= offset + length else { return nil }
+        return (bytes[0] & 0x0F, bytes[offset..<(offset + length)], offset + length)
+    }
+}
+
+/// What this test process uses: its resident memory and CPU time (the server runs in it).
+enum ProcessUsage {
+    /// Resident memory in bytes, from `/proc/self/statm`.
+    static var residentBytes: Int {
+        let text = (try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? ""
+        let pages = text.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+
+    /// User and system CPU time so far.
+    static var cpuTime: Duration {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let micros = Int64(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + Int64(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
+        return .microseconds(micros)
+    }
 }
