@@ -248,16 +248,118 @@ import Testing
     }
 
     /// A resend whose buffer de-duplication record is gone (Redis keys expire) is recognised by
-    /// (device, clientMessageId) and not stored again.
-    @Test func theSameClientMessageIdIsStoredOnceEvenWithANewServerId() async throws {
-        try await Self.withStores(.postgres) { stores, _ in
+    /// (sender, device, clientMessageId) and not stored again; another user's device of the same id (JWT `did`
+    /// claims are the identity provider's) with the same clientMessageId is another message.
+    @Test(arguments: Kind.allCases) func theSameClientMessageIdIsStoredOnceEvenWithANewServerId(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
             let store = stores[0]
             let a = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
-            let first = Self.item(conversation: a.id)
-            var again = Self.item(conversation: a.id)
+            let first = Self.item(conversation: a.id, device: "phone")
+            var again = Self.item(conversation: a.id, device: "phone")
             again.entry.message.clientMessageId = first.entry.message.clientMessageId
+            var bobs = Self.item(conversation: a.id, sender: "bob", device: "phone")
+            bobs.entry.message.clientMessageId = first.entry.message.clientMessageId
             #expect(Self.seqs(try await store.process([first])) == [1])
             #expect(Self.seqs(try await store.process([again, Self.item(conversation: a.id)])) == [-1, 2])
+            #expect(Self.seqs(try await store.process([bobs])) == [3])
+            let page = try await store.messages(conversationId: a.id, after: 0, before: nil, limit: 10)
+            #expect(page.messages.map(\.senderId) == ["alice", "alice", "bob"])
+        }
+    }
+
+    /// Rows of the shared-payload table (`event_payloads`).
+    static func sharedPayloadRows(_ store: any MessageStore) async throws -> Int {
+        if let store = store as? SQLiteMessageStore {
+            return try await store.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM event_payloads") ?? -1 }
+        }
+        guard let store = store as? PostgresMessageStore else { throw TestFailure("unknown store \(store)") }
+        for try await count in try await store.client.query("SELECT COUNT(*) FROM event_payloads").decode(Int.self) { return count }
+        return -1
+    }
+
+    /// `conversation.created` and `receipt` go to every member with one stored copy of their payload; every member
+    /// reads them back exactly as they were published, and pruning their events removes the payload too.
+    @Test(arguments: Kind.allCases) func perMemberPayloadsAreStoredOnceReadBackIdenticalAndPruned(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, sinks in
+            let store = stores[0]
+            let members = (1...50).map { "member-\($0)" }
+            let conversation = try await store.createConversation(creator: "alice", members: members, name: "fifty")
+            #expect(try await Self.sharedPayloadRows(store) == 1)
+            _ = try await store.process([Self.item(conversation: conversation.id)])
+            _ = try await store.recordReceipt(conversationId: conversation.id, userId: "member-7", kind: .read, upToSeq: 1)
+            // delivered and read moved: two payloads, each once.
+            #expect(try await Self.sharedPayloadRows(store) == 3)
+            let published = try await sinks[0].wait { $0.filter { $0.type == "receipt" }.count == 2 * 51 }
+            for userId in ["alice", "member-7", "member-50"] {
+                let read = try await store.events(for: DeviceIdentity(userId: userId, deviceId: "tablet"), after: 0, limit: 100)
+                let expected = published.filter { $0.userId == userId && $0.isVisible(to: "tablet") }
+                #expect(read == expected)
+                #expect(read.map(\.type) == ["conversation.created", "message.new", "receipt", "receipt"])
+            }
+            let created = published.first { $0.type == "conversation.created" }
+            struct Created: Decodable, Equatable {
+                var type: String
+                var conversation: Conversation
+            }
+            let decoded = try created.map { try JSONDecoder().decode(Created.self, from: Data($0.payload.utf8)) }
+            #expect(decoded == Created(type: "conversation.created", conversation: conversation))
+            // Pruning the creation's events (older) drops its payload; the receipts' payloads stay with theirs.
+            try await Task.sleep(for: .milliseconds(5))
+            let receiptsAt = WallClock.nowMillis()
+            try await Task.sleep(for: .milliseconds(5))
+            _ = try await store.recordReceipt(conversationId: conversation.id, userId: "member-8", kind: .delivered, upToSeq: 1)
+            try await store.pruneEvents(olderThan: receiptsAt)
+            #expect(try await Self.sharedPayloadRows(store) == 1)
+            let left = try await store.events(for: DeviceIdentity(userId: "member-9", deviceId: "tablet"), after: 0, limit: 100)
+            #expect(left.map(\.type) == ["receipt"])
+            #expect(left.first?.payload.contains("\"userId\":\"member-8\"") == true)
+            try await store.pruneEvents(olderThan: WallClock.nowMillis() + 1)
+            #expect(try await Self.sharedPayloadRows(store) == 0)
+        }
+    }
+
+    /// The conversation list: newest activity first, conversations updated in the same millisecond ordered by id,
+    /// pages that neither skip nor repeat one, and a stored message moving its conversation to the front.
+    @Test(arguments: Kind.allCases) func conversationsArePagedByNewestActivity(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
+            let store = stores[0]
+            var created: [Conversation] = []
+            for index in 0..<7 {
+                created.append(try await store.createConversation(creator: "alice", members: ["bob"], name: "c\(index)"))
+            }
+            func walk(limit: Int) async throws -> [Conversation] {
+                var all: [Conversation] = []
+                var before: ConversationCursor?
+                while true {
+                    let page = try await store.conversations(of: "bob", before: before, limit: limit)
+                    all += page.conversations
+                    #expect(page.conversations.count <= limit)
+                    guard page.hasMore, let next = page.nextBefore else { return all }
+                    before = try ConversationCursor(parameter: next)
+                }
+            }
+            // One batch stores a message in six of them: six conversations updated in the same millisecond.
+            _ = try await store.process(created[1...].map { Self.item(conversation: $0.id) })
+            var current: [Conversation] = []
+            for conversation in created { current.append(try await store.conversation(id: conversation.id, for: "bob")!) }
+            #expect(Set(current[1...].map(\.updatedAt)).count == 1)
+            #expect(current[0].updatedAt == current[0].createdAt)
+            let expectedOrder = current.sorted { ($0.updatedAt, $0.id) > ($1.updatedAt, $1.id) }.map(\.id)
+            #expect(expectedOrder.last == created[0].id)
+            for limit in [1, 2, 3, 7, 100] {
+                #expect(try await walk(limit: limit).map(\.id) == expectedOrder, "limit \(limit)")
+            }
+            // `before=<updatedAt>` alone: strictly older.
+            let older = try await store.conversations(of: "bob", before: ConversationCursor(updatedAt: current[3].updatedAt, id: nil), limit: 100)
+            #expect(older.conversations.map(\.id) == [created[0].id])
+            _ = try await store.process([Self.item(conversation: created[0].id)])
+            let first = try await store.conversations(of: "bob", before: nil, limit: 1)
+            #expect(first.conversations.map(\.id) == [created[0].id])
+            #expect(first.conversations[0].lastSeq == 1)
+            #expect(first.conversations[0].updatedAt >= current.map(\.updatedAt).max()!)
+            #expect(first.conversations[0].members.map(\.userId) == ["alice", "bob"])
+            #expect(first.hasMore)
+            #expect(try await store.conversations(of: "carol", before: nil, limit: 10) == ConversationList(conversations: []))
         }
     }
 

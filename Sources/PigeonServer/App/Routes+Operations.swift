@@ -13,7 +13,7 @@ extension PigeonCore {
             let bufferReady = await self.buffer.isReady()
             guard storeReady, bufferReady else {
                 let down = [storeReady ? nil : "store", bufferReady ? nil : "buffer"].compactMap { $0 }.joined(separator: " and ")
-                throw PigeonError.overloaded("\(down) not reachable")
+                throw PigeonError.overloaded(self.store.isDiskFull || self.buffer.isDiskFull ? "the server's disk is full (\(down))" : "\(down) not reachable")
             }
             return try JSONBody.response(["status": "ready"])
         }

@@ -42,7 +42,8 @@ import Testing
             #expect(conversation.createdAt >= before - 1 && conversation.createdAt <= nowMillis() + 1)
             #expect(conversation.members.map(\.userId).sorted() == ["alice", "bob", "carol"])
             #expect(conversation.members.allSatisfy { $0.deliveredSeq == 0 && $0.readSeq == 0 })
-            #expect(Set(answer.jsonObject.map { Array($0.keys) } ?? []) == ["id", "name", "createdAt", "lastSeq", "members"])
+            #expect(Set(answer.jsonObject.map { Array($0.keys) } ?? []) == ["id", "name", "createdAt", "lastSeq", "updatedAt", "members"])
+            #expect(conversation.updatedAt == conversation.createdAt)
 
             // Not listing oneself, or listing nobody else, still makes the caller a member.
             let withoutSelf = try await client.createConversation(alice, members: ["bob"])
@@ -134,6 +135,82 @@ import Testing
             await laptop.close()
             await tablet.close()
             await phone.close()
+        }
+    }
+
+    /// API 1.1: `GET /v1/conversations?limit=<n>&before=<cursor>`, newest activity first, `hasMore`, and
+    /// `nextBefore` (`<updatedAt>:<id>`) to continue without skipping or repeating conversations updated in the
+    /// same millisecond.
+    @Test func listIsPagedNewestActivityFirst() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            var created: [Conversation] = []
+            for index in 0..<9 { created.append(try await client.createConversation(alice, members: ["bob"], name: "c\(index)")) }
+            // Messages into several at once: likely one processing batch, so several share an updatedAt.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for conversation in created[3..<8] {
+                    group.addTask { try await client.sendAccepted(alice, to: conversation.id, body: "hi") }
+                }
+                try await group.waitForAll()
+            }
+            for conversation in created[3..<8] { _ = try await client.waitForCount(bob, conversation.id, 1) }
+
+            func walk(_ device: TestDevice, limit: Int) async throws -> [Conversation] {
+                var all: [Conversation] = []
+                var query = "/v1/conversations?limit=\(limit)"
+                while true {
+                    let answer = try await client.request(.GET, query, token: device.token)
+                    #expect(answer.status == 200, "\(answer.text)")
+                    #expect(Set(answer.jsonObject.map { Array($0.keys) } ?? []) == ["conversations", "hasMore", "nextBefore"])
+                    let page = try answer.decode(ConversationList.self)
+                    #expect(page.conversations.count <= limit)
+                    all += page.conversations
+                    guard page.hasMore else {
+                        #expect(page.nextBefore == nil)
+                        return all
+                    }
+                    query = "/v1/conversations?limit=\(limit)&before=\(page.nextBefore ?? "")"
+                }
+            }
+            let everything = try await walk(bob, limit: 500)
+            #expect(everything.count == 9)
+            let order = everything.map(\.id)
+            #expect(everything.map { [$0.updatedAt] } == everything.map { [$0.updatedAt] }.sorted { $0[0] > $1[0] })
+            #expect(Set(order.prefix(5)) == Set(created[3..<8].map(\.id)), "the five with a message come first")
+            #expect(everything.allSatisfy { $0.lastSeq == 0 ? $0.updatedAt == $0.createdAt : $0.updatedAt > $0.createdAt })
+            for limit in [1, 2, 4] {
+                #expect(try await walk(bob, limit: limit).map(\.id) == order, "limit \(limit)")
+            }
+            // The default page is 100, so nine fit; a message moves its conversation to the front.
+            try await client.sendAccepted(bob, to: created[0].id, body: "back to the top")
+            _ = try await client.waitForCount(alice, created[0].id, 1)
+            let answer = try await client.request(.GET, "/v1/conversations", token: alice.token)
+            let page = try answer.decode(ConversationList.self)
+            #expect(page.conversations.first?.id == created[0].id)
+            #expect(page.conversations.count == 9)
+            #expect(page.hasMore == false)
+            // `before=<updatedAt>` alone: strictly older than that time.
+            let cut = everything[5].updatedAt
+            let older = try await client.request(.GET, "/v1/conversations?before=\(cut)", token: bob.token).decode(ConversationList.self)
+            #expect(older.conversations.map(\.id) == everything.filter { $0.updatedAt < cut && $0.id != created[0].id }.map(\.id))
+        }
+    }
+
+    @Test func badListParametersAre400() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            _ = try await client.createConversation(alice, members: ["bob"])
+            for query in [
+                "limit=0", "limit=501", "limit=-1", "limit=ten", "limit=", "before=", "before=yesterday", "before=-5", "before=1.5",
+                "before=17000:", "before=17000:NOT-AN-ID", "before=17000:\(String(repeating: "a", count: 65))", "before=1:2:3",
+            ] {
+                let answer = try await client.request(.GET, "/v1/conversations?\(query)", token: alice.token)
+                expectError(answer, 400, .invalidRequest, query)
+            }
+            let fine = try await client.request(.GET, "/v1/conversations?limit=500&before=\(Int64.max)", token: alice.token)
+            #expect(fine.status == 200, "\(fine.text)")
+            #expect(try fine.decode(ConversationList.self).conversations.count == 1)
         }
     }
 }
