@@ -223,7 +223,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
 /// Sits behind the HTTP parser and tells the ``ConnectionGuardHandler`` where each exchange begins and ends, about
 /// parser errors (which it answers through the guard, instead of leaving the connection hanging), and when the
-/// connection becomes a WebSocket (then it leaves the pipeline).
+/// connection becomes a WebSocket (then it passes everything through).
 final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
@@ -255,10 +255,11 @@ final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHa
         }
         switch unwrapOutboundIn(data) {
         case .head(let head) where head.status == .switchingProtocols:
+            // From here on everything passes through untouched. (Removing this handler inside the write of the
+            // 101 lost the flush that follows it: the upgrade answer never left.)
             upgraded = true
             connectionGuard.upgradedToWebSocket()
             context.write(data, promise: promise)
-            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
             return
         case .head(let head) where head.status.code < 200:
             break
