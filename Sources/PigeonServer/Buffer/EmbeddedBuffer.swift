@@ -98,7 +98,7 @@ public final class EmbeddedBuffer: IngestBuffer {
     private func write<T: Sendable>(
         _ body: @escaping @Sendable (Database) throws -> T, afterCommit: (@Sendable (T) -> Void)? = nil
     ) async throws -> T {
-        try await diskHealth.guarding { try await write(body, afterCommit: afterCommit) }
+        try await diskHealth.guarding { try await writer.write(body, afterCommit: afterCommit) }
     }
 
     public func append(
