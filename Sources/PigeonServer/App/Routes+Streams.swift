@@ -72,7 +72,8 @@ extension PigeonCore {
                     return nil
                 }
                 group.addTask { await session.watch() }
-                let ended = try await group.next() ?? nil
+                // Whichever task ends first, a stream the server ended reports why (the writer may see it first).
+                let ended = (try await group.next() ?? nil) ?? session.endReason
                 session.close()
                 group.cancelAll()
                 return ended
@@ -144,7 +145,8 @@ extension PigeonCore {
                         return nil
                     }
                     group.addTask { await session.watch() }
-                    let ended = try await group.next() ?? nil
+                    // Whichever task ends first, a stream the server ended reports why (the writer may see it first).
+                let ended = (try await group.next() ?? nil) ?? session.endReason
                     session.close()
                     receipts.finish()
                     group.cancelAll()

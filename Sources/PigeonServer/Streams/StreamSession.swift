@@ -147,7 +147,10 @@ final class StreamSession: Sendable {
     var isClosed: Bool { state.withLockedValue { $0.closed } }
 
     /// Whether the server ends this stream (it no longer counts against the device's streams).
-    var isEnding: Bool { state.withLockedValue { $0.endReason != nil } }
+    var isEnding: Bool { endReason != nil }
+
+    /// Why the server ends this stream, if it does.
+    var endReason: EndReason? { state.withLockedValue { $0.endReason } }
 
     /// Bytes held for the client and not yet written.
     var heldBytes: Int { state.withLockedValue { $0.heldBytes } }

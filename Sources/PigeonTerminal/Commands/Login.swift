@@ -47,6 +47,10 @@ extension PigeonCommand {
             do {
                 credentials = try await PigeonClient.registerDevice(
                     serverURL: serverURL, userId: userId, deviceName: name, existingDevice: existing, timeout: .seconds(15))
+            } catch let error as PigeonClientError where error.code == .server && error.httpStatus == 401 {
+                throw CLIError(
+                    "the server at \(serverURL.absoluteString) did not register a device of \(userId) (\(error.message))"
+                        + (existing == nil ? "; a further device of a user logs in with --from-profile <a profile of that user>" : ""))
             } catch {
                 throw CLIError.from(error, server: serverURL.absoluteString)
             }

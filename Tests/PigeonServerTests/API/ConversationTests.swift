@@ -89,6 +89,9 @@ import Testing
             _ = try await client.waitForCount(bob, conversation.id, 3)
             var expected = conversation
             expected.lastSeq = 3
+            // Its activity time is the third message's store time.
+            expected.updatedAt = try await client.allMessages(bob, conversation.id).last?.storedAt ?? 0
+            #expect(expected.updatedAt >= conversation.createdAt)
             #expect(try await client.conversation(bob, conversation.id) == expected)
             #expect(try await client.conversation(alice, conversation.id) == expected)
             // An upper-case id in the path names the same conversation.

@@ -75,7 +75,7 @@ import Testing
     @Test func receiptEventsReachEveryMemberDevice() async throws {
         try await withTestServer { client in
             let (alice, bob, conversation) = try await Self.setUp(client)
-            let bobPhone = try await client.register("bob")
+            let bobPhone = try await client.register("bob", existing: bob)
             var sockets: [TestWebSocket] = []
             for device in [alice, bob, bobPhone] { sockets.append(try await TestWebSocket.connect(port: client.port, token: device.token)) }
             let before = nowMillis()

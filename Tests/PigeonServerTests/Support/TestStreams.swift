@@ -422,7 +422,7 @@ final class RawStreamSocket: Sendable {
             if count <= 0 { return 0 }
             pending += buffer[0..<count]
             while let (opcode, payload, length) = Self.parseServerFrame(pending) {
-                if opcode == 8 { return payload.count >= 2 ? Int(payload[0]) << 8 | Int(payload[1]) : 1005 }
+                if opcode == 8 { return payload.count >= 2 ? Int(payload[payload.startIndex]) << 8 | Int(payload[payload.startIndex + 1]) : 1005 }
                 pending.removeFirst(length)
             }
         }
