@@ -122,6 +122,29 @@ import Testing
         try await server.stop()
     }
 
+    /// A user's second device needs proof it is that user: the profile of one of its devices.
+    @Test func aSecondDeviceLogsInWithTheProfileOfTheFirst() async throws {
+        let server = try PigeonServerProcess()
+        try await server.start()
+        let cli = PigeonCLI(server: server.url)
+        #expect(try await cli.run(["login", "alice"], profile: "alice").status == 0)
+        let stranger = try await cli.run(["login", "alice"], profile: "mallory")
+        #expect(stranger.status == 1 && stranger.stderr.contains("already has devices"), "\(stranger)")
+        #expect(try await cli.run(["login", "bob"], profile: "bob").status == 0)
+        let wrongUser = try await cli.run(["login", "alice", "--from-profile", "\(cli.home)/bob"], profile: "laptop")
+        #expect(wrongUser.status == 1 && wrongUser.stderr.contains("logged in as bob, not alice"), "\(wrongUser)")
+        let laptop = try await cli.run(["login", "alice", "--from-profile", "\(cli.home)/alice", "--json"], profile: "laptop")
+        #expect(laptop.status == 0, "\(laptop)")
+        // The new device reads alice's conversations.
+        let created = try await cli.run(["new", "bob"], profile: "alice")
+        let conversation = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try await cli.run(["send", conversation, "from the phone", "--wait", "10"], profile: "alice").status == 0)
+        let listed = try await cli.run(["sync"], profile: "laptop")
+        #expect(listed.status == 0, "\(listed)")
+        #expect(try await messages(cli, "laptop", conversation).count == 1)
+        try await server.stop()
+    }
+
     @Test func theDemoPlaysTheWholeStoryAndChecksIt() async throws {
         let cli = PigeonCLI(server: "http://127.0.0.1:1")
         let started = ContinuousClock.now
