@@ -6,7 +6,9 @@ import Foundation
 struct PigeonDeployment: Sendable {
     /// The per-address and per-user limits a load generator trips by design (thousands of devices and streams
     /// from one loopback address, a few users sending at full speed) turned off: docs/SECURITY.md lists them.
-    static let loadGeneratorLimits = ["--registration-rate", "0", "--stored-bytes-per-minute", "0", "--conversations-per-minute", "0"]
+    static let loadGeneratorLimits = [
+        "--registration-rate", "0", "--stored-bytes-per-minute", "0", "--conversations-per-minute", "0", "--max-connections-per-address", "0",
+    ]
 
     /// What is measured: a ``Backend``'s name, or `url` for a server given with --url.
     let label: String

@@ -59,9 +59,21 @@ package struct HTTPTransport: PigeonTransport {
         try await call(.POST, "/v1/conversations", body: request)
     }
 
+    /// Every conversation of the user, following the server's pages (newest activity first).
     package func conversations() async throws -> [Conversation] {
-        let list: ConversationList = try await call(.GET, "/v1/conversations", body: Empty?.none)
-        return list.conversations
+        var all: [Conversation] = []
+        var before: String?
+        repeat {
+            var path = "/v1/conversations?limit=500"
+            if let before {
+                path += "&before=" + (before.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed) ?? before)
+            }
+            let page: ConversationList = try await call(.GET, path, body: Empty?.none)
+            all += page.conversations
+            // An older server answers one page without `hasMore`; a page without a cursor ends the walk too.
+            before = page.hasMore ? page.nextBefore : nil
+        } while before != nil
+        return all
     }
 
     package func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {

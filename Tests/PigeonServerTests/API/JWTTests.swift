@@ -70,7 +70,10 @@ import Testing
     }
 
     @Test func openRegistrationIsOffWithAJWTKey() async throws {
-        try await withTestServer(configure: { $0.auth.jwtSecret = Self.secret }) { client in
+        try await withTestServer(configure: {
+            $0.auth.jwtSecret = Self.secret
+            $0.openRegistration = nil  // the default (the production test backend asks for open registration)
+        }) { client in
             expectError(try await client.request(.POST, "/v1/devices", body: #"{"userId":"alice"}"#), 401, .unauthorized)
         }
     }
