@@ -188,6 +188,10 @@ extension PigeonCore {
         let operation: ClientOperation
         do {
             operation = try ClientOperationParser.parse(text)
+            // As over HTTP: a key given twice is refused, whichever value a parser would keep.
+            if let key = JSONDuplicateKeys.first(in: text.utf8) {
+                throw PigeonError.invalid("the key \"\(key.prefix(80))\" appears twice in one object")
+            }
         } catch {
             session.send(type: "error", json: Self.errorFrame(Self.clientMessageId(in: text), error as? PigeonError ?? .invalid("malformed JSON")))
             return

@@ -75,6 +75,15 @@ import Testing
             expectError(
                 try await client.request(.POST, "/v1/conversations", token: alice.token, body: #"{"members":["bob"],"members":["carol"]}"#),
                 400, .invalidRequest)
+            // Over WebSocket: an error frame naming the operation's clientMessageId, and nothing stored.
+            let socket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            let duplicateId = newId()
+            socket.sendRaw(
+                #"{"op":"send","conversationId":"\#(conversation.id)","clientMessageId":"\#(duplicateId)","type":"text","body":"shown","body":"hidden","clientTimestamp":1}"#)
+            let refused = await socket.first { $0.errorFrame != nil }?.errorFrame
+            #expect(refused?.error.code == .invalidRequest, "\(String(describing: refused))")
+            #expect(refused?.clientMessageId == duplicateId)
+            await socket.close()
             // The same key in different objects is fine.
             let nested = try await client.request(
                 .POST, "/v1/devices", body: #"{"userId":"carol","extra":{"userId":"x"},"list":[{"a":1},{"a":2}]}"#)
