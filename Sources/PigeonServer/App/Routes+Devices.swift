@@ -1,4 +1,3 @@
-import Foundation
 import HTTPTypes
 import Hummingbird
 import PigeonProtocol
@@ -26,17 +25,15 @@ extension PigeonCore {
             if let caller, caller.userId != body.userId {
                 throw PigeonError(.forbidden, "a device's token registers devices of its own user only")
             }
-            let token = Self.newDeviceToken()
-            let device: DeviceIdentity
+            let registration: DeviceRegistration
             do {
-                device = try await self.store.registerDevice(
-                    userId: body.userId, name: body.deviceName, tokenHash: Authenticator.hash(token),
-                    rule: self.abuse.registrationRule(authenticated: caller != nil))
+                registration = try await self.authenticator.register(
+                    userId: body.userId, deviceName: body.deviceName, rule: self.abuse.registrationRule(authenticated: caller != nil))
             } catch let error as PigeonError where error.code == .forbidden {
                 self.metrics.limitHit("devices_per_user")
                 throw error
             }
-            return try JSONBody.response(DeviceRegistration(userId: device.userId, deviceId: device.deviceId, token: token), status: .created)
+            return try JSONBody.response(registration, status: .created)
         }
     }
 
@@ -45,14 +42,6 @@ extension PigeonCore {
         logger.warning(
             "open registration is on: anyone who reaches this server can register a new userId's first device (further devices need a token of the user's devices); turn it off with --no-open-registration and mint JWTs in your backend",
             metadata: ["address": "\(configuration.host):\(configuration.port)"])
-    }
-
-    /// A new opaque device token: `pgn_` and 32 random bytes in URL-safe base64 (the store keeps only its hash).
-    static func newDeviceToken() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return "pgn_" + Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 
     /// The client address of a request, for the per-address limits (``ClientAddress``).

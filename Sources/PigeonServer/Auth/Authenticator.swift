@@ -47,14 +47,14 @@ public final class Authenticator: Service, Sendable {
         }
     }
 
-    /// Registers a device of `userId` and returns its token (shown once).
-    func register(userId: String, deviceName: String?) async throws -> DeviceRegistration {
+    /// Registers a device of `userId` under `rule` and returns its token (shown once; the store keeps its hash).
+    func register(userId: String, deviceName: String?, rule: DeviceRegistrationRule) async throws -> DeviceRegistration {
         var bytes = [UInt8](repeating: 0, count: 32)
         var generator = SystemRandomNumberGenerator()
         for index in bytes.indices { bytes[index] = generator.next() }
         let token = "pgn_" + Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
-        let device = try await store.registerDevice(userId: userId, name: deviceName, tokenHash: Self.hash(token))
+        let device = try await store.registerDevice(userId: userId, name: deviceName, tokenHash: Self.hash(token), rule: rule)
         return DeviceRegistration(userId: device.userId, deviceId: device.deviceId, token: token)
     }
 

@@ -11,13 +11,6 @@ public struct DeviceIdentity: Sendable, Hashable {
     }
 }
 
-extension MessageStore {
-    /// Registers a device without checking the user's other devices (kept while the authenticator moves over).
-    func registerDevice(userId: String, name: String?, tokenHash: String) async throws -> DeviceIdentity {
-        try await registerDevice(userId: userId, name: name, tokenHash: tokenHash, rule: DeviceRegistrationRule(onlyFirstDevice: false, maxDevices: .max))
-    }
-}
-
 /// What must hold for a device registration to be written.
 public struct DeviceRegistrationRule: Sendable {
     /// Refuse (`401 unauthorized`) when the user already has a device: the caller did not prove it is that user.
