@@ -13,6 +13,9 @@ struct ConnectionOptions: ParsableArguments {
     @Option(name: .customLong("head-timeout-seconds"), help: "Seconds a request head may take from its first byte to its end; past it: 408 (default 10).")
     var headTimeoutSeconds: Double?
 
+    @Option(name: .customLong("body-timeout-seconds"), help: "Seconds a request body may take from the end of its head; past it: 408 (default 30).")
+    var bodyTimeoutSeconds: Double?
+
     @Option(name: .customLong("max-request-line-bytes"), help: "Largest request line (method, target, version) in bytes; past it: 414 (default 8192).")
     var maxRequestLineBytes: Int?
 
@@ -34,6 +37,9 @@ struct ConnectionOptions: ParsableArguments {
         }
         if let idleTimeoutSeconds {
             configuration.connectionLimits.idleTimeout = try Self.duration(idleTimeoutSeconds, "--idle-timeout-seconds")
+        }
+        if let bodyTimeoutSeconds {
+            configuration.connectionLimits.bodyTimeout = try Self.duration(bodyTimeoutSeconds, "--body-timeout-seconds")
         }
         if let headTimeoutSeconds {
             configuration.connectionLimits.headTimeout = try Self.duration(headTimeoutSeconds, "--head-timeout-seconds")

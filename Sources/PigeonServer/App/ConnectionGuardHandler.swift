@@ -118,8 +118,11 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
             phase = .head(scanner)
             context.fireChannelRead(data)
         case .complete:
-            cancelTimer()
             phase = .exchange
+            // The body (if any) must follow in time; the request's end cancels this.
+            schedule(limits.bodyTimeout, context: context) { [unowned self] context in
+                self.refuse(.bodyTimeout, context: context)
+            }
             context.fireChannelRead(data)
         case .requestLineTooLong:
             refuse(.requestLineTooLong, context: context)
@@ -152,6 +155,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func requestEnded() {
         openRequests = max(0, openRequests - 1)
+        if openRequests == 0, case .exchange = phase { cancelTimer() }
         exchangeProgressed()
     }
 

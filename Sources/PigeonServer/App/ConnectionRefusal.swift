@@ -17,6 +17,9 @@ struct ConnectionRefusal: Sendable {
     static let headTimeout = ConnectionRefusal(
         status: .requestTimeout, code: ErrorCode(rawValue: "request_timeout"),
         message: "the request head was not complete in time", limit: "head_timeout")
+    static let bodyTimeout = ConnectionRefusal(
+        status: .requestTimeout, code: ErrorCode(rawValue: "request_timeout"),
+        message: "the request body was not complete in time", limit: "body_timeout")
     static let requestLineTooLong = ConnectionRefusal(
         status: .uriTooLong, code: .invalidRequest, message: "the request line is too long", limit: "request_line_too_long")
     static let headersTooLarge = ConnectionRefusal(

@@ -12,6 +12,10 @@ public struct ConnectionLimits: Sendable {
     /// `408 request_timeout` and the connection closes: a client trickling its head (slowloris) cannot hold a
     /// connection longer than this.
     public var headTimeout = Duration.seconds(10)
+    /// How long a request body may take from the end of its head to its end. Past it the client gets
+    /// `408 request_timeout` (or, with a response under way, the connection closes): a client trickling a body
+    /// cannot hold a connection longer than this.
+    public var bodyTimeout = Duration.seconds(30)
     /// Largest request line (method, target and version), in bytes; past it: `414 invalid_request`.
     public var maxRequestLineBytes = 8_192
     /// Largest header section (every header line after the request line), in bytes; past it:

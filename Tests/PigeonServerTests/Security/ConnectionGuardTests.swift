@@ -65,6 +65,25 @@ import Testing
         }
     }
 
+    /// A body trickled (or never sent) after a complete head is answered 408 once the body timeout passes.
+    @Test func aBodyThatDoesNotArriveIsAnswered408AndClosed() async throws {
+        try await withTestServer(configure: { configuration in
+            configuration.connectionLimits.bodyTimeout = .seconds(1)
+        }) { client in
+            let alice = try await client.register("alice")
+            let connection = try await RawConnection.open(port: client.port)
+            try await connection.send(
+                "POST /v1/conversations HTTP/1.1\r\nHost: pig\r\nAuthorization: Bearer \(alice.token)\r\n"
+                    + "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"members\":")
+            #expect(await connection.waitForClose(within: .seconds(5)), "a body that never arrives must not hold the connection")
+            let answer = try #require(connection.answer)
+            expectError(answer, 408, Self.requestTimeout, "unfinished body")
+            #expect(try await client.metric(#"pigeon_limit_hits_total{limit="body_timeout"}"#) == 1)
+            // A request whose body arrives in time is served on the same settings.
+            #expect(try await client.conversations(alice).isEmpty)
+        }
+    }
+
     @Test func slowlorisIsAnswered408WithinTheHeadTimeout() async throws {
         try await withTestServer(configure: Self.shortDeadlines) { client in
             let connection = try await RawConnection.open(port: client.port)
