@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Pigeon's whole test suite: builds everything (server, benchmark tool, tests), starts redis-server and
 # PostgreSQL on loopback when they are not reachable (installing them if missing; see scripts/services.sh),
-# runs the tests (the API suite twice: embedded, then PostgreSQL store + Redis buffer; the terminal client's binary
+# runs the tests (the API and security suites twice: embedded, then PostgreSQL store + Redis buffer; the terminal client's binary
 # in tmux, installed if missing) and stops what it started.
 # Usage: scripts/test.sh [extra `swift test` arguments, e.g. --filter CrashTests]
 set -euo pipefail
@@ -33,8 +33,15 @@ fi
 echo "== building (debug)"
 swift build --build-tests
 
+# The security suites flood sockets, fill kernel buffers and create 1,000-member conversations: a pass of their own,
+# so they do not starve the timing-sensitive fault suites of the 2 cores.
+security="RegistrationTests|ClientAddressTests|AmplificationTests|AbuseLimitTests|ConnectionShutdownTests|ConnectionGuardTests|StoreDiskFullTests|StoreDeduplicationTests|StreamLimitTests|JWKSTests|JWTKeyTests"
+
 echo "== running tests (embedded store and buffer; Redis and PostgreSQL units)"
-swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests" "$@"
+swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests|$security" "$@"
+
+echo "== running the security tests (limits, attacks through real sockets, JWT keys; embedded store and buffer)"
+swift test --skip-build --filter "$security" "$@"
 
 echo "== running the client SDK's tests (real in-process servers, fault proxies, a SIGKILLed app)"
 # A pass of their own: run in parallel with the server's timing-sensitive fault suites, the two starve each other

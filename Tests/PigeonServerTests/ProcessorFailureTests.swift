@@ -42,7 +42,7 @@ import Testing
     @Test func persistentFailureIsDeadLetteredWhileOthersFlow() async throws {
         let poisonAttempts = NIOLockedValueBox(0)
         try await withTestServer(configure: { configuration in
-            configuration.retryBaseDelay = .milliseconds(300)
+            configuration.retryBaseDelay = .seconds(1)
             configuration.processingFaultInjector = { message in
                 if message.body == "poison" {
                     poisonAttempts.withLockedValue { $0 += 1 }
@@ -61,7 +61,7 @@ import Testing
             let poisonServerId = try poison.decode(SendMessageResponse.self).serverId
             #expect(try await client.send(alice, to: poisoned.id, body: "behind").status == 202)
 
-            // Another conversation flows while the poison message waits for its retries (≥ 300 + 600 ms).
+            // Another conversation flows while the poison message waits for its retries (≥ 1 + 2 s).
             #expect(try await client.send(carol, to: other.id, body: "unaffected").status == 202)
             let flowing = try await client.waitForMessages(carol, other.id, timeout: .seconds(5)) { $0.count == 1 }
             #expect(flowing.map(\.body) == ["unaffected"])
