@@ -20,10 +20,11 @@ public final class EmbeddedBuffer: IngestBuffer {
     private let writer: GroupCommitWriter
     private let arrivals = AsyncSignal()
     private let state = NIOLockedValueBox(State())
-    private let diskHealth = SQLiteDiskHealth()
+    private let diskHealth: SQLiteDiskHealth
 
     /// Opens or creates the buffer at `path`.
     public init(path: String, durable: Bool = true) throws {
+        self.diskHealth = SQLiteDiskHealth(path: path)
         self.pool = try SQLiteDatabase.open(path: path, durable: durable, readers: 2)
         try Self.migrator.migrate(pool)
         self.writer = GroupCommitWriter(writer: pool)
@@ -78,9 +79,11 @@ public final class EmbeddedBuffer: IngestBuffer {
 
     public var depth: Int { state.withLockedValue { $0.depth } }
 
-    /// Not ready while the disk refuses writes: then each call tries a tiny write, so readiness comes back with space.
+    /// Not ready while the disk refuses writes: then, once the file system has headroom again, each call tries a tiny
+    /// write, so readiness comes back with space.
     public func isReady() async -> Bool {
         if diskHealth.isRefusingWrites {
+            guard diskHealth.hasHeadroom() else { return false }
             let now = WallClock.nowMillis()
             return (try? await write { db in
                 try db.execute(

@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import NIOConcurrencyHelpers
 import PigeonProtocol
@@ -11,6 +12,24 @@ final class SQLiteDiskHealth: Sendable {
     static let refusal = PigeonError.overloaded("the server's disk is full; retry later")
 
     private let refusing = NIOLockedValueBox(false)
+    /// The directory of the file: its file system's free space decides when to try writing again.
+    private let directory: String
+    /// Free space below which a refusing disk is not tried again: room for a few of the largest writes, so that
+    /// the few kilobytes a rolled-back write frees do not make the node look ready.
+    static let headroomBytes: UInt64 = 1 << 20
+
+    /// Watches the disk under the SQLite file at `path`.
+    init(path: String) {
+        self.directory = (path as NSString).deletingLastPathComponent
+    }
+
+    /// Whether the file system has ``headroomBytes`` free for an unprivileged writer (`statvfs`); `true` when
+    /// it cannot tell.
+    func hasHeadroom() -> Bool {
+        var stats = statvfs()
+        guard statvfs(directory.isEmpty ? "." : directory, &stats) == 0 else { return true }
+        return UInt64(stats.f_bavail) * UInt64(stats.f_frsize) >= Self.headroomBytes
+    }
 
     /// Whether the last write was refused by the disk.
     var isRefusingWrites: Bool { refusing.withLockedValue { $0 } }

@@ -15,9 +15,10 @@ public final class SQLiteMessageStore: MessageStore {
     private let faultInjector: FaultInjector?
     /// conversation id → sorted member user ids. Membership never changes after creation in v1.
     private let membersCache = NIOLockedValueBox([String: [String]]())
-    private let diskHealth = SQLiteDiskHealth()
+    private let diskHealth: SQLiteDiskHealth
 
     public init(path: String, durable: Bool = true, sink: any EventSink, faultInjector: FaultInjector? = nil) throws {
+        self.diskHealth = SQLiteDiskHealth(path: path)
         self.pool = try SQLiteDatabase.open(path: path, durable: durable)
         try SQLiteSchema.migrator.migrate(pool)
         self.epoch = try pool.write { db in
@@ -31,9 +32,11 @@ public final class SQLiteMessageStore: MessageStore {
         self.faultInjector = faultInjector
     }
 
-    /// Not ready while the disk refuses writes: then each call tries a tiny write, so readiness comes back with space.
+    /// Not ready while the disk refuses writes: then, once the file system has headroom again, each call tries a tiny
+    /// write, so readiness comes back with space.
     public func isReady() async -> Bool {
         if diskHealth.isRefusingWrites {
+            guard diskHealth.hasHeadroom() else { return false }
             let now = WallClock.nowMillis()
             return (try? await write { db in
                 try db.execute(
