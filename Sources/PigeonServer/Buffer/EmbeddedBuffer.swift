@@ -82,16 +82,12 @@ public final class EmbeddedBuffer: IngestBuffer {
     /// Not ready while the disk refuses writes: then, once the file system has headroom again, each call tries a tiny
     /// write, so readiness comes back with space.
     public func isReady() async -> Bool {
-        if diskHealth.isRefusingWrites {
-            guard diskHealth.hasHeadroom() else { return false }
-            let now = WallClock.nowMillis()
-            return (try? await write { db in
-                try db.execute(
-                    sql: "INSERT INTO disk_probe(only_row, at) VALUES (1, ?) ON CONFLICT(only_row) DO UPDATE SET at = excluded.at",
-                    arguments: [now])
-            }) != nil
-        }
-        return (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+        await diskHealth.isReady(
+            probe: {
+                let now = WallClock.nowMillis()
+                try await write { db in try db.execute(sql: "INSERT INTO disk_probe(only_row, at) VALUES (1, ?) ON CONFLICT(only_row) DO UPDATE SET at = excluded.at", arguments: [now]) }
+            },
+            read: { _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") } })
     }
 
     public var isDiskFull: Bool { diskHealth.isRefusingWrites }

@@ -48,6 +48,16 @@ final class SQLiteDiskHealth: Sendable {
         return Self.refusal
     }
 
+    /// Whether the file can serve: while the disk refuses writes, only with headroom and once `probe` (a tiny
+    /// write, which clears the refusal when it commits) succeeds; otherwise whenever `read` succeeds.
+    func isReady(probe: () async throws -> Void, read: () async throws -> Void) async -> Bool {
+        if isRefusingWrites {
+            guard hasHeadroom() else { return false }
+            return (try? await probe()) != nil
+        }
+        return (try? await read()) != nil
+    }
+
     func recordSuccess() {
         refusing.withLockedValue { if $0 { $0 = false } }
     }

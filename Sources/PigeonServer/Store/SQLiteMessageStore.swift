@@ -35,16 +35,12 @@ public final class SQLiteMessageStore: MessageStore {
     /// Not ready while the disk refuses writes: then, once the file system has headroom again, each call tries a tiny
     /// write, so readiness comes back with space.
     public func isReady() async -> Bool {
-        if diskHealth.isRefusingWrites {
-            guard diskHealth.hasHeadroom() else { return false }
-            let now = WallClock.nowMillis()
-            return (try? await write { db in
-                try db.execute(
-                    sql: "INSERT INTO meta(key, value) VALUES ('disk_probe', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    arguments: [String(now)])
-            }) != nil
-        }
-        return (try? await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }) != nil
+        await diskHealth.isReady(
+            probe: {
+                let now = WallClock.nowMillis()
+                try await write { db in try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('disk_probe', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", arguments: [String(now)]) }
+            },
+            read: { _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") } })
     }
 
     public var isDiskFull: Bool { diskHealth.isRefusingWrites }

@@ -21,8 +21,8 @@ import Glibc
     }
 
     /// Fills the file system of `directory` with one file; returns its path.
-    static func fill(_ directory: String) throws -> String {
-        let path = directory + "/filler"
+    static func fill(_ directory: String, name: String = "filler") throws -> String {
+        let path = directory + "/" + name
         _ = FileManager.default.createFile(atPath: path, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         defer { try? handle.close() }
@@ -70,11 +70,16 @@ import Glibc
             expectError(refusal, 503, .overloaded, "a send on a full disk")
             #expect(try refusal.decode(ErrorBody.self).error.message == "the server's disk is full; retry later")
             #expect(!refusal.text.lowercased().contains("sqlite"), "\(refusal.text)")
+            // A checkpoint may have given back the write-ahead log's space since: fill that too, and let one more
+            // send meet the full disk, so /readyz is asked while the disk is full for certain.
+            let moreFiller = try Self.fill(directory, name: "filler-2")
+            expectError(try await client.send(alice, to: conversation.id, body: body), 503, .overloaded, "a send on a refilled disk")
             let notReady = try await client.request(.GET, "/readyz")
             expectError(notReady, 503, .overloaded, "/readyz on a full disk")
             #expect(notReady.text.contains("disk is full"), "\(notReady.text)")
 
             try FileManager.default.removeItem(atPath: filler)
+            try FileManager.default.removeItem(atPath: moreFiller)
             let deadline = ContinuousClock.now + .seconds(20)
             while try await client.request(.GET, "/readyz").status != 200 {
                 guard ContinuousClock.now < deadline else { throw TestFailure("/readyz stayed 503 after the disk had space again") }
