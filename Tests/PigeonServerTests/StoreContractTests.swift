@@ -31,6 +31,21 @@ import Testing
         }
     }
 
+    /// Checks that `events` hold each partition's offsets 1, 2, 3 … once each, in order (what every sink gets).
+    static func expectGaplessPartitions(_ events: [StoredEvent], sourceLocation: SourceLocation = #_sourceLocation) {
+        let byPartition = Dictionary(grouping: events, by: \.partition)
+        for (partition, events) in byPartition {
+            #expect(events.map(\.id) == Array(1...Int64(events.count)), "partition \(partition)", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// The position just after `events`.
+    static func position(after events: [StoredEvent], partitions: Int) -> EventPosition {
+        var position = EventPosition.start(partitions: partitions)
+        for event in events { position.advance(past: event) }
+        return position
+    }
+
     /// Runs `body` with a fresh store of `kind` (a temporary file, or a schema of its own), and more stores on the
     /// same data when `nodes` > 1 (the PostgreSQL store only: several server nodes share one database).
     static func withStores(
@@ -116,11 +131,10 @@ import Testing
             #expect(try await store.conversation(id: a.id, for: "bob")?.lastSeq == 4)
             #expect(try await store.conversation(id: a.id, for: "carol") == nil)
             #expect(try await store.status(ofMessage: batch[2].entry.message.serverId)?.seq == 2)
-            // Every event once, ids strictly increasing, in commit order.
+            // Every event once, in each partition offsets 1, 2, 3 … in commit order.
             let events = try await sinks[0].wait { events in events.filter { $0.type == "message.new" }.count == 10 }
-            #expect(events.map(\.id) == events.map(\.id).sorted())
-            #expect(Set(events.map(\.id)).count == events.count)
-            #expect(try await store.headEventId() == events.last?.id)
+            Self.expectGaplessPartitions(events)
+            #expect(try await store.headPosition() == Self.position(after: events, partitions: store.eventPartitions))
         }
     }
 
@@ -129,15 +143,18 @@ import Testing
             let store = stores[0]
             let conversation = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
             _ = try await store.process([Self.item(conversation: conversation.id, device: "alice-phone")])
-            let phone = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-phone"), after: 0, limit: 100)
-            let laptop = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-laptop"), after: 0, limit: 100)
-            let bob = try await store.events(for: DeviceIdentity(userId: "bob", deviceId: "bob-phone"), after: 0, limit: 100)
+            let start = EventPosition.start(partitions: store.eventPartitions)
+            let phone = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-phone"), after: start, limit: 100)
+            let laptop = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-laptop"), after: start, limit: 100)
+            let bob = try await store.events(for: DeviceIdentity(userId: "bob", deviceId: "bob-phone"), after: start, limit: 100)
             #expect(phone.map(\.type) == ["conversation.created", "message.stored"])
             #expect(laptop.map(\.type) == ["conversation.created", "message.new"])
             #expect(bob.map(\.type) == ["conversation.created", "message.new"])
             #expect(bob[1].payload.contains("\"seq\":1"))
-            let after = try await store.events(for: DeviceIdentity(userId: "bob", deviceId: "bob-phone"), after: bob[0].id, limit: 100)
-            #expect(after.map(\.id) == [bob[1].id])
+            let after = try await store.events(
+                for: DeviceIdentity(userId: "bob", deviceId: "bob-phone"), after: Self.position(after: [bob[0]], partitions: store.eventPartitions),
+                limit: 100)
+            #expect(after == [bob[1]])
         }
     }
 
@@ -216,7 +233,7 @@ import Testing
             #expect(try await store.deadLetterCount() == 1)
             #expect(try await store.deadLetter(serverId: poison.entry.message.serverId) == poison.entry.message)
             #expect(try await store.status(ofMessage: poison.entry.message.serverId)?.status == .failed)
-            let events = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-phone"), after: 0, limit: 100)
+            let events = try await store.events(for: DeviceIdentity(userId: "alice", deviceId: "alice-phone"), after: .start(partitions: store.eventPartitions), limit: 100)
             #expect(events.last?.type == "message.failed")
             try await store.removeDeadLetter(serverId: poison.entry.message.serverId)
             #expect(try await store.deadLetterCount() == 0)
@@ -291,7 +308,7 @@ import Testing
             #expect(try await Self.sharedPayloadRows(store) == 3)
             let published = try await sinks[0].wait { $0.filter { $0.type == "receipt" }.count == 2 * 51 }
             for userId in ["alice", "member-7", "member-50"] {
-                let read = try await store.events(for: DeviceIdentity(userId: userId, deviceId: "tablet"), after: 0, limit: 100)
+                let read = try await store.events(for: DeviceIdentity(userId: userId, deviceId: "tablet"), after: .start(partitions: store.eventPartitions), limit: 100)
                 let expected = published.filter { $0.userId == userId && $0.isVisible(to: "tablet") }
                 #expect(read == expected)
                 #expect(read.map(\.type) == ["conversation.created", "message.new", "receipt", "receipt"])
@@ -310,7 +327,7 @@ import Testing
             _ = try await store.recordReceipt(conversationId: conversation.id, userId: "member-8", kind: .delivered, upToSeq: 1)
             try await store.pruneEvents(olderThan: receiptsAt)
             #expect(try await Self.sharedPayloadRows(store) == 1)
-            let left = try await store.events(for: DeviceIdentity(userId: "member-9", deviceId: "tablet"), after: 0, limit: 100)
+            let left = try await store.events(for: DeviceIdentity(userId: "member-9", deviceId: "tablet"), after: .start(partitions: store.eventPartitions), limit: 100)
             #expect(left.map(\.type) == ["receipt"])
             #expect(left.first?.payload.contains("\"userId\":\"member-8\"") == true)
             try await store.pruneEvents(olderThan: WallClock.nowMillis() + 1)
@@ -390,11 +407,10 @@ import Testing
                 let page = try await stores[2].messages(conversationId: conversation.id, after: 0, before: nil, limit: 500)
                 #expect(page.messages.map(\.seq) == Array(1...Int64(page.messages.count)))
             }
-            let head = try await stores[0].headEventId()
+            let head = try await stores[0].headPosition()
             for sink in sinks {
-                let events = try await sink.wait { $0.last?.id == head }
-                #expect(events.map(\.id) == events.map(\.id).sorted(), "out of order")
-                #expect(Set(events.map(\.id)).count == events.count, "duplicates")
+                let events = try await sink.wait { Self.position(after: $0, partitions: head.offsets.count) == head }
+                Self.expectGaplessPartitions(events)
                 // 2 conversation.created × 2 members + 300 messages × (2 message.new + 1 message.stored).
                 #expect(events.count == 4 + 300 * 3)
             }

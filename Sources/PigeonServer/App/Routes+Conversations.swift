@@ -84,12 +84,15 @@ extension PigeonCore {
             var events = try await self.store.events(for: device, after: start.after, limit: pageLimit + 1)
             let hasMore = events.count > pageLimit
             if hasMore { events.removeLast() }
-            let next = EventCursor(epoch: self.store.epoch, eventId: events.last?.id ?? start.after).string
-            var frames = events.map { $0.frame(cursor: EventCursor(epoch: self.store.epoch, eventId: $0.id).string) }
-            if start.reset {
-                let resetCursor = EventCursor(epoch: self.store.epoch, eventId: start.after).string
-                frames.insert("{\"type\":\"reset\",\"cursor\":\"\(resetCursor)\"}", at: 0)
+            var position = start.after
+            var frames: [String] = []
+            frames.reserveCapacity(events.count + 1)
+            if start.reset { frames.append("{\"type\":\"reset\",\"cursor\":\"\(self.store.cursor(position))\"}") }
+            for event in events {
+                position.advance(past: event)
+                frames.append(event.frame(cursor: self.store.cursor(position)))
             }
+            let next = self.store.cursor(position)
             let json = "{\"events\":[\(frames.joined(separator: ","))],\"cursor\":\"\(next)\",\"hasMore\":\(hasMore)}"
             return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: .init(string: json)))
         }

@@ -150,14 +150,9 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         }
     }
 
-    /// The partition of a conversation: FNV-1a of its UTF-8 bytes (the same on every node and every run).
+    /// The partition of a conversation: ``EventPartitioning`` (FNV-1a of its UTF-8 bytes, the same on every node and every run).
     public static func partition(ofConversation conversationId: String, partitions: Int) -> Int {
-        var hash: UInt32 = 2_166_136_261
-        for byte in conversationId.utf8 {
-            hash ^= UInt32(byte)
-            hash = hash &* 16_777_619
-        }
-        return Int(hash % UInt32(partitions))
+        EventPartitioning.partition(ofConversation: conversationId, partitions: partitions)
     }
 
     /// The partitions this node holds the lease of now.

@@ -39,7 +39,10 @@ public struct DeviceRegistrationRule: Sendable {
 ///
 /// `payload` is the event's JSON object without its cursor; ``frame(cursor:)`` adds it.
 public struct StoredEvent: Sendable, Equatable {
+    /// The event's offset in its partition: 1, 2, 3 … in commit order, no gap.
     public var id: Int64
+    /// The partition of the log it is in: its conversation's (``EventPartitioning``).
+    public var partition: Int
     public var type: String
     /// The user whose devices receive it.
     public var userId: String
@@ -49,8 +52,9 @@ public struct StoredEvent: Sendable, Equatable {
     public var excludedDeviceId: String?
     public var payload: String
 
-    public init(id: Int64, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String) {
+    public init(id: Int64, partition: Int = 0, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String) {
         self.id = id
+        self.partition = partition
         self.type = type
         self.userId = userId
         self.deviceId = deviceId
@@ -73,7 +77,8 @@ public struct StoredEvent: Sendable, Equatable {
 
 /// Where committed events go: the local stream hub (and, with several nodes, the cross-node fan-out).
 public protocol EventSink: Sendable {
-    /// Called once per commit that produced events, in commit order, with events in id order.
+    /// Called after commits that produced events, with events of each partition in offset order, each event once;
+    /// a partition's events come in commit order (calls for different partitions may interleave).
     func publish(_ events: [StoredEvent])
     /// Connected devices of `users`, not counting `excludedDevice`.
     func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int
@@ -133,11 +138,16 @@ public struct ReceiptOutcome: Sendable {
 /// - a message is stored at most once per serverId and per (senderId, senderDeviceId, clientMessageId);
 /// - an event written for every member of a conversation keeps one copy of its payload, however many members;
 /// - a message, its events and its seq are written in one transaction;
-/// - events of a user are numbered in commit order and handed to the ``EventSink`` in that order after commit;
+/// - the event log is split in ``eventPartitions`` partitions, everything about one conversation in one partition;
+///   a partition's events are numbered 1, 2, 3 … in commit order (a reader that sees offset n has seen every lower
+///   one) and handed to the ``EventSink`` in that order after commit; no row or lock is shared by the writers of
+///   different partitions;
 /// - watermarks only move up, read implies delivered, and both are clamped to the conversation's last seq.
 public protocol MessageStore: Sendable {
-    /// A random id of this store's event log; cursors from another log are unknown here.
+    /// A random id of this store's event log and its partition layout; cursors from another log are unknown here.
     var epoch: String { get }
+    /// How many partitions the event log has (1 for a single log).
+    var eventPartitions: Int { get }
 
     /// Registers a device of `userId`, atomically checking `rule` against the user's devices at that moment
     /// (two concurrent registrations of a new user cannot both count as its first).
@@ -165,12 +175,13 @@ public protocol MessageStore: Sendable {
 
     func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome
 
-    /// Events of `device`'s stream with id > `after`, ascending, at most `limit`.
-    func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent]
-    /// The id of the newest event (0 if none).
-    func headEventId() async throws -> Int64
-    /// Events with id ≤ this were pruned; a cursor below it has missed events.
-    func prunedThrough() async throws -> Int64
+    /// Events of `device`'s stream after `after`, at most `limit`: in each partition the next ones in offset order
+    /// (a prefix of what follows, so that advancing the position past them skips nothing).
+    func events(for device: DeviceIdentity, after: EventPosition, limit: Int) async throws -> [StoredEvent]
+    /// The newest committed event of each partition (0 where none).
+    func headPosition() async throws -> EventPosition
+    /// Events at or below this were pruned; a cursor below it in any partition has missed events.
+    func prunedThrough() async throws -> EventPosition
     /// Deletes events older than `cutoff` (milliseconds since the epoch); returns how many.
     @discardableResult
     func pruneEvents(olderThan cutoff: Int64) async throws -> Int

@@ -9,12 +9,14 @@ import ServiceLifecycle
 ///
 /// - One transaction per processing batch: the batch's conversations are locked (`FOR UPDATE`, in id order),
 ///   seqs assigned, messages, dead letters and events inserted with one `UNNEST` statement per table.
-/// - Event ids come from a one-row counter bumped inside each writing transaction. Its row lock is held to
-///   the commit, so ids are in commit order and a reader that sees event n has seen every event below n.
-/// - Events reach devices through a tail of the events table (``run()``): woken after each local commit and by
-///   `NOTIFY pigeon_events_<epoch>` (sent inside the writing transaction, so it arrives only if and when that
-///   transaction committed, in commit order) from other nodes, and every second as a safety net. Every node
-///   pushes every event exactly once, in id order, whichever node wrote it.
+/// - The event log is split in partitions (``EventPartitioning`` of the conversation id). A partition's offsets
+///   come from its row in `event_partitions`, bumped inside each writing transaction and locked to its commit, so
+///   offsets are in commit order within a partition: a reader that sees offset n has seen every lower one. Writers of
+///   different partitions share no row and no lock (docs/PRODUCTION.md).
+/// - Events reach devices on every node, each exactly once and in offset order per partition: the node that
+///   committed them hands them to its sink at once when they follow what it handed over already; otherwise, and
+///   for the other nodes' commits, a tail of the events table reads them, woken by local commits, by
+///   `NOTIFY pigeon_events_<epoch>` (sent after commit, coalesced) and every second as a safety net.
 public final class PostgresMessageStore: MessageStore, Service {
     /// Notification channels are database-wide: they carry the store's epoch, so Pigeon deployments sharing a
     /// database in different schemas never hear each other.
@@ -28,9 +30,13 @@ public final class PostgresMessageStore: MessageStore, Service {
     private let logger: Logger
     private let faultInjector: ProcessingFaultInjector?
     private let membersCache = NIOLockedValueBox([String: [String]]())
-    /// The last event id pushed to the sink by the tail.
-    private let tailPosition: NIOLockedValueBox<Int64>
+    /// How many partitions the event log has (fixed while the node runs).
+    public let eventPartitions: Int
+    /// Per partition, the last offset handed to the sink (by the committing path or the tail).
+    private let handedOver: NIOLockedValueBox<[Int64]>
     private let tailWakeUp = AsyncSignal()
+    /// Set after local commits: the other nodes are to be told (one `NOTIFY` at a time, coalesced).
+    private let notifyWakeUp = AsyncSignal()
     /// This store instance (one per node) in ephemeral notifications, to skip its own.
     private let nodeId: String
     private let ephemeralOutbox: AsyncStream<EphemeralFrame>.Continuation
@@ -50,15 +56,13 @@ public final class PostgresMessageStore: MessageStore, Service {
                 try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
             }
             try await PostgresSchema.migrate(connection, logger: logger)
-            let candidate = Identifiers.randomHex(bytes: 4)
-            try await connection.query("INSERT INTO meta(key, value) VALUES ('epoch', \(candidate)) ON CONFLICT (key) DO NOTHING", logger: logger)
-            var epoch = candidate
-            for try await value in try await connection.query("SELECT value FROM meta WHERE key = 'epoch'", logger: logger).decode(String.self) {
-                epoch = value
-            }
-            var head: Int64 = 0
-            for try await value in try await connection.query("SELECT last_id FROM event_counter", logger: logger).decode(Int64.self) {
-                head = value
+            let (epoch, partitions) = try await PostgresSchema.applyLayout(
+                connection, partitions: parsed.eventPartitions, nodeId: nodeId, logger: logger)
+            var head = [Int64](repeating: 0, count: partitions)
+            for try await (part, offset) in try await connection.query(
+                "SELECT part, last_offset FROM event_partitions WHERE part < \(partitions)", logger: logger
+            ).decode((Int32, Int64).self) {
+                head[Int(part)] = offset
             }
             try await connection.close()
             let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
@@ -71,7 +75,7 @@ public final class PostgresMessageStore: MessageStore, Service {
     }
 
     private init(
-        epoch: String, head: Int64, client: PostgresClient, sink: any EventSink, faultInjector: ProcessingFaultInjector?, logger: Logger,
+        epoch: String, head: [Int64], client: PostgresClient, sink: any EventSink, faultInjector: ProcessingFaultInjector?, logger: Logger,
         nodeId: String
     ) {
         self.epoch = epoch
@@ -80,7 +84,8 @@ public final class PostgresMessageStore: MessageStore, Service {
         self.sink = sink
         self.faultInjector = faultInjector
         self.logger = logger
-        self.tailPosition = NIOLockedValueBox(head)
+        self.eventPartitions = head.count
+        self.handedOver = NIOLockedValueBox(head)
         (self.ephemeralQueue, self.ephemeralOutbox) = AsyncStream.makeStream(of: EphemeralFrame.self, bufferingPolicy: .bufferingNewest(10_000))
     }
 
@@ -94,6 +99,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                     inner.addTask { await self.listen() }
                     inner.addTask { await self.listenForEphemeralFrames() }
                     inner.addTask { await self.tail() }
+                    inner.addTask { await self.notifyOtherNodes() }
                     inner.addTask { await self.sendEphemeralFrames() }
                     inner.addTask { await self.maintainPresence() }
                     inner.addTask { await self.writeReceipts() }
@@ -157,18 +163,18 @@ public final class PostgresMessageStore: MessageStore, Service {
     public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
         let (conversation, userIds, payload) = try NewConversation.make(creator: creator, members: members, name: name)
         let (id, now) = (conversation.id, conversation.createdAt)
-        try await transaction { connection in
+        let committed = try await transaction { connection in
             try await connection.query(
                 "INSERT INTO conversations(id, name, created_by, created_at, updated_at) VALUES (\(id), \(name), \(creator), \(now), \(now))",
                 logger: logger)
             try await connection.query(
                 "INSERT INTO members(conversation_id, user_id) SELECT \(id), u FROM unnest(\(userIds)::text[]) AS u", logger: logger)
             var events = EventRows()
-            events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now)
-            try await insert(events, connection)
+            events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now, partition: partition(of: id))
+            return try await insert(events, connection)
         }
         membersCache.withLockedValue { $0[id] = userIds }
-        tailWakeUp.notify()
+        handOver(committed)
         return conversation
     }
 
@@ -288,7 +294,7 @@ public final class PostgresMessageStore: MessageStore, Service {
         let messages = items.map(\.entry.message)
         let conversationIds = Array(Set(messages.map(\.conversationId))).sorted()
         let missingMembers = conversationIds.filter { id in membersCache.withLockedValue { $0[id] == nil } }
-        let results = try await transaction { connection -> [ProcessingResult] in
+        let (results, committed) = try await transaction { connection -> ([ProcessingResult], [StoredEvent]) in
             var lastSeqs: [String: Int64] = [:]
             for try await (id, lastSeq) in try await connection.query(
                 "SELECT id, last_seq FROM conversations WHERE id = ANY(\(conversationIds)) ORDER BY id FOR UPDATE", logger: logger
@@ -358,11 +364,13 @@ public final class PostgresMessageStore: MessageStore, Service {
                         seq: seq, senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
                         clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
                     rows.append(stored)
+                    let part = partition(of: message.conversationId)
+                    let rendered = payloads.messageNew(stored)
                     for userId in members {
                         events.append(
                             type: "message.new", userId: userId,
                             excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: nil, at: now,
-                            message: (message.conversationId, seq))
+                            partition: part, message: (message.conversationId, seq, rendered))
                     }
                     let recipients = members.filter { $0 != message.senderId }
                     var online = sink.onlineDeviceIds(of: recipients)
@@ -375,7 +383,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                                 conversationId: message.conversationId, serverId: message.serverId,
                                 clientMessageId: message.clientMessageId, seq: seq, storedAt: now,
                                 recipientsOnline: online.count)),
-                        at: now)
+                        at: now, partition: part)
                     results.append(.stored(seq: seq))
                 } catch {
                     let permanent = (error as? PigeonError)?.isPermanent ?? false
@@ -388,7 +396,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                                 MessageFailedEvent(
                                     conversationId: message.conversationId, serverId: message.serverId,
                                     clientMessageId: message.clientMessageId, error: detail)),
-                            at: now)
+                            at: now, partition: partition(of: message.conversationId))
                         results.append(.deadLettered(error))
                     } else {
                         blocked.insert(message.conversationId)
@@ -407,10 +415,9 @@ public final class PostgresMessageStore: MessageStore, Service {
                     WHERE c.id = u.id
                     """, logger: logger)
             }
-            try await insert(events, connection)
-            return results
+            return (results, try await insert(events, connection))
         }
-        tailWakeUp.notify()
+        handOver(committed)
         return results
     }
 
@@ -440,12 +447,12 @@ public final class PostgresMessageStore: MessageStore, Service {
             payload: try EventPayload().messageFailed(
                 MessageFailedEvent(
                     conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: detail)),
-            at: now)
-        try await transaction { connection in
+            at: now, partition: partition(of: message.conversationId))
+        let committed = try await transaction { connection in
             try await deadLetters.insert(connection, logger: logger)
-            try await insert(events, connection)
+            return try await insert(events, connection)
         }
-        tailWakeUp.notify()
+        handOver(committed)
     }
 
     private static func errorDetail(_ error: any Error) -> ErrorDetail {
@@ -519,9 +526,9 @@ public final class PostgresMessageStore: MessageStore, Service {
     private let pendingReceipts = NIOLockedValueBox([PendingReceipt]())
     private let receiptWakeUp = AsyncSignal()
 
-    /// Receipts are written in groups: every transaction that writes events holds the event counter's row lock
-    /// through its commit, so one transaction per receipt would cap the whole service at one receipt per fsync.
-    /// The writer takes every receipt that arrived while the previous group was being committed.
+    /// Receipts are written in groups: a transaction that writes events holds its partitions' rows through its
+    /// commit, so one transaction per receipt would cap a partition at one receipt per fsync. The writer takes
+    /// every receipt that arrived while the previous group was being committed.
     public func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
         guard let members = try await members(of: conversationId), members.contains(userId) else { throw PigeonError.conversationNotFound }
         return try await withCheckedThrowingContinuation { continuation in
@@ -548,9 +555,9 @@ public final class PostgresMessageStore: MessageStore, Service {
             guard !group.isEmpty else { continue }
             if pendingReceipts.withLockedValue({ !$0.isEmpty }) { receiptWakeUp.notify() }
             do {
-                let outcomes = try await withDeadline(.seconds(10)) { try await self.writeReceiptGroup(group) }
+                let (outcomes, committed) = try await withDeadline(.seconds(10)) { try await self.writeReceiptGroup(group) }
+                handOver(committed)
                 for (receipt, outcome) in zip(group, outcomes) { receipt.continuation.resume(returning: outcome) }
-                tailWakeUp.notify()
             } catch {
                 for receipt in group { receipt.continuation.resume(throwing: error) }
             }
@@ -564,14 +571,14 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     /// One transaction for a group of receipts: lock the members' rows (in key order, so concurrent groups of
     /// several nodes cannot deadlock), apply the receipts in arrival order, write watermarks and events once.
-    private func writeReceiptGroup(_ group: [PendingReceipt]) async throws -> [ReceiptOutcome] {
+    private func writeReceiptGroup(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent]) {
         struct Key: Hashable {
             var conversationId: String
             var userId: String
         }
         let keys = Array(Set(group.map { Key(conversationId: $0.conversationId, userId: $0.userId) }))
             .sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }
-        return try await transaction { connection -> [ReceiptOutcome] in
+        return try await transaction { connection -> ([ReceiptOutcome], [StoredEvent]) in
             var watermarks: [Key: (delivered: Int64, read: Int64, lastSeq: Int64)] = [:]
             for try await (conversationId, userId, delivered, read, lastSeq) in try await connection.query(
                 """
@@ -613,10 +620,11 @@ public final class PostgresMessageStore: MessageStore, Service {
                 for (movedKind, seq) in moved {
                     let payload = try payloads.receipt(
                         ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
-                    events.append(type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now)
+                    events.append(
+                        type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
                 }
             }
-            guard !changed.isEmpty else { return outcomes }
+            guard !changed.isEmpty else { return (outcomes, []) }
             let rows = Array(changed)
             try await connection.query(
                 """
@@ -625,7 +633,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                     \(rows.map { watermarks[$0]!.delivered })::bigint[], \(rows.map { watermarks[$0]!.read })::bigint[]) AS u(c, us, d, r)
                 WHERE m.conversation_id = u.c AND m.user_id = u.us
                 """, logger: logger)
-            try await insert(events, connection)
+            let committed = try await insert(events, connection)
             if !deliveredMoves.isEmpty {
                 var storedAt: [String: (Int64, String)] = [:]
                 for try await (conversationId, seq, stored, senderId) in try await connection.query(
@@ -643,32 +651,41 @@ public final class PostgresMessageStore: MessageStore, Service {
                     }
                 }
             }
-            return outcomes
+            return (outcomes, committed)
         }
     }
 
     // MARK: Events
 
+    /// The partition of a conversation's events.
+    func partition(of conversationId: String) -> Int {
+        EventPartitioning.partition(ofConversation: conversationId, partitions: eventPartitions)
+    }
+
     private typealias EventTuple = (
-        Int64, String, String, String?, String?, String?,
+        Int32, Int64, String, String, String?, String?, String?,
         String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?
     )
 
-    private static let eventSelect = """
-        SELECT e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload),
+    /// The columns of an event row with its payload (stored, shared, or rendered from its message); `e` is the event.
+    private static let eventColumns = """
+        e.part, e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload),
             m.server_id, m.client_message_id, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.type, m.body,
             m.client_timestamp, m.accepted_at, m.stored_at
-        FROM events e LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
-            LEFT JOIN event_payloads p ON p.id = e.payload_id
+        """
+
+    private static let eventJoins = """
+        LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+            LEFT JOIN event_payloads p ON p.part = e.part AND p.id = e.payload_id
         """
 
     private static func storedEvent(_ t: EventTuple, payloads: EventPayload) -> StoredEvent? {
         let payload: String
-        if let stored = t.5 {
+        if let stored = t.6 {
             payload = stored
-        } else if let serverId = t.6, let clientMessageId = t.7, let conversationId = t.8, let seq = t.9, let senderId = t.10,
-            let senderDeviceId = t.11, let type = t.12, let body = t.13, let clientTimestamp = t.14, let acceptedAt = t.15,
-            let storedAt = t.16
+        } else if let serverId = t.7, let clientMessageId = t.8, let conversationId = t.9, let seq = t.10, let senderId = t.11,
+            let senderDeviceId = t.12, let type = t.13, let body = t.14, let clientTimestamp = t.15, let acceptedAt = t.16,
+            let storedAt = t.17
         {
             payload = payloads.messageNew(
                 Message(
@@ -678,18 +695,34 @@ public final class PostgresMessageStore: MessageStore, Service {
         } else {
             return nil
         }
-        return StoredEvent(id: t.0, type: t.1, userId: t.2, deviceId: t.3, excludedDeviceId: t.4, payload: payload)
+        return StoredEvent(id: t.1, partition: Int(t.0), type: t.2, userId: t.3, deviceId: t.4, excludedDeviceId: t.5, payload: payload)
     }
 
-    public func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent] {
+    private func checkLayout(_ position: EventPosition) throws {
+        guard position.offsets.count == eventPartitions else {
+            throw PigeonError.invalid("an event position of \(position.offsets.count) partitions for a log of \(eventPartitions)")
+        }
+    }
+
+    public func events(for device: DeviceIdentity, after position: EventPosition, limit: Int) async throws -> [StoredEvent] {
+        try checkLayout(position)
+        let parts = (0..<eventPartitions).map { Int32($0) }
         let payloads = EventPayload()
         var events: [StoredEvent] = []
+        // In each partition the next `limit` of the device's events; of those, the first `limit` by (offset,
+        // partition): a prefix of every partition, so the cursor after the last one skips nothing.
         for try await row in try await client.query(
             """
-            \(unescaped: Self.eventSelect)
-            WHERE e.user_id = \(device.userId) AND e.id > \(after) AND (e.device_id IS NULL OR e.device_id = \(device.deviceId))
-                AND (e.excluded_device_id IS NULL OR e.excluded_device_id <> \(device.deviceId))
-            ORDER BY e.id LIMIT \(limit)
+            SELECT \(unescaped: Self.eventColumns)
+            FROM unnest(\(parts)::integer[], \(position.offsets)::bigint[]) AS t(part, after)
+            CROSS JOIN LATERAL (
+                SELECT * FROM events x
+                WHERE x.user_id = \(device.userId) AND x.part = t.part AND x.id > t.after
+                    AND (x.device_id IS NULL OR x.device_id = \(device.deviceId))
+                    AND (x.excluded_device_id IS NULL OR x.excluded_device_id <> \(device.deviceId))
+                ORDER BY x.id LIMIT \(limit)) e
+            \(unescaped: Self.eventJoins)
+            ORDER BY e.id, e.part LIMIT \(limit)
             """, logger: logger
         ).decode(EventTuple.self) {
             if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
@@ -697,48 +730,62 @@ public final class PostgresMessageStore: MessageStore, Service {
         return events
     }
 
-    public func headEventId() async throws -> Int64 {
-        for try await id in try await client.query("SELECT last_id FROM event_counter", logger: logger).decode(Int64.self) {
-            return id
+    public func headPosition() async throws -> EventPosition {
+        var head = EventPosition.start(partitions: eventPartitions)
+        for try await (part, offset) in try await client.query(
+            "SELECT part, last_offset FROM event_partitions WHERE part < \(eventPartitions)", logger: logger
+        ).decode((Int32, Int64).self) {
+            head.offsets[Int(part)] = offset
         }
-        return 0
+        return head
     }
 
-    public func prunedThrough() async throws -> Int64 {
-        for try await value in try await client.query("SELECT value FROM meta WHERE key = 'pruned_through'", logger: logger).decode(String.self) {
-            return Int64(value) ?? 0
+    public func prunedThrough() async throws -> EventPosition {
+        var pruned = EventPosition.start(partitions: eventPartitions)
+        for try await (part, offset) in try await client.query(
+            "SELECT part, pruned_through FROM event_partitions WHERE part < \(eventPartitions)", logger: logger
+        ).decode((Int32, Int64).self) {
+            pruned.offsets[Int(part)] = offset
         }
-        return 0
+        return pruned
     }
 
     @discardableResult
     public func pruneEvents(olderThan cutoff: Int64) async throws -> Int {
         try await transaction { connection -> Int in
-            // Event ids grow with time: the newest id created before the cutoff bounds the deletion.
-            var boundary: Int64?
-            for try await id in try await connection.query(
-                "SELECT MAX(id) FROM events WHERE created_at < \(cutoff)", logger: logger
-            ).decode(Int64?.self) {
-                boundary = id
+            // Offsets grow with time within a partition: the newest offset created before the cutoff bounds each.
+            var parts: [Int32] = []
+            var boundaries: [Int64] = []
+            for try await (part, boundary) in try await connection.query(
+                "SELECT part, MAX(id) FROM events WHERE created_at < \(cutoff) GROUP BY part", logger: logger
+            ).decode((Int32, Int64).self) {
+                parts.append(part)
+                boundaries.append(boundary)
             }
-            guard let boundary else { return 0 }
+            guard !parts.isEmpty else { return 0 }
             var deleted = 0
             for try await count in try await connection.query(
-                "WITH d AS (DELETE FROM events WHERE id <= \(boundary) RETURNING 1) SELECT COUNT(*) FROM d", logger: logger
+                """
+                WITH d AS (
+                    DELETE FROM events e USING unnest(\(parts)::integer[], \(boundaries)::bigint[]) AS b(part, id)
+                    WHERE e.part = b.part AND e.id <= b.id RETURNING 1)
+                SELECT COUNT(*) FROM d
+                """, logger: logger
             ).decode(Int.self) {
                 deleted = count
             }
-            // A shared payload's id is its first event's id and its events are consecutive: it goes with the last
-            // of them, so only the first event after the boundary can still point at a payload up to it.
+            // A shared payload's id is its first event's id and its events are consecutive in their partition: it
+            // goes with the last of them, so only the first event left in a partition can still point at one.
             try await connection.query(
                 """
-                DELETE FROM event_payloads p WHERE p.id <= \(boundary)
-                    AND p.id IS DISTINCT FROM (SELECT e.payload_id FROM events e WHERE e.id > \(boundary) ORDER BY e.id LIMIT 1)
+                DELETE FROM event_payloads p USING unnest(\(parts)::integer[], \(boundaries)::bigint[]) AS b(part, id)
+                WHERE p.part = b.part AND p.id <= b.id
+                    AND p.id IS DISTINCT FROM (SELECT e.payload_id FROM events e WHERE e.part = b.part AND e.id > b.id ORDER BY e.id LIMIT 1)
                 """, logger: logger)
             try await connection.query(
                 """
-                INSERT INTO meta(key, value) VALUES ('pruned_through', \(String(boundary)))
-                ON CONFLICT (key) DO UPDATE SET value = GREATEST(meta.value::bigint, excluded.value::bigint)::text
+                UPDATE event_partitions x SET pruned_through = GREATEST(x.pruned_through, b.id)
+                FROM unnest(\(parts)::integer[], \(boundaries)::bigint[]) AS b(part, id) WHERE x.part = b.part
                 """, logger: logger)
             return deleted
         }
@@ -791,35 +838,102 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     // MARK: Event tail
 
-    /// Pushes committed events to the sink in id order: woken by local commits and `NOTIFY`s, and every second.
+    /// Hands committed events to the sink, partition by partition, where they follow what was handed over already;
+    /// for a partition where they do not (another node's commit came in between), wakes the tail to read the gap.
+    /// Tells the other nodes (coalesced) either way.
+    private func handOver(_ committed: [StoredEvent]) {
+        guard !committed.isEmpty else { return }
+        notifyWakeUp.notify()
+        var start = committed.startIndex
+        while start < committed.endIndex {
+            let part = committed[start].partition
+            var end = start + 1
+            while end < committed.endIndex, committed[end].partition == part { end += 1 }
+            if !handOver(committed[start..<end]) { tailWakeUp.notify() }
+            start = end
+        }
+    }
+
+    /// Hands one partition's events (consecutive offsets, ascending) to the sink unless it had them; whether they
+    /// followed what it had (false: a gap before them, nothing handed over).
+    private func handOver(_ events: ArraySlice<StoredEvent>) -> Bool {
+        guard let partition = events.first?.partition else { return true }
+        return handedOver.withLockedValue { handed in
+            let fresh = events.drop { $0.id <= handed[partition] }
+            guard let first = fresh.first, let last = fresh.last else { return true }
+            guard first.id == handed[partition] + 1 else { return false }
+            handed[partition] = last.id
+            // Under the lock, so that the committing path and the tail hand a partition's events over in order.
+            sink.publish(Array(fresh))
+            return true
+        }
+    }
+
+    /// Reads what the sink has not had yet, in every partition, and hands it over: woken by local commits that
+    /// could not be handed over directly, `NOTIFY`s of other nodes' commits, and every second.
     private func tail() async {
         let payloads = EventPayload()
+        let parts = (0..<eventPartitions).map { Int32($0) }
+        let pageSize = 500
         while !Task.isCancelled {
             await tailWakeUp.wait(timeout: .seconds(1))
             if Task.isCancelled { return }
             do {
                 while true {
-                    let after = tailPosition.withLockedValue { $0 }
+                    let after = handedOver.withLockedValue { $0 }
                     // Bounded: a read on a connection that died under it may never return (see ``withDeadline``).
                     let events = try await withDeadline(.seconds(10)) { [client, logger] in
                         var events: [StoredEvent] = []
                         for try await row in try await client.query(
-                            "\(unescaped: Self.eventSelect) WHERE e.id > \(after) ORDER BY e.id LIMIT 2000", logger: logger
+                            """
+                            SELECT \(unescaped: Self.eventColumns)
+                            FROM unnest(\(parts)::integer[], \(after)::bigint[]) AS t(part, after)
+                            CROSS JOIN LATERAL (SELECT * FROM events x WHERE x.part = t.part AND x.id > t.after ORDER BY x.id LIMIT \(pageSize)) e
+                            \(unescaped: Self.eventJoins)
+                            ORDER BY e.part, e.id
+                            """, logger: logger
                         ).decode(EventTuple.self) {
                             if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
                         }
                         return events
                     }
-                    guard let last = events.last else { break }
-                    tailPosition.withLockedValue { $0 = last.id }
-                    sink.publish(events)
-                    if events.count < 2000 { break }
+                    var full = false
+                    var start = events.startIndex
+                    while start < events.endIndex {
+                        let part = events[start].partition
+                        var end = start + 1
+                        while end < events.endIndex, events[end].partition == part { end += 1 }
+                        _ = handOver(events[start..<end])
+                        if end - start == pageSize { full = true }
+                        start = end
+                    }
+                    if !full { break }
                 }
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("event tail failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
                 try? await Task.sleep(for: .milliseconds(200))
                 tailWakeUp.notify()
+            }
+        }
+    }
+
+    /// Tells the other nodes that this one committed events: one `NOTIFY` (a wake-up without data) at a time, for
+    /// every commit since the previous one. Sent after the commit, outside the writing transaction: a `NOTIFY` inside
+    /// it would take PostgreSQL's database-wide notification lock through the commit (every writer of every node
+    /// would commit one at a time). A node that dies between its commit and its `NOTIFY` delays the others by at most
+    /// the tail's one-second poll; nothing is lost.
+    private func notifyOtherNodes() async {
+        while !Task.isCancelled {
+            await notifyWakeUp.wait()
+            if Task.isCancelled { return }
+            do {
+                _ = try await withDeadline(.seconds(10)) { [client, logger, notificationChannel] in
+                    try await client.query("SELECT pg_notify(\(notificationChannel), '')", logger: logger)
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.debug("event notification not sent", metadata: ["error": "\(String(reflecting: error))"])
             }
         }
     }
@@ -925,7 +1039,7 @@ public final class PostgresMessageStore: MessageStore, Service {
     // MARK: Presence across nodes
 
     /// A node that has not heart-beaten for this long is gone: its devices no longer count as online.
-    static let nodeTimeoutMillis: Int64 = 10_000
+    static let nodeTimeoutMillis = PostgresSchema.nodeTimeoutMillis
     private let pendingPresence = NIOLockedValueBox([String: (userId: String, online: Bool)]())
     private let presenceWakeUp = AsyncSignal()
     /// Whether other live nodes were seen at the last heartbeat (if not, presence is all local).
@@ -1024,40 +1138,60 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     // MARK: Writing rows
 
-    /// Inserts `events` with ids from the event counter, and notifies listening nodes at commit.
-    private func insert(_ events: EventRows, _ connection: PostgresConnection) async throws {
-        guard events.count > 0 else { return }
-        var last: Int64 = 0
-        for try await id in try await connection.query(
-            "UPDATE event_counter SET last_id = last_id + \(Int64(events.count)) RETURNING last_id", logger: logger
-        ).decode(Int64.self) {
-            last = id
+    /// Inserts `events` with offsets taken from their partitions' rows (locked to the commit), payloads shared by
+    /// several events once; answers them as the sink gets them.
+    private func insert(_ events: EventRows, _ connection: PostgresConnection) async throws -> [StoredEvent] {
+        guard events.count > 0 else { return [] }
+        var counts: [Int32: Int64] = [:]
+        for part in events.parts { counts[part, default: 0] += 1 }
+        let parts = counts.keys.sorted()
+        var next: [Int32: Int64] = [:]
+        for try await (part, first) in try await connection.query(
+            "SELECT taken_part, first_offset FROM pigeon_take_offsets(\(parts)::integer[], \(parts.map { counts[$0]! })::bigint[])",
+            logger: logger
+        ).decode((Int32, Int64).self) {
+            next[part] = first
         }
-        let first = last - Int64(events.count) + 1
-        if !events.sharedPayloads.isEmpty {
-            try await connection.query(
-                """
-                INSERT INTO event_payloads(id, payload)
-                SELECT \(first) + i, p FROM unnest(\(events.sharedPayloads.map(\.firstIndex))::bigint[], \(events.sharedPayloads.map(\.payload))::text[])
-                    AS s(i, p)
-                """, logger: logger)
+        var ids: [Int64] = []
+        ids.reserveCapacity(events.count)
+        for part in events.parts {
+            guard let id = next[part] else { throw PigeonError(.internalError, "no offsets were taken in event partition \(part)") }
+            ids.append(id)
+            next[part] = id + 1
         }
+        let payloadIds = events.payloadIndexes.map { $0 < 0 ? Int64(0) : ids[Int($0)] }
+        let shared = events.sharedPayloads
         try await connection.query(
             """
-            INSERT INTO events(id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
-            SELECT \(first) + o - 1, u, NULLIF(d, ''), NULLIF(x, ''), t, c, NULLIF(ci, ''), NULLIF(s, 0), NULLIF(p, ''),
-                CASE WHEN pi < 0 THEN NULL ELSE \(first) + pi END
-            FROM unnest(\(events.userIds)::text[], \(events.deviceIds)::text[], \(events.excludedDeviceIds)::text[], \(events.types)::text[],
-                \(events.createdAt)::bigint[], \(events.conversationIds)::text[], \(events.seqs)::bigint[], \(events.payloads)::text[],
-                \(events.payloadIndexes)::bigint[])
-                WITH ORDINALITY AS e(u, d, x, t, c, ci, s, p, pi, o)
+            WITH shared AS (
+                INSERT INTO event_payloads(part, id, payload)
+                SELECT * FROM unnest(\(shared.map { events.parts[Int($0.firstIndex)] })::integer[],
+                    \(shared.map { ids[Int($0.firstIndex)] })::bigint[], \(shared.map(\.payload))::text[]))
+            INSERT INTO events(part, id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
+            SELECT p, i, u, NULLIF(d, ''), NULLIF(x, ''), t, c, NULLIF(ci, ''), NULLIF(s, 0), NULLIF(pl, ''), NULLIF(pi, 0)
+            FROM unnest(\(events.parts)::integer[], \(ids)::bigint[], \(events.userIds)::text[], \(events.deviceIds)::text[],
+                \(events.excludedDeviceIds)::text[], \(events.types)::text[], \(events.createdAt)::bigint[], \(events.conversationIds)::text[],
+                \(events.seqs)::bigint[], \(events.payloads)::text[], \(payloadIds)::bigint[]) AS e(p, i, u, d, x, t, c, ci, s, pl, pi)
             """, logger: logger)
-        try await connection.query("SELECT pg_notify(\(notificationChannel), \(String(last)))", logger: logger)
+        var committed: [StoredEvent] = []
+        committed.reserveCapacity(events.count)
+        for index in 0..<events.count {
+            committed.append(
+                StoredEvent(
+                    id: ids[index], partition: Int(events.parts[index]), type: events.types[index], userId: events.userIds[index],
+                    deviceId: events.deviceIds[index].isEmpty ? nil : events.deviceIds[index],
+                    excludedDeviceId: events.excludedDeviceIds[index].isEmpty ? nil : events.excludedDeviceIds[index],
+                    payload: events.rendered[index]))
+        }
+        // The sink gets each partition's events in offset order.
+        committed.sort { ($0.partition, $0.id) < ($1.partition, $1.id) }
+        return committed
     }
 }
 
 /// Events to insert, column by column (`""` and 0 stand for NULL).
 private struct EventRows {
+    var parts: [Int32] = []
     var userIds: [String] = []
     var deviceIds: [String] = []
     var excludedDeviceIds: [String] = []
@@ -1066,6 +1200,8 @@ private struct EventRows {
     var conversationIds: [String] = []
     var seqs: [Int64] = []
     var payloads: [String] = []
+    /// Each event's payload as the sink gets it (a `message.new`'s rendered from its message).
+    var rendered: [String] = []
     /// For each event, the index (among these events) of the first event of its shared payload, or -1.
     var payloadIndexes: [Int64] = []
     /// Payloads stored once for several events, by the index of the first of them.
@@ -1074,21 +1210,24 @@ private struct EventRows {
     var count: Int { userIds.count }
 
     /// One event per user in `userIds`, all pointing at one stored copy of `payload`.
-    mutating func append(type: String, userIds users: [String], sharedPayload payload: String, at now: Int64) {
+    mutating func append(type: String, userIds users: [String], sharedPayload payload: String, at now: Int64, partition: Int) {
         guard !users.isEmpty else { return }
         let firstIndex = Int64(count)
         sharedPayloads.append((firstIndex, payload))
         for userId in users {
-            append(type: type, userId: userId, payload: nil, at: now)
+            append(type: type, userId: userId, payload: nil, at: now, partition: partition)
             payloadIndexes[payloadIndexes.count - 1] = firstIndex
+            rendered[rendered.count - 1] = payload
         }
     }
 
-    /// `payload` nil: a `message.new` that refers to its message (conversation and seq) instead of copying it.
+    /// `payload` nil: a `message.new` that refers to its message (conversation and seq) instead of copying it;
+    /// `message.rendered` is what the sink gets.
     mutating func append(
         type: String, userId: String, deviceId: String? = nil, excludedDeviceId: String? = nil, payload: String?, at now: Int64,
-        message: (conversationId: String, seq: Int64)? = nil
+        partition: Int, message: (conversationId: String, seq: Int64, rendered: String)? = nil
     ) {
+        parts.append(Int32(partition))
         userIds.append(userId)
         deviceIds.append(deviceId ?? "")
         excludedDeviceIds.append(excludedDeviceId ?? "")
@@ -1097,6 +1236,7 @@ private struct EventRows {
         conversationIds.append(message?.conversationId ?? "")
         seqs.append(message?.seq ?? 0)
         payloads.append(payload ?? "")
+        rendered.append(payload ?? message?.rendered ?? "")
         payloadIndexes.append(-1)
     }
 }

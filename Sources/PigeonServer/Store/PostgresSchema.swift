@@ -127,9 +127,125 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        (
+            4,
+            [
+                // The event log in partitions (a conversation's events all in one, by EventPartitioning): each
+                // partition's offsets come from its own row, locked by its writers to their commit, so offsets follow
+                // commit order within a partition and writers of different partitions share no row. The one-row
+                // `event_counter` every writer locked is gone; its events stay, with their ids, in partition 0.
+                """
+                CREATE TABLE event_partitions(
+                    part INTEGER PRIMARY KEY,
+                    last_offset BIGINT NOT NULL DEFAULT 0,
+                    pruned_through BIGINT NOT NULL DEFAULT 0)
+                """,
+                """
+                INSERT INTO event_partitions(part, last_offset, pruned_through)
+                SELECT 0, last_id, COALESCE((SELECT value::bigint FROM meta WHERE key = 'pruned_through'), 0) FROM event_counter
+                """,
+                "DROP TABLE event_counter",
+                "DELETE FROM meta WHERE key = 'pruned_through'",
+                "INSERT INTO meta(key, value) VALUES ('event_partitions', '1')",
+                "ALTER TABLE events ADD COLUMN part INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE events DROP CONSTRAINT events_pkey",
+                "ALTER TABLE events ADD PRIMARY KEY (part, id)",
+                "DROP INDEX events_user",
+                "CREATE INDEX events_user ON events(user_id, part, id)",
+                "ALTER TABLE event_payloads ADD COLUMN part INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE event_payloads DROP CONSTRAINT event_payloads_pkey",
+                "ALTER TABLE event_payloads ADD PRIMARY KEY (part, id)",
+                // Takes `counts[i]` offsets in partition `parts[i]`, locking the partitions' rows in partition order
+                // (so two writers of several partitions cannot deadlock); answers the first offset of each.
+                """
+                CREATE FUNCTION pigeon_take_offsets(parts INTEGER[], counts BIGINT[])
+                RETURNS TABLE(taken_part INTEGER, first_offset BIGINT) LANGUAGE plpgsql AS $$
+                DECLARE
+                    i INTEGER;
+                BEGIN
+                    FOR i IN SELECT s FROM generate_subscripts(parts, 1) AS s ORDER BY parts[s] LOOP
+                        UPDATE event_partitions SET last_offset = last_offset + counts[i] WHERE part = parts[i]
+                            RETURNING part, last_offset - counts[i] + 1 INTO taken_part, first_offset;
+                        IF NOT FOUND THEN
+                            RAISE EXCEPTION 'event partition % does not exist', parts[i];
+                        END IF;
+                        RETURN NEXT;
+                    END LOOP;
+                END
+                $$
+                """,
+            ]
+        ),
     ]
 
     static var latestVersion: Int { migrations.last?.version ?? 0 }
+
+    /// A node is alive while its heartbeat (the `nodes` table) is younger than this.
+    static let nodeTimeoutMillis: Int64 = 10_000
+
+    /// Gives the event log `partitions` partitions (after ``migrate(_:logger:)``), under the migration lock, and
+    /// answers the log's epoch and partition count.
+    ///
+    /// - Same count as stored: nothing changes.
+    /// - Another count: refused while another node heart-beats (nodes of one deployment must agree on where a
+    ///   conversation's events go). Otherwise the partitions' rows are created, and the epoch is renewed unless only
+    ///   partition 0 ever had events (the single log of before migration 4): every cursor of the old layout is then
+    ///   answered `reset`, never read against a layout it was not made for. The old events stay until pruned.
+    static func applyLayout(_ connection: PostgresConnection, partitions: Int, nodeId: String, logger: Logger) async throws -> (
+        epoch: String, partitions: Int
+    ) {
+        try await connection.query("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
+        do {
+            let layout = try await connection.withTransaction(logger: logger) { connection -> (String, Int) in
+                let candidate = Identifiers.randomHex(bytes: 4)
+                try await connection.query("INSERT INTO meta(key, value) VALUES ('epoch', \(candidate)) ON CONFLICT (key) DO NOTHING", logger: logger)
+                try await connection.query(
+                    "INSERT INTO meta(key, value) VALUES ('event_partitions', \(String(partitions))) ON CONFLICT (key) DO NOTHING", logger: logger)
+                var stored: [String: String] = [:]
+                for try await (key, value) in try await connection.query(
+                    "SELECT key, value FROM meta WHERE key IN ('epoch', 'event_partitions')", logger: logger
+                ).decode((String, String).self) {
+                    stored[key] = value
+                }
+                guard let epoch = stored["epoch"], let current = stored["event_partitions"].flatMap({ Int($0) }) else {
+                    throw PigeonError.invalid("the PostgreSQL store's meta table lacks its epoch or partition count")
+                }
+                try await connection.query(
+                    "INSERT INTO event_partitions(part) SELECT generate_series(0, \(partitions - 1)) ON CONFLICT DO NOTHING", logger: logger)
+                guard current != partitions else { return (epoch, partitions) }
+                var others: [String] = []
+                for try await node in try await connection.query(
+                    "SELECT node_id FROM nodes WHERE node_id <> \(nodeId) AND seen_at >= \(WallClock.nowMillis() - nodeTimeoutMillis)",
+                    logger: logger
+                ).decode(String.self) {
+                    others.append(node)
+                }
+                guard others.isEmpty else {
+                    throw PigeonError.invalid(
+                        "the event log has \(current) partitions and this node asks for \(partitions) (event_partitions), but "
+                            + "\(others.count) other node(s) are running on this store: stop them all before changing the partition count")
+                }
+                var used = false
+                for try await count in try await connection.query(
+                    "SELECT COUNT(*) FROM event_partitions WHERE part > 0 AND last_offset > 0", logger: logger
+                ).decode(Int.self) {
+                    used = count > 0
+                }
+                let newEpoch = used ? Identifiers.randomHex(bytes: 4) : epoch
+                try await connection.query("UPDATE meta SET value = \(newEpoch) WHERE key = 'epoch'", logger: logger)
+                try await connection.query("UPDATE meta SET value = \(String(partitions)) WHERE key = 'event_partitions'", logger: logger)
+                logger.notice(
+                    "event log partitions changed",
+                    metadata: ["from": "\(current)", "to": "\(partitions)", "cursors": "\(used ? "reset (new epoch)" : "kept")"])
+                return (newEpoch, partitions)
+            }
+            try await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+            return layout
+        } catch {
+            _ = try? await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+            throw error
+        }
+    }
 
     /// Applies the migrations this database lacks, on one connection.
     static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {

@@ -1,10 +1,12 @@
 import Foundation
 import PostgresNIO
 
-/// `postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require][&schema=NAME]`, parsed.
+/// `postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require][&schema=NAME][&event_partitions=N]`,
+/// parsed.
 ///
 /// `schema` keeps Pigeon's tables in a schema of their own (created at start-up when missing), e.g. to share a
-/// database with an application.
+/// database with an application. `event_partitions` (1–64, default 16) is how many partitions the event log has:
+/// see ``PostgresSchema/applyLayout(_:partitions:logger:)``.
 struct PostgresURL: Sendable {
     enum SSLMode: String, Sendable { case disable, prefer, require }
 
@@ -15,6 +17,8 @@ struct PostgresURL: Sendable {
     var database: String?
     var sslMode: SSLMode
     var schema: String?
+    /// How many partitions the event log should have.
+    var eventPartitions = 16
 
     init(_ url: String) throws {
         guard let components = URLComponents(string: url), let scheme = components.scheme, ["postgres", "postgresql"].contains(scheme)
@@ -31,6 +35,12 @@ struct PostgresURL: Sendable {
                 !schema.first!.isNumber
             else { throw PigeonError.invalid("the PostgreSQL URL's schema '\(schema)' must be a plain identifier (letters, digits, _)") }
             self.schema = schema.lowercased()
+        }
+        if let text = query["event_partitions"] {
+            guard let partitions = Int(text), (1...64).contains(partitions) else {
+                throw PigeonError.invalid("the PostgreSQL URL's event_partitions must be an integer from 1 to 64, not '\(text)'")
+            }
+            self.eventPartitions = partitions
         }
         let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         self.host = host

@@ -488,8 +488,12 @@ public final class SQLiteMessageStore: MessageStore {
 
     // MARK: Events
 
-    public func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent] {
-        try await pool.read { db in
+    /// One partition: the embedded store has a single writer, so one log in commit order shares nothing it could contend on.
+    public var eventPartitions: Int { 1 }
+
+    public func events(for device: DeviceIdentity, after position: EventPosition, limit: Int) async throws -> [StoredEvent] {
+        let after = position.offsets[0]
+        return try await pool.read { db in
             let payloads = EventPayload()
             return try Row.fetchAll(
                 db.cachedStatement(
@@ -509,14 +513,16 @@ public final class SQLiteMessageStore: MessageStore {
         }
     }
 
-    public func headEventId() async throws -> Int64 {
-        try await pool.read { db in try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'events'") ?? 0 }
+    public func headPosition() async throws -> EventPosition {
+        let head = try await pool.read { db in try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'events'") ?? 0 }
+        return EventPosition(offsets: [head])
     }
 
-    public func prunedThrough() async throws -> Int64 {
-        try await pool.read { db in
+    public func prunedThrough() async throws -> EventPosition {
+        let pruned = try await pool.read { db in
             try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'pruned_through'").flatMap { Int64($0) } ?? 0
         }
+        return EventPosition(offsets: [pruned])
     }
 
     @discardableResult

@@ -1,5 +1,5 @@
 /// One device's stream as a sequence of frames: the events after its start from the log, then the live ones
-/// from its session, each exactly once and in order (live events already read from the log are skipped by id).
+/// from its session, each exactly once and in order (live events already read from the log are skipped by their partition's offset).
 struct EventStreamer: Sendable {
     /// A frame to write: its JSON, its type, for stored events its cursor, and what it counts against the
     /// session's outbound budget (0 when read from the log), to give back with ``StreamSession/write(cost:_:)``.
@@ -20,7 +20,7 @@ struct EventStreamer: Sendable {
     private let session: StreamSession
     private let idleInterval: Duration?
     private let pageSize = 500
-    private var last: Int64
+    private var last: EventPosition
     private var needsCatchUp = true
     private var queued: [Frame] = []
     private var position = 0
@@ -32,7 +32,7 @@ struct EventStreamer: Sendable {
         self.idleInterval = idleInterval
         self.last = start.after
         if start.reset {
-            let cursor = EventCursor(epoch: store.epoch, eventId: start.after).string
+            let cursor = store.cursor(start.after)
             queued.append(Frame(type: "reset", json: "{\"type\":\"reset\",\"cursor\":\"\(cursor)\"}", cursor: cursor))
         }
     }
@@ -76,10 +76,10 @@ struct EventStreamer: Sendable {
     /// Queues `event` unless it was written already; whether it was queued.
     @discardableResult
     private mutating func enqueue(_ event: StoredEvent, cost: Int = 0) -> Bool {
-        guard event.id > last else { return false }
-        let cursor = EventCursor(epoch: store.epoch, eventId: event.id).string
+        guard last.precedes(event) else { return false }
+        last.advance(past: event)
+        let cursor = store.cursor(last)
         queued.append(Frame(type: event.type, json: event.frame(cursor: cursor), cursor: cursor, cost: cost))
-        last = event.id
         return true
     }
 }
