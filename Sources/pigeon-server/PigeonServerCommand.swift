@@ -133,7 +133,7 @@ struct Serve: AsyncParsableCommand {
         do {
             app = try await PigeonApplication.make(configuration: configuration, logger: logger)
         } catch {
-            logger.critical("cannot start", metadata: ["error": "\(error)"])
+            logger.critical("cannot start", metadata: ["error": "\(String(reflecting: error))"])
             throw ExitCode.failure
         }
         logger.info(

@@ -205,4 +205,136 @@ import Testing
         try await nodes[1].stop(signal: SIGTERM)
         await backend.tearDown()
     }
+
+    /// Four nodes, senders on all of them, a receiver's stream on one: kill -9 one node once 150 sends were answered.
+    /// Every answered message is stored exactly once, each conversation's seq gapless and in sending order, and the
+    /// receiver's stream (on a survivor) gets each stored message once, in seq order, whichever node stored it.
+    @Test func fourNodesWithOneKilledMidStormLoseNothingAndStoreNothingTwice() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production, leaseMilliseconds: 2_000)
+        let nodes = try await Self.startNodes(4, backend: backend, directory: directory)
+        let clients = nodes.map(\.client)
+        let receiver = try await clients[3].register("receiver")
+        var logs: [CrashTests.SenderLog] = []
+        var conversations: [Conversation] = []
+        for index in 0..<8 {
+            logs.append(CrashTests.SenderLog(device: try await clients[index % 4].register("sender\(index)")))
+            conversations.append(try await clients[index % 4].createConversation(receiver, members: ["sender\(index)"]))
+        }
+        let socket = try await TestWebSocket.connect(port: nodes[3].port, token: receiver.token)
+        let answered = NIOLockedValueBox(0)
+        let stop = NIOLockedValueBox(false)
+        let (initial, targets, victim) = (logs, conversations, nodes[0])
+        let results = try await withThrowingTaskGroup(of: (Int, CrashTests.SenderLog).self) { group in
+            for index in 0..<8 {
+                // Two senders per node, one of them through the node that dies.
+                let client = clients[index % 4]
+                group.addTask {
+                    var log = initial[index]
+                    var next = 0
+                    while !stop.withLockedValue({ $0 }), next < 2_000 {
+                        let id = CrashTests.clientMessageId(sender: index, index: next)
+                        log.sent.append(id)
+                        next += 1
+                        guard
+                            let answer = try? await client.send(
+                                log.device, to: targets[index].id, body: "m\(next)", clientMessageId: id, timeout: .seconds(3)),
+                            answer.status == 202 || answer.status == 200, let response = try? answer.decode(SendMessageResponse.self)
+                        else { break }
+                        log.answered[id] = response.serverId
+                        answered.withLockedValue { $0 += 1 }
+                    }
+                    return (index, log)
+                }
+            }
+            group.addTask {
+                let deadline = ContinuousClock.now + .seconds(30)
+                while answered.withLockedValue({ $0 }) < 150, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+                try await victim.stop(signal: SIGKILL)
+                // The survivors go on for a while: the dead node's partitions move to them meanwhile.
+                let resumed = answered.withLockedValue { $0 }
+                while answered.withLockedValue({ $0 }) < resumed + 150, ContinuousClock.now < deadline + .seconds(30) {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                stop.withLockedValue { $0 = true }
+                return (-1, initial[0])
+            }
+            var results: [Int: CrashTests.SenderLog] = [:]
+            for try await (index, log) in group where index >= 0 { results[index] = log }
+            return results
+        }
+        logs = (0..<8).map { results[$0]! }
+        #expect(logs.map(\.answered.count).reduce(0, +) >= 300)
+        var stored: [String: [Message]] = [:]
+        for (index, log) in logs.enumerated() {
+            let answeredIds = Set(log.answered.keys)
+            let messages = try await clients[1].waitForMessages(receiver, conversations[index].id, timeout: .seconds(60)) { messages in
+                answeredIds.isSubset(of: Set(messages.map(\.clientMessageId)))
+            }
+            try CrashTests.verify(messages, logs: [log], requireAll: false)
+            stored[conversations[index].id] = messages
+        }
+        let total = stored.values.map(\.count).reduce(0, +)
+        let frames = await socket.inbox.collect(timeout: .seconds(30)) { Self.messageNews($0).count >= total }
+        let pushed = Self.messageNews(frames)
+        #expect(pushed.count == total, "the stream got \(pushed.count) message.new for \(total) stored messages")
+        for (conversationId, messages) in stored {
+            #expect(pushed.filter { $0.conversationId == conversationId }.map(\.seq) == messages.map(\.seq), "conversation \(conversationId)")
+        }
+        await socket.close()
+        for node in nodes.dropFirst() { try await node.stop(signal: SIGTERM) }
+        await backend.tearDown()
+    }
+
+    /// A cursor taken on node A resumes exactly once on node C after A stopped (its buffer partitions went to B) and
+    /// C joined (partitions rebalanced again): the event log's position does not depend on which node wrote an event.
+    @Test func aCursorTakenOnOneNodeResumesExactlyOnceOnAnotherAfterPartitionsMoved() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production, leaseMilliseconds: 2_000)
+        var nodes = try await Self.startNodes(2, backend: backend, directory: directory)
+        let (a, b) = (nodes[0].client, nodes[1].client)
+        let bob = try await a.register("bob")
+        var senders: [TestDevice] = []
+        var conversations: [Conversation] = []
+        for index in 0..<12 {
+            let sender = try await a.register("sender\(index)")
+            senders.append(sender)
+            conversations.append(try await a.createConversation(sender, members: ["bob"]))
+        }
+        let socket = try await TestWebSocket.connect(port: nodes[0].port, token: bob.token)
+        for (index, sender) in senders.enumerated() { try await a.sendAccepted(sender, to: conversations[index].id, body: "first") }
+        let first = await socket.inbox.collect(timeout: .seconds(30)) { Self.messageNews($0).count >= senders.count }
+        #expect(Self.messageNews(first).count == senders.count)
+        let cursor = try #require(Self.lastCursor(first))
+        await socket.close()
+
+        // A stops: B takes all partitions and stores what is sent while bob is away.
+        try await nodes[0].stop(signal: SIGTERM)
+        for (index, sender) in senders.enumerated() { try await b.sendAccepted(sender, to: conversations[index].id, body: "second") }
+        // C joins: the partitions are shared between B and C again.
+        let cDirectory = directory + "/node2"
+        try FileManager.default.createDirectory(atPath: cDirectory, withIntermediateDirectories: true)
+        nodes.append(try await ServerProcess(dataDirectory: cDirectory, backend: backend))
+        let c = nodes[2].client
+        try await Task.sleep(for: .seconds(3))
+        for (index, sender) in senders.enumerated() { try await c.sendAccepted(sender, to: conversations[index].id, body: "third") }
+        for conversation in conversations {
+            _ = try await c.waitForMessages(bob, conversation.id, timeout: .seconds(30)) { $0.count == 3 }
+        }
+
+        let again = try await TestWebSocket.connect(port: nodes[2].port, token: bob.token, cursor: cursor)
+        let missed = Self.messageNews(await again.inbox.collect(timeout: .seconds(30)) { Self.messageNews($0).count >= 2 * senders.count })
+        #expect(missed.count == 2 * senders.count, "bob resumed on C with \(missed.count) message.new")
+        for conversation in conversations {
+            let bodies = missed.filter { $0.conversationId == conversation.id }.map { "\($0.seq):\($0.body)" }
+            #expect(bodies == ["2:second", "3:third"], "conversation \(conversation.id): \(bodies)")
+        }
+        let extra = Self.messageNews(await again.inbox.drain(for: .milliseconds(500)))
+        #expect(extra.isEmpty, "duplicates after resuming: \(extra.count)")
+        await again.close()
+        for node in nodes.dropFirst() { try await node.stop(signal: SIGTERM) }
+        await backend.tearDown()
+    }
 }

@@ -7,8 +7,18 @@ import PostgresNIO
 /// apply it once. A database with a version newer than this build knows is refused (an older node must not
 /// write into a schema it does not understand).
 enum PostgresSchema {
-    /// Key of the advisory lock that serialises migrations.
+    /// Seed of the advisory lock that serialises migrations and layout changes of one schema (deployments in other
+    /// schemas of the database do not wait for each other).
     static let migrationLock: Int64 = 0x7069_6765_6f6e_0001
+
+    /// Takes the schema's migration lock (a session lock of this connection).
+    static func lockSchema(_ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.query("SELECT pg_advisory_lock(hashtextextended(current_schema(), \(migrationLock)))", logger: logger)
+    }
+
+    static func unlockSchema(_ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.query("SELECT pg_advisory_unlock(hashtextextended(current_schema(), \(migrationLock)))", logger: logger)
+    }
 
     static let migrations: [(version: Int, sql: [String])] = [
         (
@@ -194,7 +204,7 @@ enum PostgresSchema {
     static func applyLayout(_ connection: PostgresConnection, partitions: Int, nodeId: String, logger: Logger) async throws -> (
         epoch: String, partitions: Int
     ) {
-        try await connection.query("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
+        try await lockSchema(connection, logger: logger)
         do {
             let layout = try await connection.withTransaction(logger: logger) { connection -> (String, Int) in
                 let candidate = Identifiers.randomHex(bytes: 4)
@@ -239,17 +249,20 @@ enum PostgresSchema {
                     metadata: ["from": "\(current)", "to": "\(partitions)", "cursors": "\(used ? "reset (new epoch)" : "kept")"])
                 return (newEpoch, partitions)
             }
-            try await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+            try await unlockSchema(connection, logger: logger)
             return layout
+        } catch let error as PostgresTransactionError {
+            try? await unlockSchema(connection, logger: logger)
+            throw error.closureError ?? error
         } catch {
-            _ = try? await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+            try? await unlockSchema(connection, logger: logger)
             throw error
         }
     }
 
     /// Applies the migrations this database lacks, on one connection.
     static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
-        try await connection.query("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
+        try await lockSchema(connection, logger: logger)
         do {
             try await connection.query(
                 "CREATE TABLE IF NOT EXISTS pigeon_migrations(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)", logger: logger)
@@ -275,9 +288,9 @@ enum PostgresSchema {
                 logger.info("applied PostgreSQL migration", metadata: ["version": "\(migration.version)"])
             }
         } catch {
-            _ = try? await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+            try? await unlockSchema(connection, logger: logger)
             throw error
         }
-        try await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+        try await unlockSchema(connection, logger: logger)
     }
 }

@@ -7,7 +7,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import PigeonProtocol
-import PigeonServer
+@testable import PigeonServer
 import PigeonTestSupport
 import Testing
 
@@ -289,6 +289,23 @@ struct PigeonTestClient: Sendable {
     /// The device's current head cursor (a sync without cursor starts now).
     func headCursor(_ device: TestDevice) async throws -> String {
         try await sync(device, cursor: nil).cursor
+    }
+}
+
+/// Cursors made from a real one (tests only: clients treat cursors as opaque).
+enum TestCursor {
+    /// `cursor` (either form) with every partition's offset changed by `change`.
+    static func moved(_ cursor: String, _ change: (Int64) -> Int64) throws -> String {
+        let partitions: Int
+        if let dot = cursor.firstIndex(of: ".") {
+            guard let bytes = Base64URL.decode(cursor[cursor.index(after: dot)...]) else { throw TestFailure("cursor \(cursor)") }
+            partitions = bytes.count { $0 & 0x80 == 0 }
+        } else {
+            partitions = 1
+        }
+        guard var parsed = EventCursor(cursor, partitions: partitions) else { throw TestFailure("cursor \(cursor)") }
+        parsed.position.offsets = parsed.position.offsets.map(change)
+        return parsed.string
     }
 }
 
