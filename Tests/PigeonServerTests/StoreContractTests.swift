@@ -15,8 +15,6 @@ import Testing
     final class RecordingSink: EventSink {
         private let events = NIOLockedValueBox([StoredEvent]())
         func publish(_ events: [StoredEvent]) { self.events.withLockedValue { $0.append(contentsOf: events) } }
-        func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int { 0 }
-        func onlineDeviceIds(of users: [String]) -> Set<String> { [] }
         var published: [StoredEvent] { events.withLockedValue { $0 } }
 
         /// Waits until `predicate` holds for what was published (the PostgreSQL store publishes from its tail).
@@ -59,7 +57,8 @@ import Testing
             let directory = makeTemporaryDirectory()
             defer { try? FileManager.default.removeItem(atPath: directory) }
             let sink = RecordingSink()
-            let store = try SQLiteMessageStore(path: directory + "/store.sqlite", durable: false, sink: sink, faultInjector: faultInjector)
+            let store = try SQLiteMessageStore(
+                path: directory + "/store.sqlite", durable: false, fanout: LocalFanout(sink: sink), faultInjector: faultInjector)
             try await body([store], [sink])
         case .postgres:
             let schema = "pigeon_c_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
@@ -68,7 +67,8 @@ import Testing
             var sinks: [RecordingSink] = []
             for _ in 0..<nodes {
                 let sink = RecordingSink()
-                stores.append(try await PostgresMessageStore.open(url: url, sink: sink, faultInjector: faultInjector, logger: logger, maxConnections: 4))
+                stores.append(try await PostgresMessageStore.open(
+                    url: url, local: LocalFanout(sink: sink), faultInjector: faultInjector, logger: logger, maxConnections: 4))
                 sinks.append(sink)
             }
             let running = stores

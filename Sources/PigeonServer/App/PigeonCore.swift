@@ -12,6 +12,8 @@ final class PigeonCore: Sendable {
     let logger: Logger
     let metrics: PigeonMetrics
     let hub: StreamHub
+    /// How committed events, presence and typing reach the devices of every node.
+    let fanout: any Fanout
     let store: any MessageStore
     let buffer: any IngestBuffer
     let ingest: Ingest
@@ -39,13 +41,18 @@ final class PigeonCore: Sendable {
         switch configuration.store {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
+            let fanout = LocalFanout(hub: hub)
             self.store = try SQLiteMessageStore(
-                path: path, durable: configuration.durable, sink: hub, faultInjector: configuration.processingFaultInjector)
+                path: path, durable: configuration.durable, fanout: fanout, faultInjector: configuration.processingFaultInjector)
+            self.fanout = fanout
             sqliteFiles.append(path)
         case .postgres(let url):
             let store = try await PostgresMessageStore.open(
-                url: url, sink: hub, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId)
+                url: url, local: LocalFanout(hub: hub), faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId)
             self.store = store
+            self.fanout = store.fanout
+            // Which devices are connected to which node (`recipientsOnline` counts every node's).
+            hub.observePresence { [fanout = store.fanout] device, online in fanout.devicePresence(device, online: online) }
             backendServices.append(store)
         }
         switch configuration.buffer {
@@ -69,17 +76,7 @@ final class PigeonCore: Sendable {
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
         self.authenticator = try await Authenticator(store: store, configuration: configuration.auth, logger: logger)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
-        if let postgres = store as? PostgresMessageStore {
-            // Typing reaches devices connected to the other nodes through PostgreSQL notifications.
-            postgres.onEphemeralFrame { [hub] frame in hub.publishEphemeral(type: frame.type, json: frame.json, to: frame.users, excluding: nil) }
-            // Which devices are connected to which node (`recipientsOnline` counts every node's).
-            hub.observePresence { device, online in postgres.devicePresence(device, online: online) }
-            self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout) { type, json, users in
-                postgres.broadcast(PostgresMessageStore.EphemeralFrame(type: type, json: json, users: users))
-            }
-        } else {
-            self.typing = TypingTracker(hub: hub, timeout: configuration.typingTimeout)
-        }
+        self.typing = TypingTracker(fanout: fanout, timeout: configuration.typingTimeout)
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
         self.backendServices = backendServices

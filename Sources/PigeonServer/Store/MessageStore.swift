@@ -75,15 +75,11 @@ public struct StoredEvent: Sendable, Equatable {
     }
 }
 
-/// Where committed events go: the local stream hub (and, with several nodes, the cross-node fan-out).
+/// Where committed events reach this node's connected devices: the stream hub. A ``Fanout`` feeds it.
 public protocol EventSink: Sendable {
-    /// Called after commits that produced events, with events of each partition in offset order, each event once;
-    /// a partition's events come in commit order (calls for different partitions may interleave).
+    /// Called with committed events, each partition's in offset order and each event once; a partition's events
+    /// come in commit order (calls for different partitions may interleave).
     func publish(_ events: [StoredEvent])
-    /// Connected devices of `users`, not counting `excludedDevice`.
-    func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int
-    /// The ids of the connected devices of `users` (to merge with the devices connected to other nodes).
-    func onlineDeviceIds(of users: [String]) -> Set<String>
 }
 
 /// Called inside the processing transaction for each message before it is written; throwing fails that message as
@@ -140,7 +136,7 @@ public struct ReceiptOutcome: Sendable {
 /// - a message, its events and its seq are written in one transaction;
 /// - the event log is split in ``eventPartitions`` partitions, everything about one conversation in one partition;
 ///   a partition's events are numbered 1, 2, 3 … in commit order (a reader that sees offset n has seen every lower
-///   one) and handed to the ``EventSink`` in that order after commit; no row or lock is shared by the writers of
+///   one) and handed to the ``Fanout`` in that order after commit; no row or lock is shared by the writers of
 ///   different partitions;
 /// - watermarks only move up, read implies delivered, and both are clamped to the conversation's last seq.
 public protocol MessageStore: Sendable {

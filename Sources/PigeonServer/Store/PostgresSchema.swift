@@ -162,6 +162,11 @@ enum PostgresSchema {
                 "ALTER TABLE events ADD PRIMARY KEY (part, id)",
                 "DROP INDEX events_user",
                 "CREATE INDEX events_user ON events(user_id, part, id)",
+                // Presence mirrored in every node's memory: each node's change sets are versioned, so that the
+                // others apply them in order and reload on a gap. A device id is unique only within its user.
+                "ALTER TABLE nodes ADD COLUMN presence_version BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE presence DROP CONSTRAINT presence_pkey",
+                "ALTER TABLE presence ADD PRIMARY KEY (node_id, user_id, device_id)",
                 "ALTER TABLE event_payloads ADD COLUMN part INTEGER NOT NULL DEFAULT 0",
                 "ALTER TABLE event_payloads DROP CONSTRAINT event_payloads_pkey",
                 "ALTER TABLE event_payloads ADD PRIMARY KEY (part, id)",

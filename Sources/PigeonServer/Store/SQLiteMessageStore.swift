@@ -11,13 +11,13 @@ public final class SQLiteMessageStore: MessageStore {
     /// Internal for the store contract tests, which inspect the tables.
     let pool: DatabasePool
     private let writer: GroupCommitWriter
-    private let sink: any EventSink
+    private let fanout: any Fanout
     private let faultInjector: FaultInjector?
     /// conversation id → sorted member user ids. Membership never changes after creation in v1.
     private let membersCache = NIOLockedValueBox([String: [String]]())
     private let diskHealth: SQLiteDiskHealth
 
-    public init(path: String, durable: Bool = true, sink: any EventSink, faultInjector: FaultInjector? = nil) throws {
+    public init(path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil) throws {
         self.diskHealth = SQLiteDiskHealth(path: path)
         self.pool = try SQLiteDatabase.open(path: path, durable: durable)
         try SQLiteSchema.migrator.migrate(pool)
@@ -28,7 +28,7 @@ public final class SQLiteMessageStore: MessageStore {
             return epoch
         }
         self.writer = GroupCommitWriter(writer: pool)
-        self.sink = sink
+        self.fanout = fanout
         self.faultInjector = faultInjector
     }
 
@@ -97,9 +97,9 @@ public final class SQLiteMessageStore: MessageStore {
                         payload: payload, at: now, payloadId: payloadId)
                 }
             },
-            afterCommit: { [sink, membersCache] events in
+            afterCommit: { [fanout, membersCache] events in
                 membersCache.withLockedValue { $0[id] = userIds }
-                sink.publish(events)
+                fanout.publish(events)
             })
         return conversation
     }
@@ -187,14 +187,14 @@ public final class SQLiteMessageStore: MessageStore {
         do {
             return try await write(
                 { [self] db -> BatchOutcome in try processInTransaction(items, db, isolated: false, knownFailure: nil) },
-                afterCommit: { [sink] outcome in sink.publish(outcome.events) }
+                afterCommit: { [fanout] outcome in fanout.publish(outcome.events) }
             ).results
         } catch let failure as BatchNeedsIsolation {
             // The failed message is not run twice: this round is its one attempt.
             let knownFailure = (failure.index, failure.error)
             return try await write(
                 { [self] db -> BatchOutcome in try processInTransaction(items, db, isolated: true, knownFailure: knownFailure) },
-                afterCommit: { [sink] outcome in sink.publish(outcome.events) }
+                afterCommit: { [fanout] outcome in fanout.publish(outcome.events) }
             ).results
         }
     }
@@ -317,7 +317,8 @@ public final class SQLiteMessageStore: MessageStore {
         let storedPayload = payloads.messageStored(
             MessageStoredEvent(
                 conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, seq: seq,
-                storedAt: now, recipientsOnline: sink.onlineDeviceCount(of: recipients, excluding: message.senderDeviceId)))
+                storedAt: now, recipientsOnline: fanout.onlineDeviceCount(
+                    of: recipients, excluding: DeviceIdentity(userId: message.senderId, deviceId: message.senderDeviceId))))
         events.append(
             try Self.insertEvent(
                 db, type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId, excludedDeviceId: nil,
@@ -482,7 +483,7 @@ public final class SQLiteMessageStore: MessageStore {
                 }
                 return result
             },
-            afterCommit: { [sink] write in sink.publish(write.events) }
+            afterCommit: { [fanout] write in fanout.publish(write.events) }
         ).outcome
     }
 

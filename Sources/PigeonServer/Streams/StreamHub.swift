@@ -33,7 +33,7 @@ public final class StreamHub: EventSink {
     /// Told when a device gets its first stream on this node (`true`) or loses its last one (`false`).
     private let presenceObserver = NIOLockedValueBox<(@Sendable (DeviceIdentity, Bool) -> Void)?>(nil)
 
-    /// Observes devices coming online and going offline on this node (the cross-node presence of the PostgreSQL store).
+    /// Observes devices coming online and going offline on this node (the presence a multi-node ``Fanout`` shares).
     func observePresence(_ observer: @escaping @Sendable (DeviceIdentity, Bool) -> Void) {
         presenceObserver.withLockedValue { $0 = observer }
     }
@@ -78,18 +78,6 @@ public final class StreamHub: EventSink {
                 session.deliver(event)
             }
         }
-    }
-
-    /// Connected devices of `users`, each (userId, deviceId) once, not counting a device whose id is
-    /// `excludedDevice`.
-    public func onlineDeviceCount(of users: [String], excluding excludedDevice: String) -> Int {
-        onlineDevices(of: users).count { $0.deviceId != excludedDevice }
-    }
-
-    /// The ids of the connected devices of `users`. Two users' devices that share an id are one entry here:
-    /// ``onlineDevices(of:)`` keeps them apart.
-    public func onlineDeviceIds(of users: [String]) -> Set<String> {
-        Set(onlineDevices(of: users).map(\.deviceId))
     }
 
     /// The connected devices of `users` on this node.

@@ -17,18 +17,15 @@ final class TypingTracker: Service {
         var deviceId: String
     }
 
-    private let hub: StreamHub
+    /// Where frames go: this node's devices and, with several nodes, the other nodes'.
+    private let fanout: any Fanout
     private let timeout: Duration
     private let active = NIOLockedValueBox([Key: Indicator]())
     /// Typing operations per device, made at the first ``admit(_:rate:burst:)``.
     private let rateLimiter = NIOLockedValueBox<RateLimiter?>(nil)
-    /// Relays frames to the other server nodes (several nodes on one PostgreSQL), if any.
-    private let relay: (@Sendable (_ type: String, _ json: String, _ users: [String]) -> Void)?
-
-    init(hub: StreamHub, timeout: Duration, relay: (@Sendable (_ type: String, _ json: String, _ users: [String]) -> Void)? = nil) {
-        self.hub = hub
+    init(fanout: any Fanout, timeout: Duration) {
+        self.fanout = fanout
         self.timeout = timeout
-        self.relay = relay
     }
 
     /// Takes one typing operation of `device` from its token bucket (`rate` a second in bursts of up to `burst`,
@@ -67,8 +64,7 @@ final class TypingTracker: Service {
         guard let data = try? JSONEncoder().encode(ServerEvent.typing(event)) else { return }
         let json = String(decoding: data, as: UTF8.self)
         let recipients = members.filter { $0 != userId }
-        hub.publishEphemeral(type: "typing", json: json, to: recipients, excluding: nil)
-        relay?("typing", json, recipients)
+        fanout.broadcast(type: "typing", json: json, to: recipients)
     }
 
     func run() async throws {

@@ -1,0 +1,28 @@
+/// How what happens on one node reaches the devices connected to every node: committed events, which devices have
+/// a stream open, and frames that are never stored (typing).
+///
+/// Delivery contract:
+/// - ``publish(_:)`` takes the events a commit of this node's store wrote, right after that commit, each partition's
+///   in offset order. Every node's connected devices get every committed event, whichever node committed it, each
+///   partition's in offset order and each once: the store's log is the source, so a fan-out may lose a wake-up or a
+///   node, never an event (a node that dies right after its commit delays the others' delivery by at most a poll).
+/// - ``onlineDevices(of:)`` answers from memory, without I/O: the devices of this node at once, those of other live
+///   nodes as last heard (a stream opened or closed there counts here within milliseconds; a node that stops
+///   heart-beating stops counting within seconds). It is the evidence for `recipientsOnline`, not a guarantee.
+/// - ``broadcast(type:json:to:)`` is best effort and at most once: a frame reaches the devices of `users` connected to
+///   this node and to the other nodes it can reach now; it is never stored, repeated or replayed.
+public protocol Fanout: Sendable {
+    /// Hands events committed by this node to the devices connected to every node.
+    func publish(_ committed: [StoredEvent])
+    /// The devices of `users` with a stream open on any live node, as far as this node knows now.
+    func onlineDevices(of users: [String]) -> Set<DeviceIdentity>
+    /// Sends a frame that is never stored to the connected devices of `users` on every node.
+    func broadcast(type: String, json: String, to users: [String])
+}
+
+extension Fanout {
+    /// The devices of `users` with a stream open anywhere, not counting `excludedDevice` (the sender's own).
+    func onlineDeviceCount(of users: [String], excluding excludedDevice: DeviceIdentity) -> Int {
+        onlineDevices(of: users).count { $0 != excludedDevice }
+    }
+}

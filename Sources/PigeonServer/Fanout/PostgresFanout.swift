@@ -1,0 +1,455 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PostgresNIO
+import ServiceLifecycle
+
+/// The fan-out of nodes that share one PostgreSQL store: `LISTEN/NOTIFY` wake-ups over the store's event log, a
+/// presence table mirrored in every node's memory, and ephemeral frames as notifications.
+///
+/// - Events: the committing node hands its events to its devices at once when they follow, in their partition, what
+///   it handed over already; everything else (other nodes' commits, a gap) is read from the log by the tail, woken
+///   by `NOTIFY pigeon_events_<epoch>` (sent after commit, coalesced, outside the writing transaction) and every
+///   second. The notifications carry no data, so a lost one costs at most the poll.
+/// - Presence: each node writes the streams it has open to the `presence` table, one versioned change set per
+///   transaction, and announces each change set (`NOTIFY pigeon_presence_<epoch>`). Every node mirrors the table
+///   in memory: change sets apply in version order, and a gap (a lost notification, a new node) reloads the table.
+///   A node that stops heart-beating (every 2 s) stops counting after 10 s; its rows are deleted.
+/// - Ephemeral frames (typing): `NOTIFY pigeon_ephemeral_<epoch>`, best effort.
+public final class PostgresFanout: Fanout, Service {
+    /// Reads every user's events after the given offset of each partition, at most `pageSize` per partition, each
+    /// partition's in offset order.
+    typealias EventReader = @Sendable (_ after: [Int64], _ pageSize: Int) async throws -> [StoredEvent]
+
+    /// A node that has not heart-beaten for this long is gone: its devices no longer count as online.
+    static let nodeTimeoutMillis = PostgresSchema.nodeTimeoutMillis
+
+    private let client: PostgresClient
+    private let local: LocalFanout
+    private let readEvents: EventReader
+    private let nodeId: String
+    private let logger: Logger
+    private let eventChannel: String
+    private let ephemeralChannel: String
+    private let presenceChannel: String
+
+    /// Per partition, the last offset handed to the local devices (by ``publish(_:)`` or the tail).
+    private let handedOver: NIOLockedValueBox<[Int64]>
+    private let tailWakeUp = AsyncSignal()
+    /// Set after local commits: the other nodes are to be told (one `NOTIFY` at a time, coalesced).
+    private let notifyWakeUp = AsyncSignal()
+
+    private let ephemeralOutbox: AsyncStream<EphemeralFrame>.Continuation
+    private let ephemeralQueue: AsyncStream<EphemeralFrame>
+
+    private let pendingPresence = NIOLockedValueBox([DeviceIdentity: Bool]())
+    private let presenceWakeUp = AsyncSignal()
+    private let view = NIOLockedValueBox(PresenceView())
+    private let reloadWakeUp = AsyncSignal()
+
+    /// `head`: the newest offset of each partition when the node starts (its devices get what comes after).
+    init(
+        client: PostgresClient, epoch: String, nodeId: String, head: [Int64], local: LocalFanout, logger: Logger,
+        readEvents: @escaping EventReader
+    ) {
+        self.client = client
+        self.local = local
+        self.readEvents = readEvents
+        self.nodeId = nodeId
+        self.logger = logger
+        self.eventChannel = "pigeon_events_\(epoch)"
+        self.ephemeralChannel = "pigeon_ephemeral_\(epoch)"
+        self.presenceChannel = "pigeon_presence_\(epoch)"
+        self.handedOver = NIOLockedValueBox(head)
+        (self.ephemeralQueue, self.ephemeralOutbox) = AsyncStream.makeStream(of: EphemeralFrame.self, bufferingPolicy: .bufferingNewest(10_000))
+    }
+
+    /// Runs the listeners, the tail, the notifier and the presence writer until cancelled (the store's ``run()``
+    /// runs it beside its connection pool).
+    public func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.listen(on: self.eventChannel) { [tailWakeUp = self.tailWakeUp] _ in tailWakeUp.notify() } }
+            group.addTask { await self.listen(on: self.ephemeralChannel) { [weak self] payload in self?.receiveEphemeral(payload) } }
+            group.addTask { await self.listen(on: self.presenceChannel) { [weak self] payload in self?.receivePresence(payload) } }
+            group.addTask { await self.tail() }
+            group.addTask { await self.notifyOtherNodes() }
+            group.addTask { await self.sendEphemeralFrames() }
+            group.addTask { await self.maintainPresence() }
+            group.addTask { await self.reloadPresence() }
+            await group.waitForAll()
+        }
+    }
+
+    // MARK: Events
+
+    public func publish(_ committed: [StoredEvent]) {
+        guard !committed.isEmpty else { return }
+        notifyWakeUp.notify()
+        for events in Self.partitionRuns(committed) where !handOver(events) { tailWakeUp.notify() }
+    }
+
+    /// `events` cut into runs of one partition each.
+    private static func partitionRuns(_ events: [StoredEvent]) -> [ArraySlice<StoredEvent>] {
+        var runs: [ArraySlice<StoredEvent>] = []
+        var start = events.startIndex
+        while start < events.endIndex {
+            var end = start + 1
+            while end < events.endIndex, events[end].partition == events[start].partition { end += 1 }
+            runs.append(events[start..<end])
+            start = end
+        }
+        return runs
+    }
+
+    /// Hands one partition's events (consecutive offsets, ascending) to the local devices unless they had them;
+    /// whether they followed what was handed over (false: a gap before them, nothing handed over).
+    private func handOver(_ events: ArraySlice<StoredEvent>) -> Bool {
+        guard let partition = events.first?.partition else { return true }
+        return handedOver.withLockedValue { handed in
+            guard partition < handed.count else { return true }
+            let fresh = events.drop { $0.id <= handed[partition] }
+            guard let first = fresh.first, let last = fresh.last else { return true }
+            guard first.id == handed[partition] + 1 else { return false }
+            handed[partition] = last.id
+            // Under the lock, so that the committing path and the tail hand a partition's events over in order.
+            local.publish(Array(fresh))
+            return true
+        }
+    }
+
+    /// Reads what the local devices have not had yet, in every partition, and hands it over.
+    private func tail() async {
+        let pageSize = 500
+        while !Task.isCancelled {
+            await tailWakeUp.wait(timeout: .seconds(1))
+            if Task.isCancelled { return }
+            do {
+                while true {
+                    let after = handedOver.withLockedValue { $0 }
+                    // Bounded: a read on a connection that died under it may never return (see ``withDeadline``).
+                    let events = try await withDeadline(.seconds(10)) { [readEvents] in try await readEvents(after, pageSize) }
+                    var full = false
+                    for run in Self.partitionRuns(events) {
+                        _ = handOver(run)
+                        if run.count == pageSize { full = true }
+                    }
+                    if !full { break }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("event tail failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
+                try? await Task.sleep(for: .milliseconds(200))
+                tailWakeUp.notify()
+            }
+        }
+    }
+
+    /// One `NOTIFY` (a wake-up without data) at a time, for every commit since the previous one. Outside the writing
+    /// transaction: a `NOTIFY` inside it would hold PostgreSQL's database-wide notification lock through the commit,
+    /// and every writer of every node would commit one at a time.
+    private func notifyOtherNodes() async {
+        while !Task.isCancelled {
+            await notifyWakeUp.wait()
+            if Task.isCancelled { return }
+            do {
+                _ = try await withDeadline(.seconds(10)) { [client, logger, eventChannel] in
+                    try await client.query("SELECT pg_notify(\(eventChannel), '')", logger: logger)
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.debug("event notification not sent", metadata: ["error": "\(String(reflecting: error))"])
+            }
+        }
+    }
+
+    /// Listens on `channel` with reconnection; `handle` gets each payload, and `nil` after every (re)connection.
+    private func listen(on channel: String, handle: @escaping @Sendable (String?) -> Void) async {
+        var delay = Duration.milliseconds(100)
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    try await connection.listen(on: channel) { notifications in
+                        handle(nil)
+                        delay = .milliseconds(100)
+                        for try await notification in notifications {
+                            handle(notification.payload)
+                        }
+                    }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("LISTEN connection lost; reconnecting", metadata: ["channel": "\(channel)", "error": "\(String(reflecting: error))"])
+            }
+            try? await Task.sleep(for: delay)
+            delay = min(.seconds(2), delay * 2)
+        }
+    }
+
+    // MARK: Ephemeral frames
+
+    /// A frame that is pushed and never stored (typing), as relayed between nodes.
+    struct EphemeralFrame: Sendable, Codable, Equatable {
+        var type: String
+        var json: String
+        var users: [String]
+        /// The node that sent it.
+        var node: String
+
+        enum CodingKeys: String, CodingKey {
+            case type = "t", json = "j", users = "u", node = "n"
+        }
+    }
+
+    public func broadcast(type: String, json: String, to users: [String]) {
+        local.broadcast(type: type, json: json, to: users)
+        ephemeralOutbox.yield(EphemeralFrame(type: type, json: json, users: users, node: nodeId))
+    }
+
+    private func sendEphemeralFrames() async {
+        let encoder = JSONEncoder()
+        for await frame in ephemeralQueue {
+            // NOTIFY payloads must stay under 8,000 bytes: large member lists go in several frames.
+            let budget = 7_000 - frame.json.utf8.count - frame.type.utf8.count - 64
+            let perUser = (frame.users.map(\.utf8.count).max() ?? 0) + 3
+            let chunkSize = max(1, budget / perUser)
+            for start in stride(from: 0, to: frame.users.count, by: chunkSize) {
+                var chunk = frame
+                chunk.users = Array(frame.users[start..<min(frame.users.count, start + chunkSize)])
+                guard let data = try? encoder.encode(chunk), data.count < 8_000 else { continue }
+                do {
+                    try await client.query("SELECT pg_notify(\(ephemeralChannel), \(String(decoding: data, as: UTF8.self)))", logger: logger)
+                } catch {
+                    if Task.isCancelled { return }
+                    logger.debug("ephemeral frame not relayed", metadata: ["error": "\(String(reflecting: error))"])
+                }
+            }
+        }
+    }
+
+    private func receiveEphemeral(_ payload: String?) {
+        guard let payload, let frame = try? JSONDecoder().decode(EphemeralFrame.self, from: Data(payload.utf8)), frame.node != nodeId
+        else { return }
+        local.broadcast(type: frame.type, json: frame.json, to: frame.users)
+    }
+
+    // MARK: Presence
+
+    /// Other nodes' open streams as this node knows them.
+    struct PresenceView {
+        struct Node {
+            /// The last change set applied (the node's `presence_version`).
+            var version: Int64
+            var seenAt: Int64
+            var devices: Set<DeviceIdentity>
+        }
+
+        var nodes: [String: Node] = [:]
+    }
+
+    /// One change set of a node's presence, as announced.
+    struct PresenceChange: Codable {
+        var node: String
+        var version: Int64
+        /// The node forgot every earlier stream (it restarted).
+        var reset: Bool
+        var online: [[String]]
+        var offline: [[String]]
+
+        enum CodingKeys: String, CodingKey {
+            case node = "n", version = "v", reset = "r", online = "on", offline = "off"
+        }
+    }
+
+    public func onlineDevices(of users: [String]) -> Set<DeviceIdentity> {
+        var devices = local.onlineDevices(of: users)
+        let wanted = Set(users)
+        let cutoff = WallClock.nowMillis() - Self.nodeTimeoutMillis
+        view.withLockedValue { view in
+            for node in view.nodes.values where node.seenAt >= cutoff {
+                for device in node.devices where wanted.contains(device.userId) { devices.insert(device) }
+            }
+        }
+        return devices
+    }
+
+    /// Records that `device` got its first stream on this node (`online`) or lost its last one.
+    func devicePresence(_ device: DeviceIdentity, online: Bool) {
+        pendingPresence.withLockedValue { $0[device] = online }
+        presenceWakeUp.notify()
+    }
+
+    /// Applies another node's change set in version order; a gap or an unknown node reloads the table.
+    private func receivePresence(_ payload: String?) {
+        guard let payload else {
+            // (Re)connected: changes may have been missed meanwhile.
+            reloadWakeUp.notify()
+            return
+        }
+        guard let change = try? JSONDecoder().decode(PresenceChange.self, from: Data(payload.utf8)), change.node != nodeId else { return }
+        let applied = view.withLockedValue { view -> Bool in
+            let known = view.nodes[change.node]
+            if let known, change.version <= known.version { return true }
+            guard change.reset || known.map({ change.version == $0.version + 1 }) == true else { return false }
+            var node = change.reset ? PresenceView.Node(version: 0, seenAt: WallClock.nowMillis(), devices: []) : known!
+            node.version = change.version
+            node.seenAt = max(node.seenAt, WallClock.nowMillis())
+            for pair in change.online where pair.count == 2 { node.devices.insert(DeviceIdentity(userId: pair[0], deviceId: pair[1])) }
+            for pair in change.offline where pair.count == 2 { node.devices.remove(DeviceIdentity(userId: pair[0], deviceId: pair[1])) }
+            view.nodes[change.node] = node
+            return true
+        }
+        if !applied { reloadWakeUp.notify() }
+    }
+
+    /// Reloads the other nodes' presence from the table whenever asked (a gap, a reconnection).
+    private func reloadPresence() async {
+        while !Task.isCancelled {
+            await reloadWakeUp.wait()
+            if Task.isCancelled { return }
+            do {
+                var nodes: [String: PresenceView.Node] = [:]
+                for try await (node, version, seenAt, userId, deviceId) in try await client.query(
+                    """
+                    SELECT n.node_id, n.presence_version, n.seen_at, p.user_id, p.device_id
+                    FROM nodes n LEFT JOIN presence p ON p.node_id = n.node_id WHERE n.node_id <> \(nodeId)
+                    """, logger: logger
+                ).decode((String, Int64, Int64, String?, String?).self) {
+                    var entry = nodes[node] ?? PresenceView.Node(version: version, seenAt: seenAt, devices: [])
+                    if let userId, let deviceId { entry.devices.insert(DeviceIdentity(userId: userId, deviceId: deviceId)) }
+                    nodes[node] = entry
+                }
+                view.withLockedValue { view in
+                    for (id, node) in nodes where (view.nodes[id]?.version ?? -1) <= node.version { view.nodes[id] = node }
+                    for id in view.nodes.keys where nodes[id] == nil { view.nodes[id] = nil }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("presence reload failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
+                try? await Task.sleep(for: .milliseconds(500))
+                reloadWakeUp.notify()
+            }
+        }
+    }
+
+    /// Heart-beats every 2 s (and forgets nodes that stopped), and writes this node's presence changes as they come.
+    private func maintainPresence() async {
+        var lastHeartbeat = ContinuousClock.now - .seconds(60)
+        // A restarted node (same id) had streams that are gone now.
+        var resetPending = true
+        while !Task.isCancelled {
+            do {
+                if resetPending {
+                    try await withDeadline(.seconds(10)) { try await self.writePresence([:], reset: true) }
+                    resetPending = false
+                }
+                if ContinuousClock.now - lastHeartbeat >= .seconds(2) {
+                    try await withDeadline(.seconds(10)) { try await self.heartbeat() }
+                    lastHeartbeat = .now
+                }
+                let changes = pendingPresence.withLockedValue { pending in
+                    defer { pending = [:] }
+                    return pending
+                }
+                if !changes.isEmpty {
+                    do {
+                        try await withDeadline(.seconds(10)) { try await self.writePresence(changes, reset: false) }
+                    } catch {
+                        // Put them back unless a newer change of the same device arrived meanwhile.
+                        pendingPresence.withLockedValue { pending in for (device, change) in changes where pending[device] == nil { pending[device] = change } }
+                        throw error
+                    }
+                }
+            } catch {
+                if Task.isCancelled { break }
+                logger.warning("presence update failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
+                try? await Task.sleep(for: .milliseconds(500))
+            }
+            await presenceWakeUp.wait(timeout: .seconds(2))
+        }
+    }
+
+    /// Announces this node, forgets nodes silent for ``nodeTimeoutMillis``, and refreshes when the others were last
+    /// seen; a node whose change sets this one missed is reloaded.
+    private func heartbeat() async throws {
+        let now = WallClock.nowMillis()
+        let cutoff = now - Self.nodeTimeoutMillis
+        try await client.query(
+            "INSERT INTO nodes(node_id, seen_at) VALUES (\(nodeId), \(now)) ON CONFLICT (node_id) DO UPDATE SET seen_at = excluded.seen_at",
+            logger: logger)
+        try await client.query("DELETE FROM presence WHERE node_id IN (SELECT node_id FROM nodes WHERE seen_at < \(cutoff))", logger: logger)
+        try await client.query("DELETE FROM nodes WHERE seen_at < \(cutoff)", logger: logger)
+        var seen: [String: (version: Int64, seenAt: Int64)] = [:]
+        for try await (node, version, seenAt) in try await client.query(
+            "SELECT node_id, presence_version, seen_at FROM nodes WHERE node_id <> \(nodeId)", logger: logger
+        ).decode((String, Int64, Int64).self) {
+            seen[node] = (version, seenAt)
+        }
+        let behind = view.withLockedValue { view -> Bool in
+            var behind = false
+            for id in view.nodes.keys where seen[id] == nil { view.nodes[id] = nil }
+            for (id, state) in seen {
+                if let node = view.nodes[id], node.version >= state.version {
+                    view.nodes[id]?.seenAt = state.seenAt
+                } else {
+                    behind = true
+                }
+            }
+            return behind
+        }
+        if behind { reloadWakeUp.notify() }
+    }
+
+    /// Writes one or more change sets of this node's presence (each a version of its own, announced in the same
+    /// transaction, so that other nodes apply them in commit order).
+    private func writePresence(_ changes: [DeviceIdentity: Bool], reset: Bool) async throws {
+        var sets: [[(DeviceIdentity, Bool)]] = [[]]
+        var bytes = 0
+        for change in changes.sorted(by: { ($0.key.userId, $0.key.deviceId) < ($1.key.userId, $1.key.deviceId) }) {
+            let size = change.key.userId.utf8.count + change.key.deviceId.utf8.count + 8
+            if bytes + size > 6_000 {
+                sets.append([])
+                bytes = 0
+            }
+            sets[sets.count - 1].append(change)
+            bytes += size
+        }
+        for (index, set) in sets.enumerated() {
+            let isReset = reset && index == 0
+            let online = set.filter { $0.1 }.map(\.0)
+            let offline = set.filter { !$0.1 }.map(\.0)
+            try await client.withTransaction(logger: logger) { connection in
+                var version: Int64 = 0
+                for try await value in try await connection.query(
+                    """
+                    INSERT INTO nodes(node_id, seen_at, presence_version) VALUES (\(nodeId), \(WallClock.nowMillis()), 1)
+                    ON CONFLICT (node_id) DO UPDATE SET presence_version = nodes.presence_version + 1, seen_at = excluded.seen_at
+                    RETURNING presence_version
+                    """, logger: logger
+                ).decode(Int64.self) {
+                    version = value
+                }
+                if isReset { try await connection.query("DELETE FROM presence WHERE node_id = \(nodeId)", logger: logger) }
+                if !online.isEmpty {
+                    try await connection.query(
+                        """
+                        INSERT INTO presence(node_id, device_id, user_id)
+                        SELECT \(nodeId), d, u FROM unnest(\(online.map(\.deviceId))::text[], \(online.map(\.userId))::text[]) AS x(d, u)
+                        ON CONFLICT DO NOTHING
+                        """, logger: logger)
+                }
+                if !offline.isEmpty {
+                    try await connection.query(
+                        """
+                        DELETE FROM presence p USING unnest(\(offline.map(\.deviceId))::text[], \(offline.map(\.userId))::text[]) AS x(d, u)
+                        WHERE p.node_id = \(nodeId) AND p.device_id = x.d AND p.user_id = x.u
+                        """, logger: logger)
+                }
+                let change = PresenceChange(
+                    node: nodeId, version: version, reset: isReset, online: online.map { [$0.userId, $0.deviceId] },
+                    offline: offline.map { [$0.userId, $0.deviceId] })
+                let payload = String(decoding: try JSONEncoder().encode(change), as: UTF8.self)
+                try await connection.query("SELECT pg_notify(\(presenceChannel), \(payload))", logger: logger)
+            }
+        }
+    }
+}

@@ -1,0 +1,268 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PigeonProtocol
+import PostgresNIO
+
+/// The partitioned event log: reading a device's events, the tail's reads, pruning, and writing events.
+extension PostgresMessageStore {
+    // MARK: Events
+
+    /// The partition of a conversation's events.
+    func partition(of conversationId: String) -> Int {
+        EventPartitioning.partition(ofConversation: conversationId, partitions: eventPartitions)
+    }
+
+    typealias EventTuple = (
+        Int32, Int64, String, String, String?, String?, String?,
+        String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?
+    )
+
+    /// The columns of an event row with its payload (stored, shared, or rendered from its message); `e` is the event.
+    static let eventColumns = """
+        e.part, e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload),
+            m.server_id, m.client_message_id, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.type, m.body,
+            m.client_timestamp, m.accepted_at, m.stored_at
+        """
+
+    static let eventJoins = """
+        LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+            LEFT JOIN event_payloads p ON p.part = e.part AND p.id = e.payload_id
+        """
+
+    static func storedEvent(_ t: EventTuple, payloads: EventPayload) -> StoredEvent? {
+        let payload: String
+        if let stored = t.6 {
+            payload = stored
+        } else if let serverId = t.7, let clientMessageId = t.8, let conversationId = t.9, let seq = t.10, let senderId = t.11,
+            let senderDeviceId = t.12, let type = t.13, let body = t.14, let clientTimestamp = t.15, let acceptedAt = t.16,
+            let storedAt = t.17
+        {
+            payload = payloads.messageNew(
+                Message(
+                    serverId: serverId, clientMessageId: clientMessageId, conversationId: conversationId, seq: seq, senderId: senderId,
+                    senderDeviceId: senderDeviceId, type: type, body: body, clientTimestamp: clientTimestamp, acceptedAt: acceptedAt,
+                    storedAt: storedAt))
+        } else {
+            return nil
+        }
+        return StoredEvent(id: t.1, partition: Int(t.0), type: t.2, userId: t.3, deviceId: t.4, excludedDeviceId: t.5, payload: payload)
+    }
+
+    func checkLayout(_ position: EventPosition) throws {
+        guard position.offsets.count == eventPartitions else {
+            throw PigeonError.invalid("an event position of \(position.offsets.count) partitions for a log of \(eventPartitions)")
+        }
+    }
+
+    public func events(for device: DeviceIdentity, after position: EventPosition, limit: Int) async throws -> [StoredEvent] {
+        try checkLayout(position)
+        let parts = (0..<eventPartitions).map { Int32($0) }
+        let payloads = EventPayload()
+        var events: [StoredEvent] = []
+        // In each partition the next `limit` of the device's events; of those, the first `limit` by (offset,
+        // partition): a prefix of every partition, so the cursor after the last one skips nothing.
+        for try await row in try await client.query(
+            """
+            SELECT \(unescaped: Self.eventColumns)
+            FROM unnest(\(parts)::integer[], \(position.offsets)::bigint[]) AS t(part, after)
+            CROSS JOIN LATERAL (
+                SELECT * FROM events x
+                WHERE x.user_id = \(device.userId) AND x.part = t.part AND x.id > t.after
+                    AND (x.device_id IS NULL OR x.device_id = \(device.deviceId))
+                    AND (x.excluded_device_id IS NULL OR x.excluded_device_id <> \(device.deviceId))
+                ORDER BY x.id LIMIT \(limit)) e
+            \(unescaped: Self.eventJoins)
+            ORDER BY e.id, e.part LIMIT \(limit)
+            """, logger: logger
+        ).decode(EventTuple.self) {
+            if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+        }
+        return events
+    }
+
+    /// Every user's events after `after` (an offset per partition), at most `pageSize` per partition, each
+    /// partition's in offset order: what the fan-out's tail reads.
+    static func readEvents(_ client: PostgresClient, after: [Int64], pageSize: Int, logger: Logger) async throws -> [StoredEvent] {
+        let parts = (0..<after.count).map { Int32($0) }
+        let payloads = EventPayload()
+        var events: [StoredEvent] = []
+        for try await row in try await client.query(
+            """
+            SELECT \(unescaped: Self.eventColumns)
+            FROM unnest(\(parts)::integer[], \(after)::bigint[]) AS t(part, after)
+            CROSS JOIN LATERAL (SELECT * FROM events x WHERE x.part = t.part AND x.id > t.after ORDER BY x.id LIMIT \(pageSize)) e
+            \(unescaped: Self.eventJoins)
+            ORDER BY e.part, e.id
+            """, logger: logger
+        ).decode(EventTuple.self) {
+            if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+        }
+        return events
+    }
+
+    public func headPosition() async throws -> EventPosition {
+        var head = EventPosition.start(partitions: eventPartitions)
+        for try await (part, offset) in try await client.query(
+            "SELECT part, last_offset FROM event_partitions WHERE part < \(eventPartitions)", logger: logger
+        ).decode((Int32, Int64).self) {
+            head.offsets[Int(part)] = offset
+        }
+        return head
+    }
+
+    public func prunedThrough() async throws -> EventPosition {
+        var pruned = EventPosition.start(partitions: eventPartitions)
+        for try await (part, offset) in try await client.query(
+            "SELECT part, pruned_through FROM event_partitions WHERE part < \(eventPartitions)", logger: logger
+        ).decode((Int32, Int64).self) {
+            pruned.offsets[Int(part)] = offset
+        }
+        return pruned
+    }
+
+    @discardableResult
+    public func pruneEvents(olderThan cutoff: Int64) async throws -> Int {
+        try await transaction { connection -> Int in
+            // Offsets grow with time within a partition: the newest offset created before the cutoff bounds each.
+            var parts: [Int32] = []
+            var boundaries: [Int64] = []
+            for try await (part, boundary) in try await connection.query(
+                "SELECT part, MAX(id) FROM events WHERE created_at < \(cutoff) GROUP BY part", logger: logger
+            ).decode((Int32, Int64).self) {
+                parts.append(part)
+                boundaries.append(boundary)
+            }
+            guard !parts.isEmpty else { return 0 }
+            var deleted = 0
+            for try await count in try await connection.query(
+                """
+                WITH d AS (
+                    DELETE FROM events e USING unnest(\(parts)::integer[], \(boundaries)::bigint[]) AS b(part, id)
+                    WHERE e.part = b.part AND e.id <= b.id RETURNING 1)
+                SELECT COUNT(*) FROM d
+                """, logger: logger
+            ).decode(Int.self) {
+                deleted = count
+            }
+            // A shared payload's id is its first event's id and its events are consecutive in their partition: it
+            // goes with the last of them, so only the first event left in a partition can still point at one.
+            try await connection.query(
+                """
+                DELETE FROM event_payloads p USING unnest(\(parts)::integer[], \(boundaries)::bigint[]) AS b(part, id)
+                WHERE p.part = b.part AND p.id <= b.id
+                    AND p.id IS DISTINCT FROM (SELECT e.payload_id FROM events e WHERE e.part = b.part AND e.id > b.id ORDER BY e.id LIMIT 1)
+                """, logger: logger)
+            try await connection.query(
+                """
+                UPDATE event_partitions x SET pruned_through = GREATEST(x.pruned_through, b.id)
+                FROM unnest(\(parts)::integer[], \(boundaries)::bigint[]) AS b(part, id) WHERE x.part = b.part
+                """, logger: logger)
+            return deleted
+        }
+    }
+
+    // MARK: Writing rows
+
+    /// Inserts `events` with offsets taken from their partitions' rows (locked to the commit), payloads shared by
+    /// several events once; answers them as the sink gets them.
+    func insert(_ events: EventRows, _ connection: PostgresConnection) async throws -> [StoredEvent] {
+        guard events.count > 0 else { return [] }
+        var counts: [Int32: Int64] = [:]
+        for part in events.parts { counts[part, default: 0] += 1 }
+        let parts = counts.keys.sorted()
+        var next: [Int32: Int64] = [:]
+        for try await (part, first) in try await connection.query(
+            "SELECT taken_part, first_offset FROM pigeon_take_offsets(\(parts)::integer[], \(parts.map { counts[$0]! })::bigint[])",
+            logger: logger
+        ).decode((Int32, Int64).self) {
+            next[part] = first
+        }
+        var ids: [Int64] = []
+        ids.reserveCapacity(events.count)
+        for part in events.parts {
+            guard let id = next[part] else { throw PigeonError(.internalError, "no offsets were taken in event partition \(part)") }
+            ids.append(id)
+            next[part] = id + 1
+        }
+        let payloadIds = events.payloadIndexes.map { $0 < 0 ? Int64(0) : ids[Int($0)] }
+        let shared = events.sharedPayloads
+        try await connection.query(
+            """
+            WITH shared AS (
+                INSERT INTO event_payloads(part, id, payload)
+                SELECT * FROM unnest(\(shared.map { events.parts[Int($0.firstIndex)] })::integer[],
+                    \(shared.map { ids[Int($0.firstIndex)] })::bigint[], \(shared.map(\.payload))::text[]))
+            INSERT INTO events(part, id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
+            SELECT p, i, u, NULLIF(d, ''), NULLIF(x, ''), t, c, NULLIF(ci, ''), NULLIF(s, 0), NULLIF(pl, ''), NULLIF(pi, 0)
+            FROM unnest(\(events.parts)::integer[], \(ids)::bigint[], \(events.userIds)::text[], \(events.deviceIds)::text[],
+                \(events.excludedDeviceIds)::text[], \(events.types)::text[], \(events.createdAt)::bigint[], \(events.conversationIds)::text[],
+                \(events.seqs)::bigint[], \(events.payloads)::text[], \(payloadIds)::bigint[]) AS e(p, i, u, d, x, t, c, ci, s, pl, pi)
+            """, logger: logger)
+        var committed: [StoredEvent] = []
+        committed.reserveCapacity(events.count)
+        for index in 0..<events.count {
+            committed.append(
+                StoredEvent(
+                    id: ids[index], partition: Int(events.parts[index]), type: events.types[index], userId: events.userIds[index],
+                    deviceId: events.deviceIds[index].isEmpty ? nil : events.deviceIds[index],
+                    excludedDeviceId: events.excludedDeviceIds[index].isEmpty ? nil : events.excludedDeviceIds[index],
+                    payload: events.rendered[index]))
+        }
+        // The sink gets each partition's events in offset order.
+        committed.sort { ($0.partition, $0.id) < ($1.partition, $1.id) }
+        return committed
+    }
+}
+
+/// Events to insert, column by column (`""` and 0 stand for NULL).
+struct EventRows {
+    var parts: [Int32] = []
+    var userIds: [String] = []
+    var deviceIds: [String] = []
+    var excludedDeviceIds: [String] = []
+    var types: [String] = []
+    var createdAt: [Int64] = []
+    var conversationIds: [String] = []
+    var seqs: [Int64] = []
+    var payloads: [String] = []
+    /// Each event's payload as the sink gets it (a `message.new`'s rendered from its message).
+    var rendered: [String] = []
+    /// For each event, the index (among these events) of the first event of its shared payload, or -1.
+    var payloadIndexes: [Int64] = []
+    /// Payloads stored once for several events, by the index of the first of them.
+    var sharedPayloads: [(firstIndex: Int64, payload: String)] = []
+
+    var count: Int { userIds.count }
+
+    /// One event per user in `userIds`, all pointing at one stored copy of `payload`.
+    mutating func append(type: String, userIds users: [String], sharedPayload payload: String, at now: Int64, partition: Int) {
+        guard !users.isEmpty else { return }
+        let firstIndex = Int64(count)
+        sharedPayloads.append((firstIndex, payload))
+        for userId in users {
+            append(type: type, userId: userId, payload: nil, at: now, partition: partition)
+            payloadIndexes[payloadIndexes.count - 1] = firstIndex
+            rendered[rendered.count - 1] = payload
+        }
+    }
+
+    /// `payload` nil: a `message.new` that refers to its message (conversation and seq) instead of copying it;
+    /// `message.rendered` is what the sink gets.
+    mutating func append(
+        type: String, userId: String, deviceId: String? = nil, excludedDeviceId: String? = nil, payload: String?, at now: Int64,
+        partition: Int, message: (conversationId: String, seq: Int64, rendered: String)? = nil
+    ) {
+        parts.append(Int32(partition))
+        userIds.append(userId)
+        deviceIds.append(deviceId ?? "")
+        excludedDeviceIds.append(excludedDeviceId ?? "")
+        types.append(type)
+        createdAt.append(now)
+        conversationIds.append(message?.conversationId ?? "")
+        seqs.append(message?.seq ?? 0)
+        payloads.append(payload ?? "")
+        rendered.append(payload ?? message?.rendered ?? "")
+        payloadIndexes.append(-1)
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PigeonProtocol
+import PostgresNIO
+
+/// Receipts: watermarks written in groups, one transaction per group.
+extension PostgresMessageStore {
+    // MARK: Receipts
+
+    /// A receipt waiting for the next receipt transaction.
+    struct PendingReceipt {
+        var conversationId: String
+        var userId: String
+        var kind: ReceiptKind
+        var upToSeq: Int64
+        var members: [String]
+        var continuation: CheckedContinuation<ReceiptOutcome, any Error>
+    }
+
+    /// Receipts are written in groups: a transaction that writes events holds its partitions' rows through its
+    /// commit, so one transaction per receipt would cap a partition at one receipt per fsync. The writer takes
+    /// every receipt that arrived while the previous group was being committed.
+    public func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
+        guard let members = try await members(of: conversationId), members.contains(userId) else { throw PigeonError.conversationNotFound }
+        return try await withCheckedThrowingContinuation { continuation in
+            pendingReceipts.withLockedValue {
+                $0.append(
+                    PendingReceipt(
+                        conversationId: conversationId, userId: userId, kind: kind, upToSeq: upToSeq, members: members,
+                        continuation: continuation))
+            }
+            receiptWakeUp.notify()
+        }
+    }
+
+    /// Writes the queued receipts, a group per transaction, until cancelled; then fails what is left.
+    func writeReceipts() async {
+        while true {
+            await receiptWakeUp.wait(timeout: .seconds(1))
+            let group = pendingReceipts.withLockedValue { pending -> [PendingReceipt] in
+                let group = Array(pending.prefix(1_000))
+                pending.removeFirst(group.count)
+                return group
+            }
+            if Task.isCancelled && group.isEmpty { break }
+            guard !group.isEmpty else { continue }
+            if pendingReceipts.withLockedValue({ !$0.isEmpty }) { receiptWakeUp.notify() }
+            do {
+                let (outcomes, committed) = try await withDeadline(.seconds(10)) { try await self.writeReceiptGroup(group) }
+                fanout.publish(committed)
+                for (receipt, outcome) in zip(group, outcomes) { receipt.continuation.resume(returning: outcome) }
+            } catch {
+                for receipt in group { receipt.continuation.resume(throwing: error) }
+            }
+        }
+        let left = pendingReceipts.withLockedValue { pending in
+            defer { pending = [] }
+            return pending
+        }
+        for receipt in left { receipt.continuation.resume(throwing: PigeonError.overloaded("the server is shutting down")) }
+    }
+
+    /// One transaction for a group of receipts: lock the members' rows (in key order, so concurrent groups of
+    /// several nodes cannot deadlock), apply the receipts in arrival order, write watermarks and events once.
+    func writeReceiptGroup(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent]) {
+        struct Key: Hashable {
+            var conversationId: String
+            var userId: String
+        }
+        let keys = Array(Set(group.map { Key(conversationId: $0.conversationId, userId: $0.userId) }))
+            .sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }
+        return try await transaction { connection -> ([ReceiptOutcome], [StoredEvent]) in
+            var watermarks: [Key: (delivered: Int64, read: Int64, lastSeq: Int64)] = [:]
+            for try await (conversationId, userId, delivered, read, lastSeq) in try await connection.query(
+                """
+                SELECT m.conversation_id, m.user_id, m.delivered_seq, m.read_seq, c.last_seq
+                FROM members m JOIN conversations c ON c.id = m.conversation_id
+                JOIN unnest(\(keys.map(\.conversationId))::text[], \(keys.map(\.userId))::text[]) AS k(c, u)
+                    ON m.conversation_id = k.c AND m.user_id = k.u
+                ORDER BY m.conversation_id, m.user_id FOR UPDATE OF m
+                """, logger: logger
+            ).decode((String, String, Int64, Int64, Int64).self) {
+                watermarks[Key(conversationId: conversationId, userId: userId)] = (delivered, read, lastSeq)
+            }
+            let now = WallClock.nowMillis()
+            let payloads = EventPayload()
+            var events = EventRows()
+            var outcomes: [ReceiptOutcome] = []
+            var changed = Set<Key>()
+            /// Receipts whose delivered watermark moved: which message (for the stored → delivered latency).
+            var deliveredMoves: [(index: Int, key: Key, seq: Int64)] = []
+            for receipt in group {
+                let key = Key(conversationId: receipt.conversationId, userId: receipt.userId)
+                guard let (oldDelivered, oldRead, lastSeq) = watermarks[key] else {
+                    outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: 0, readSeq: 0), deliveredMessageStoredAt: nil))
+                    continue
+                }
+                let target = min(receipt.upToSeq, lastSeq)
+                let delivered = max(oldDelivered, target)
+                let read = receipt.kind == .read ? max(oldRead, target) : oldRead
+                outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: delivered, readSeq: read), deliveredMessageStoredAt: nil))
+                guard delivered != oldDelivered || read != oldRead else { continue }
+                watermarks[key] = (delivered, read, lastSeq)
+                changed.insert(key)
+                var moved: [(ReceiptKind, Int64)] = []
+                if delivered != oldDelivered {
+                    moved.append((.delivered, delivered))
+                    deliveredMoves.append((outcomes.count - 1, key, delivered))
+                }
+                if read != oldRead { moved.append((.read, read)) }
+                for (movedKind, seq) in moved {
+                    let payload = try payloads.receipt(
+                        ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
+                    events.append(
+                        type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
+                }
+            }
+            guard !changed.isEmpty else { return (outcomes, []) }
+            let rows = Array(changed)
+            try await connection.query(
+                """
+                UPDATE members m SET delivered_seq = u.d, read_seq = u.r
+                FROM unnest(\(rows.map(\.conversationId))::text[], \(rows.map(\.userId))::text[],
+                    \(rows.map { watermarks[$0]!.delivered })::bigint[], \(rows.map { watermarks[$0]!.read })::bigint[]) AS u(c, us, d, r)
+                WHERE m.conversation_id = u.c AND m.user_id = u.us
+                """, logger: logger)
+            let committed = try await insert(events, connection)
+            if !deliveredMoves.isEmpty {
+                var storedAt: [String: (Int64, String)] = [:]
+                for try await (conversationId, seq, stored, senderId) in try await connection.query(
+                    """
+                    SELECT m.conversation_id, m.seq, m.stored_at, m.sender_id FROM messages m
+                    JOIN unnest(\(deliveredMoves.map(\.key.conversationId))::text[], \(deliveredMoves.map(\.seq))::bigint[]) AS k(c, s)
+                        ON m.conversation_id = k.c AND m.seq = k.s
+                    """, logger: logger
+                ).decode((String, Int64, Int64, String).self) {
+                    storedAt["\(conversationId) \(seq)"] = (stored, senderId)
+                }
+                for move in deliveredMoves {
+                    if let (stored, senderId) = storedAt["\(move.key.conversationId) \(move.seq)"], senderId != move.key.userId {
+                        outcomes[move.index].deliveredMessageStoredAt = stored
+                    }
+                }
+            }
+            return (outcomes, committed)
+        }
+    }
+}
