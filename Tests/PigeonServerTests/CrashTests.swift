@@ -22,9 +22,11 @@ import Testing
     }
 
     /// Sends sequentially over HTTP until `stop` is set or a request fails (the server died).
-    static func httpSender(_ client: PigeonTestClient, _ log: SenderLog, senderIndex: Int, conversationId: String, stop: NIOLockedValueBox<Bool>)
-        async -> SenderLog
-    {
+    /// `answered` (if given) counts the answered sends of every sender sharing it.
+    static func httpSender(
+        _ client: PigeonTestClient, _ log: SenderLog, senderIndex: Int, conversationId: String, stop: NIOLockedValueBox<Bool>,
+        answered: NIOLockedValueBox<Int>? = nil
+    ) async -> SenderLog {
         var log = log
         var index = 0
         while !stop.withLockedValue({ $0 }) {
@@ -37,6 +39,7 @@ import Testing
                 let response = try? answer.decode(SendMessageResponse.self)
             else { break }
             log.answered[id] = response.serverId
+            answered?.withLockedValue { $0 += 1 }
         }
         return log
     }

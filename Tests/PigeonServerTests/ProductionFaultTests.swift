@@ -24,19 +24,29 @@ import Testing
         return (receiver, senders, conversation)
     }
 
-    /// A storm through one node; `fault` runs mid-storm; the senders stop at their first failed send.
+    /// A storm through one node; `fault` runs once `answeredBeforeFault` sends were answered (whatever the machine's
+    /// speed); the senders stop at their first failed send.
     static func storm(
-        _ client: PigeonTestClient, senders: [CrashTests.SenderLog], conversationId: String, fault: @escaping @Sendable () async throws -> Void
+        _ client: PigeonTestClient, senders: [CrashTests.SenderLog], conversationId: String, answeredBeforeFault: Int = 60,
+        fault: @escaping @Sendable () async throws -> Void
     ) async throws -> [CrashTests.SenderLog] {
         let stop = NIOLockedValueBox(false)
+        let answered = NIOLockedValueBox(0)
         let results = try await withThrowingTaskGroup(of: (Int, CrashTests.SenderLog).self) { group in
             for index in senders.indices {
                 group.addTask {
-                    (index, await CrashTests.httpSender(client, senders[index], senderIndex: index, conversationId: conversationId, stop: stop))
+                    (
+                        index,
+                        await CrashTests.httpSender(
+                            client, senders[index], senderIndex: index, conversationId: conversationId, stop: stop, answered: answered)
+                    )
                 }
             }
             group.addTask {
-                try await Task.sleep(for: .milliseconds(1200))
+                let deadline = ContinuousClock.now + .seconds(60)
+                while answered.withLockedValue({ $0 }) < answeredBeforeFault, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
                 try await fault()
                 stop.withLockedValue { $0 = true }
                 return (-1, senders[0])
