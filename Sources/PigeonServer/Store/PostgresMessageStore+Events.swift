@@ -167,38 +167,77 @@ extension PostgresMessageStore {
     /// Inserts `events` with offsets taken from their partitions' rows (locked to the commit), payloads shared by
     /// several events once; answers them as the sink gets them.
     func insert(_ events: EventRows, _ connection: PostgresConnection) async throws -> [StoredEvent] {
-        guard events.count > 0 else { return [] }
+        try await write(BatchWrite(events: events), connection)
+    }
+
+    /// Writes a batch in one statement (one round trip): messages, dead letters, the conversations' last seqs, and
+    /// the events with offsets taken from their partitions' rows (locked to the commit; ``pigeon_take_offsets`` locks
+    /// them in partition order). Answers the events as the sink gets them.
+    func write(_ batch: BatchWrite, _ connection: PostgresConnection) async throws -> [StoredEvent] {
+        let events = batch.events
+        // Each event's rank within its partition, in batch order: its offset is the partition's first plus it.
         var counts: [Int32: Int64] = [:]
-        for part in events.parts { counts[part, default: 0] += 1 }
+        var ranks: [Int64] = []
+        ranks.reserveCapacity(events.count)
+        for part in events.parts {
+            ranks.append(counts[part, default: 0])
+            counts[part, default: 0] += 1
+        }
         let parts = counts.keys.sorted()
-        var next: [Int32: Int64] = [:]
+        let payloadRanks = events.payloadIndexes.map { $0 < 0 ? Int64(-1) : ranks[Int($0)] }
+        let shared = events.sharedPayloads
+        let (messages, dead) = (batch.messages, batch.deadLetters)
+        let conversationIds = Array(batch.lastSeqs.keys)
+        var firstOffsets: [Int32: Int64] = [:]
         for try await (part, first) in try await connection.query(
-            "SELECT taken_part, first_offset FROM pigeon_take_offsets(\(parts)::integer[], \(parts.map { counts[$0]! })::bigint[])",
-            logger: logger
+            """
+            WITH offs AS MATERIALIZED (
+                SELECT taken_part, first_offset FROM pigeon_take_offsets(\(parts)::integer[], \(parts.map { counts[$0]! })::bigint[])),
+            stored AS (
+                INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
+                    client_timestamp, accepted_at, stored_at)
+                SELECT * FROM unnest(\(messages.serverIds)::text[], \(messages.clientMessageIds)::text[], \(messages.conversationIds)::text[],
+                    \(messages.seqs)::bigint[], \(messages.senderIds)::text[], \(messages.senderDeviceIds)::text[], \(messages.types)::text[],
+                    \(messages.bodies)::text[], \(messages.clientTimestamps)::bigint[], \(messages.acceptedAt)::bigint[], \(messages.storedAt)::bigint[])),
+            dead AS (
+                INSERT INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
+                    client_timestamp, accepted_at, failed_at, error_code, error_message)
+                SELECT * FROM unnest(\(dead.messages.map(\.serverId))::text[], \(dead.messages.map(\.conversationId))::text[],
+                    \(dead.messages.map(\.clientMessageId))::text[], \(dead.messages.map(\.senderId))::text[],
+                    \(dead.messages.map(\.senderDeviceId))::text[], \(dead.messages.map(\.type))::text[], \(dead.messages.map(\.body))::text[],
+                    \(dead.messages.map(\.clientTimestamp))::bigint[], \(dead.messages.map(\.acceptedAt))::bigint[], \(dead.failedAt)::bigint[],
+                    \(dead.codes)::text[], \(dead.errors)::text[])
+                ON CONFLICT (server_id) DO UPDATE SET failed_at = excluded.failed_at, error_code = excluded.error_code,
+                    error_message = excluded.error_message),
+            seqs AS (
+                UPDATE conversations c SET last_seq = u.seq, updated_at = GREATEST(c.updated_at, \(batch.now))
+                FROM unnest(\(conversationIds)::text[], \(conversationIds.map { batch.lastSeqs[$0]! })::bigint[]) AS u(id, seq)
+                WHERE c.id = u.id),
+            shared AS (
+                INSERT INTO event_payloads(part, id, payload)
+                SELECT s.p, o.first_offset + s.r, s.pl
+                FROM unnest(\(shared.map { events.parts[Int($0.firstIndex)] })::integer[], \(shared.map { ranks[Int($0.firstIndex)] })::bigint[],
+                    \(shared.map(\.payload))::text[]) AS s(p, r, pl)
+                JOIN offs o ON o.taken_part = s.p),
+            written AS (
+                INSERT INTO events(part, id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
+                SELECT e.p, o.first_offset + e.r, e.u, NULLIF(e.d, ''), NULLIF(e.x, ''), e.t, e.c, NULLIF(e.ci, ''), NULLIF(e.s, 0),
+                    NULLIF(e.pl, ''), CASE WHEN e.pr < 0 THEN NULL ELSE o.first_offset + e.pr END
+                FROM unnest(\(events.parts)::integer[], \(ranks)::bigint[], \(events.userIds)::text[], \(events.deviceIds)::text[],
+                    \(events.excludedDeviceIds)::text[], \(events.types)::text[], \(events.createdAt)::bigint[], \(events.conversationIds)::text[],
+                    \(events.seqs)::bigint[], \(events.payloads)::text[], \(payloadRanks)::bigint[]) AS e(p, r, u, d, x, t, c, ci, s, pl, pr)
+                JOIN offs o ON o.taken_part = e.p)
+            SELECT taken_part, first_offset FROM offs
+            """, logger: logger
         ).decode((Int32, Int64).self) {
-            next[part] = first
+            firstOffsets[part] = first
         }
         var ids: [Int64] = []
         ids.reserveCapacity(events.count)
-        for part in events.parts {
-            guard let id = next[part] else { throw PigeonError(.internalError, "no offsets were taken in event partition \(part)") }
-            ids.append(id)
-            next[part] = id + 1
+        for (part, rank) in zip(events.parts, ranks) {
+            guard let first = firstOffsets[part] else { throw PigeonError(.internalError, "no offsets were taken in event partition \(part)") }
+            ids.append(first + rank)
         }
-        let payloadIds = events.payloadIndexes.map { $0 < 0 ? Int64(0) : ids[Int($0)] }
-        let shared = events.sharedPayloads
-        try await connection.query(
-            """
-            WITH shared AS (
-                INSERT INTO event_payloads(part, id, payload)
-                SELECT * FROM unnest(\(shared.map { events.parts[Int($0.firstIndex)] })::integer[],
-                    \(shared.map { ids[Int($0.firstIndex)] })::bigint[], \(shared.map(\.payload))::text[]))
-            INSERT INTO events(part, id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
-            SELECT p, i, u, NULLIF(d, ''), NULLIF(x, ''), t, c, NULLIF(ci, ''), NULLIF(s, 0), NULLIF(pl, ''), NULLIF(pi, 0)
-            FROM unnest(\(events.parts)::integer[], \(ids)::bigint[], \(events.userIds)::text[], \(events.deviceIds)::text[],
-                \(events.excludedDeviceIds)::text[], \(events.types)::text[], \(events.createdAt)::bigint[], \(events.conversationIds)::text[],
-                \(events.seqs)::bigint[], \(events.payloads)::text[], \(payloadIds)::bigint[]) AS e(p, i, u, d, x, t, c, ci, s, pl, pi)
-            """, logger: logger)
         var committed: [StoredEvent] = []
         committed.reserveCapacity(events.count)
         for index in 0..<events.count {
@@ -213,6 +252,17 @@ extension PostgresMessageStore {
         committed.sort { ($0.partition, $0.id) < ($1.partition, $1.id) }
         return committed
     }
+}
+
+/// What one processing transaction writes, in one statement (``PostgresMessageStore/write(_:_:)``).
+struct BatchWrite {
+    var messages = MessageRows()
+    var deadLetters = DeadLetterRows()
+    /// The new last seq of each conversation that stored messages.
+    var lastSeqs: [String: Int64] = [:]
+    var events = EventRows()
+    /// The store time (a conversation's `updated_at` moves to it).
+    var now: Int64 = 0
 }
 
 /// Events to insert, column by column (`""` and 0 stand for NULL).

@@ -160,18 +160,10 @@ extension PostgresMessageStore {
                     }
                 }
             }
-            try await rows.insert(connection, logger: logger)
-            try await deadLetters.insert(connection, logger: logger)
-            if !newLastSeqs.isEmpty {
-                let ids = Array(newLastSeqs.keys)
-                try await connection.query(
-                    """
-                    UPDATE conversations c SET last_seq = u.seq, updated_at = GREATEST(c.updated_at, \(now))
-                    FROM unnest(\(ids)::text[], \(ids.map { newLastSeqs[$0]! })::bigint[]) AS u(id, seq)
-                    WHERE c.id = u.id
-                    """, logger: logger)
-            }
-            return (results, try await insert(events, connection))
+            return (
+                results,
+                try await write(BatchWrite(messages: rows, deadLetters: deadLetters, lastSeqs: newLastSeqs, events: events, now: now), connection)
+            )
         }
         fanout.publish(committed)
         return results
@@ -205,8 +197,7 @@ extension PostgresMessageStore {
                     conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: detail)),
             at: now, partition: partition(of: message.conversationId))
         let committed = try await transaction { connection in
-            try await deadLetters.insert(connection, logger: logger)
-            return try await insert(events, connection)
+            try await write(BatchWrite(deadLetters: deadLetters, events: events, now: now), connection)
         }
         fanout.publish(committed)
     }

@@ -29,18 +29,6 @@ struct MessageRows {
         acceptedAt.append(message.acceptedAt)
         storedAt.append(message.storedAt)
     }
-
-    func insert(_ connection: PostgresConnection, logger: Logger) async throws {
-        guard !serverIds.isEmpty else { return }
-        try await connection.query(
-            """
-            INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
-                client_timestamp, accepted_at, stored_at)
-            SELECT * FROM unnest(\(serverIds)::text[], \(clientMessageIds)::text[], \(conversationIds)::text[], \(seqs)::bigint[],
-                \(senderIds)::text[], \(senderDeviceIds)::text[], \(types)::text[], \(bodies)::text[], \(clientTimestamps)::bigint[],
-                \(acceptedAt)::bigint[], \(storedAt)::bigint[])
-            """, logger: logger)
-    }
 }
 
 /// Dead letters to insert, column by column.
@@ -55,21 +43,6 @@ struct DeadLetterRows {
         failedAt.append(now)
         codes.append(error.code.rawValue)
         errors.append(error.message)
-    }
-
-    func insert(_ connection: PostgresConnection, logger: Logger) async throws {
-        guard !messages.isEmpty else { return }
-        try await connection.query(
-            """
-            INSERT INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
-                client_timestamp, accepted_at, failed_at, error_code, error_message)
-            SELECT * FROM unnest(\(messages.map(\.serverId))::text[], \(messages.map(\.conversationId))::text[],
-                \(messages.map(\.clientMessageId))::text[], \(messages.map(\.senderId))::text[], \(messages.map(\.senderDeviceId))::text[],
-                \(messages.map(\.type))::text[], \(messages.map(\.body))::text[], \(messages.map(\.clientTimestamp))::bigint[],
-                \(messages.map(\.acceptedAt))::bigint[], \(failedAt)::bigint[], \(codes)::text[], \(errors)::text[])
-            ON CONFLICT (server_id) DO UPDATE SET failed_at = excluded.failed_at, error_code = excluded.error_code,
-                error_message = excluded.error_message
-            """, logger: logger)
     }
 }
 
