@@ -103,17 +103,7 @@ import Testing
         let url = try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(schema)&event_partitions=\(partitions)"
         let sink = Contract.RecordingSink()
         let store = try await PostgresMessageStore.open(url: url, local: LocalFanout(sink: sink), logger: logger, maxConnections: 4, nodeId: nodeId)
-        let result: Result<Void, any Error> = await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await store.run() }
-            defer { group.cancelAll() }
-            do {
-                try await body(store, sink)
-                return .success(())
-            } catch {
-                return .failure(error)
-            }
-        }
-        try result.get()
+        try await Contract.whileRunning([store]) { try await body(store, sink) }.get()
     }
 
     static func newSchema() -> String {

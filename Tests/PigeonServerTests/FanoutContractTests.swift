@@ -43,17 +43,8 @@ import Testing
                 stores.append(store)
                 nodes.append(Node(hub: hub, store: store, fanout: store.fanout))
             }
-            let (running, ready) = (stores, nodes)
-            let result: Result<Void, any Error> = await withThrowingTaskGroup(of: Void.self) { group in
-                for store in running { group.addTask { try await store.run() } }
-                defer { group.cancelAll() }
-                do {
-                    try await body(ready)
-                    return .success(())
-                } catch {
-                    return .failure(error)
-                }
-            }
+            let ready = nodes
+            let result = await StoreContractTests.whileRunning(stores) { try await body(ready) }
             try? await TestPostgres.execute("DROP SCHEMA IF EXISTS \(schema) CASCADE")
             try result.get()
         }

@@ -71,19 +71,24 @@ import Testing
                     url: url, local: LocalFanout(sink: sink), faultInjector: faultInjector, logger: logger, maxConnections: 4))
                 sinks.append(sink)
             }
-            let running = stores
-            let result: Result<Void, any Error> = await withThrowingTaskGroup(of: Void.self) { group in
-                for store in running { group.addTask { try await store.run() } }
-                defer { group.cancelAll() }
-                do {
-                    try await body(running, sinks)
-                    return .success(())
-                } catch {
-                    return .failure(error)
-                }
-            }
+            let (running, recorded) = (stores, sinks)
+            let result = await Self.whileRunning(stores) { try await body(running, recorded) }
             try? await TestPostgres.execute("DROP SCHEMA IF EXISTS \(schema) CASCADE")
             try result.get()
+        }
+    }
+
+    /// Runs `body` while `stores` run (their pools, fan-outs and receipt writers), then stops them; `body`'s outcome.
+    static func whileRunning(_ stores: [PostgresMessageStore], _ body: @Sendable () async throws -> Void) async -> Result<Void, any Error> {
+        await withThrowingTaskGroup(of: Void.self) { group in
+            for store in stores { group.addTask { try await store.run() } }
+            defer { group.cancelAll() }
+            do {
+                try await body()
+                return .success(())
+            } catch {
+                return .failure(error)
+            }
         }
     }
 

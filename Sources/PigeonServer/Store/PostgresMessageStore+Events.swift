@@ -102,23 +102,22 @@ extension PostgresMessageStore {
     }
 
     public func headPosition() async throws -> EventPosition {
-        var head = EventPosition.start(partitions: eventPartitions)
-        for try await (part, offset) in try await client.query(
-            "SELECT part, last_offset FROM event_partitions WHERE part < \(eventPartitions)", logger: logger
-        ).decode((Int32, Int64).self) {
-            head.offsets[Int(part)] = offset
-        }
-        return head
+        try await position(in: "last_offset")
     }
 
     public func prunedThrough() async throws -> EventPosition {
-        var pruned = EventPosition.start(partitions: eventPartitions)
+        try await position(in: "pruned_through")
+    }
+
+    /// A position read from a column of the partitions' rows (committed values only).
+    private func position(in column: String) async throws -> EventPosition {
+        var position = EventPosition.start(partitions: eventPartitions)
         for try await (part, offset) in try await client.query(
-            "SELECT part, pruned_through FROM event_partitions WHERE part < \(eventPartitions)", logger: logger
+            "SELECT part, \(unescaped: column) FROM event_partitions WHERE part < \(eventPartitions)", logger: logger
         ).decode((Int32, Int64).self) {
-            pruned.offsets[Int(part)] = offset
+            position.offsets[Int(part)] = offset
         }
-        return pruned
+        return position
     }
 
     @discardableResult
