@@ -169,7 +169,8 @@ extension PostgresMessageStore {
         try await write(BatchWrite(events: events), connection)
     }
 
-    /// Writes a batch in one statement (one round trip): messages, dead letters, the conversations' last seqs, and
+    /// Writes a batch in one statement (one round trip): messages, dead letters, the conversations' last seqs, members'
+    /// watermarks, and
     /// the events with offsets taken from their partitions' rows (locked to the commit; ``pigeon_take_offsets`` locks
     /// them in partition order). Answers the events as the sink gets them.
     func write(_ batch: BatchWrite, _ connection: PostgresConnection) async throws -> [StoredEvent] {
@@ -185,7 +186,7 @@ extension PostgresMessageStore {
         let parts = counts.keys.sorted()
         let payloadRanks = events.payloadIndexes.map { $0 < 0 ? Int64(-1) : ranks[Int($0)] }
         let shared = events.sharedPayloads
-        let (messages, dead) = (batch.messages, batch.deadLetters)
+        let (messages, dead, marks) = (batch.messages, batch.deadLetters, batch.watermarks)
         let conversationIds = Array(batch.lastSeqs.keys)
         var firstOffsets: [Int32: Int64] = [:]
         for try await (part, first) in try await connection.query(
@@ -212,6 +213,11 @@ extension PostgresMessageStore {
                 UPDATE conversations c SET last_seq = u.seq, updated_at = GREATEST(c.updated_at, \(batch.now))
                 FROM unnest(\(conversationIds)::text[], \(conversationIds.map { batch.lastSeqs[$0]! })::bigint[]) AS u(id, seq)
                 WHERE c.id = u.id),
+            marks AS (
+                UPDATE members m SET delivered_seq = u.d, read_seq = u.r
+                FROM unnest(\(marks.conversationIds)::text[], \(marks.userIds)::text[], \(marks.delivered)::bigint[], \(marks.read)::bigint[])
+                    AS u(c, us, d, r)
+                WHERE m.conversation_id = u.c AND m.user_id = u.us),
             shared AS (
                 INSERT INTO event_payloads(part, id, payload)
                 SELECT s.p, o.first_offset + s.r, s.pl
@@ -260,8 +266,18 @@ struct BatchWrite {
     /// The new last seq of each conversation that stored messages.
     var lastSeqs: [String: Int64] = [:]
     var events = EventRows()
+    /// Members' receipt watermarks to set.
+    var watermarks = WatermarkRows()
     /// The store time (a conversation's `updated_at` moves to it).
     var now: Int64 = 0
+}
+
+/// Members' watermarks to set, column by column.
+struct WatermarkRows {
+    var conversationIds: [String] = []
+    var userIds: [String] = []
+    var delivered: [Int64] = []
+    var read: [Int64] = []
 }
 
 /// Events to insert, column by column (`""` and 0 stand for NULL).

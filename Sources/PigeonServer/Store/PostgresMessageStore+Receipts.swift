@@ -47,8 +47,18 @@ extension PostgresMessageStore {
             guard !group.isEmpty else { continue }
             if pendingReceipts.withLockedValue({ !$0.isEmpty }) { receiptWakeUp.notify() }
             do {
-                let (outcomes, committed) = try await withDeadline(.seconds(10)) { try await self.writeReceiptGroup(group) }
+                let (written, committed, moves) = try await withDeadline(.seconds(10)) { try await self.writeReceiptGroup(group) }
                 fanout.publish(committed)
+                var outcomes = written
+                do {
+                    outcomes = try await withDeadline(.seconds(10)) { [outcomes] in
+                        var measured = outcomes
+                        try await self.recordDeliveredStoreTimes(moves, in: &measured)
+                        return measured
+                    }
+                } catch {
+                    logger.debug("store times of delivered messages not read", metadata: ["error": "\(String(reflecting: error))"])
+                }
                 for (receipt, outcome) in zip(group, outcomes) { receipt.continuation.resume(returning: outcome) }
             } catch {
                 for receipt in group { receipt.continuation.resume(throwing: error) }
@@ -63,14 +73,17 @@ extension PostgresMessageStore {
 
     /// One transaction for a group of receipts: lock the members' rows (in key order, so concurrent groups of
     /// several nodes cannot deadlock), apply the receipts in arrival order, write watermarks and events once.
-    func writeReceiptGroup(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent]) {
+    /// A delivered watermark that moved: the receipt's index in its group, and where it moved to.
+    typealias DeliveredMove = (index: Int, conversationId: String, userId: String, seq: Int64)
+
+    func writeReceiptGroup(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove]) {
         struct Key: Hashable {
             var conversationId: String
             var userId: String
         }
         let keys = Array(Set(group.map { Key(conversationId: $0.conversationId, userId: $0.userId) }))
             .sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }
-        return try await transaction { connection -> ([ReceiptOutcome], [StoredEvent]) in
+        return try await transaction { connection -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove]) in
             var watermarks: [Key: (delivered: Int64, read: Int64, lastSeq: Int64)] = [:]
             for try await (conversationId, userId, delivered, read, lastSeq) in try await connection.query(
                 """
@@ -116,34 +129,36 @@ extension PostgresMessageStore {
                         type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
                 }
             }
-            guard !changed.isEmpty else { return (outcomes, []) }
+            guard !changed.isEmpty else { return (outcomes, [], []) }
             let rows = Array(changed)
-            try await connection.query(
-                """
-                UPDATE members m SET delivered_seq = u.d, read_seq = u.r
-                FROM unnest(\(rows.map(\.conversationId))::text[], \(rows.map(\.userId))::text[],
-                    \(rows.map { watermarks[$0]!.delivered })::bigint[], \(rows.map { watermarks[$0]!.read })::bigint[]) AS u(c, us, d, r)
-                WHERE m.conversation_id = u.c AND m.user_id = u.us
-                """, logger: logger)
-            let committed = try await insert(events, connection)
-            if !deliveredMoves.isEmpty {
-                var storedAt: [String: (Int64, String)] = [:]
-                for try await (conversationId, seq, stored, senderId) in try await connection.query(
-                    """
-                    SELECT m.conversation_id, m.seq, m.stored_at, m.sender_id FROM messages m
-                    JOIN unnest(\(deliveredMoves.map(\.key.conversationId))::text[], \(deliveredMoves.map(\.seq))::bigint[]) AS k(c, s)
-                        ON m.conversation_id = k.c AND m.seq = k.s
-                    """, logger: logger
-                ).decode((String, Int64, Int64, String).self) {
-                    storedAt["\(conversationId) \(seq)"] = (stored, senderId)
-                }
-                for move in deliveredMoves {
-                    if let (stored, senderId) = storedAt["\(move.key.conversationId) \(move.seq)"], senderId != move.key.userId {
-                        outcomes[move.index].deliveredMessageStoredAt = stored
-                    }
-                }
+            var write = BatchWrite(events: events, now: now)
+            write.watermarks = WatermarkRows(
+                conversationIds: rows.map(\.conversationId), userIds: rows.map(\.userId), delivered: rows.map { watermarks[$0]!.delivered },
+                read: rows.map { watermarks[$0]!.read })
+            let committed = try await self.write(write, connection)
+            return (outcomes, committed, deliveredMoves.map { ($0.index, $0.key.conversationId, $0.key.userId, $0.seq) })
+        }
+    }
+
+    /// For each delivered watermark that moved onto another member's message, that message's store time (for the
+    /// stored → delivered latency); read after the commit, outside the receipts' transaction.
+    func recordDeliveredStoreTimes(_ moves: [DeliveredMove], in outcomes: inout [ReceiptOutcome]) async throws {
+        guard !moves.isEmpty else { return }
+        var storedAt: [String: (Int64, String)] = [:]
+        for try await (conversationId, seq, stored, senderId) in try await client.query(
+            """
+            SELECT m.conversation_id, m.seq, m.stored_at, m.sender_id FROM messages m
+            JOIN unnest(\(moves.map(\.conversationId))::text[], \(moves.map(\.seq))::bigint[]) AS k(c, s)
+                ON m.conversation_id = k.c AND m.seq = k.s
+            """, logger: logger
+        ).decode((String, Int64, Int64, String).self) {
+            storedAt["\(conversationId) \(seq)"] = (stored, senderId)
+        }
+        for move in moves {
+            if let (stored, senderId) = storedAt["\(move.conversationId) \(move.seq)"], senderId != move.userId {
+                outcomes[move.index].deliveredMessageStoredAt = stored
             }
-            return (outcomes, committed)
         }
     }
 }
+
