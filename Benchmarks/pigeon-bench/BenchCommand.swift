@@ -29,8 +29,9 @@ struct PigeonBench: AsyncParsableCommand {
             (interleaved: 1,2,4,1,2,4,…) that many nodes in a fresh schema and key prefix, each confined to \
             --node-cpu cores by a cgroup of its own (cgroup v2 cpu.max or v1 cpu.cfs_quota_us; needs root), with the \
             ws-throughput load spread over them; it reports accepted/s, stored/s (rows committed to the messages \
-            table in the window), their ratios to one node, and PostgreSQL's lock waits (pg_stat_activity every \
-            100 ms). Without a writable cgroup cpu controller the nodes run unconfined and every figure says so.
+            table in the window, and in a 5 s drain window after the sends, when the nodes only store their \
+            backlog), their ratios to one node, and PostgreSQL's lock waits (pg_stat_activity every 100 ms). \
+            Without a writable cgroup cpu controller the nodes run unconfined and every figure says so.
             """
     )
 

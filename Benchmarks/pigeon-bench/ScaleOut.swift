@@ -10,8 +10,11 @@ import Foundation
 /// and one Redis, moves each node into a cgroup of its own limited to ``ScaleOutSettings/nodeCores`` right after it
 /// starts, and runs the pipelined WebSocket load of ws-throughput with the sender connections spread over the nodes
 /// in turn. Over the measured window it counts acks, counts the rows committed to the namespace's `messages` table,
-/// samples PostgreSQL's lock waits, and reads the nodes' CPU use and throttling. Then it lifts the limits, stops the
-/// nodes, and removes the cgroups, the schema and the Redis keys, also after a failure. Without a usable cgroup cpu
+/// samples PostgreSQL's lock waits, and reads the nodes' CPU use and throttling. The nodes accept faster than they
+/// store, so a backlog builds up; once sending has stopped, a drain window of ``ScaleOutSettings/drainSeconds``
+/// measures the same while the nodes do nothing but store it: their storing capacity, without the accept path
+/// taking its share of their CPU. Then it lifts the limits, stops the nodes, and removes the cgroups, the schema and
+/// the Redis keys, also after a failure. Without a usable cgroup cpu
 /// controller the nodes run unconfined, and the output and the results say so on every figure.
 struct ScaleOut: Sendable {
     let settings: BenchSettings
@@ -131,6 +134,26 @@ struct ScaleOut: Sendable {
         let start = try await atStart
         let end = try await atEnd
         let samples = try await lockSamples
+        // Sending has stopped and every send has its answer: the nodes only store the backlog now.
+        let drainWindow = MeasurementWindow(warmup: .milliseconds(200), duration: .seconds(scaleOut.drainSeconds))
+        async let drainSamples = PostgresWaitSampler(postgresURL: production.postgresURL).sample(window: drainWindow)
+        async let atDrainStart = readEdge(at: drainWindow.start, deployment: deployment, groups: groups, namespace: namespace)
+        async let atDrainEnd = readEdge(at: drainWindow.end, deployment: deployment, groups: groups, namespace: namespace)
+        let drainStart = try await atDrainStart
+        let drainEnd = try await atDrainEnd
+        let acceptedTotal = answers.reduce(0) { $0 + $1.accepted }
+        let drain = ScaleOutRun.Drain(
+            seconds: drainEnd.stored.at - drainStart.stored.at,
+            stored: drainEnd.stored.messages - drainStart.stored.messages,
+            storedPerSecond: drainEnd.stored.rate(since: drainStart.stored),
+            backlogAtEnd: acceptedTotal - drainEnd.stored.messages,
+            storedByNode: Self.storedByNode(from: drainStart, to: drainEnd),
+            throttling: Self.throttling(from: drainStart, to: drainEnd),
+            lockWaits: LockWaitSummary(
+                samples: try await drainSamples,
+                nodePorts: drainStart.postgresPorts.union(drainEnd.postgresPorts)
+            )
+        )
         return ScaleOutRun(
             round: round,
             nodes: deployment.nodes.count,
@@ -142,19 +165,31 @@ struct ScaleOut: Sendable {
             storedInWindow: end.stored.messages - start.stored.messages,
             storedSeconds: end.stored.at - start.stored.at,
             storedPerSecond: end.stored.rate(since: start.stored),
-            storedByNode: zip(start.nodeStored, end.nodeStored).map { before, after in
-                guard let before, let after else { return nil }
-                return after - before
-            },
+            storedByNode: Self.storedByNode(from: start, to: end),
+            acceptedTotal: acceptedTotal,
             errors: tally.errors,
             unanswered: answers.reduce(0) { $0 + $1.unanswered },
             load: load,
-            throttling: zip(start.throttling, end.throttling).map { before, after in
-                guard let before, let after else { return nil }
-                return after.since(before)
-            },
-            lockWaits: LockWaitSummary(samples: samples, nodePorts: start.postgresPorts.union(end.postgresPorts))
+            throttling: Self.throttling(from: start, to: end),
+            lockWaits: LockWaitSummary(samples: samples, nodePorts: start.postgresPorts.union(end.postgresPorts)),
+            drain: drain
         )
+    }
+
+    /// What each node's processor stored between two edges, by its own counter.
+    private static func storedByNode(from start: WindowEdge, to end: WindowEdge) -> [Int?] {
+        zip(start.nodeStored, end.nodeStored).map { before, after in
+            guard let before, let after else { return nil }
+            return after - before
+        }
+    }
+
+    /// Each node's cgroup counters between two edges.
+    private static func throttling(from start: WindowEdge, to end: WindowEdge) -> [CPUThrottling?] {
+        zip(start.throttling, end.throttling).map { before, after in
+            guard let before, let after else { return nil }
+            return after.since(before)
+        }
     }
 
     /// What is read at one edge of the window.
@@ -198,4 +233,6 @@ struct ScaleOutSettings: Codable, Sendable {
     /// The CPU share of each node, in cores.
     var nodeCores: Double
     var rounds: Int
+    /// The length of the drain window after the sending one, in seconds.
+    var drainSeconds = 5
 }

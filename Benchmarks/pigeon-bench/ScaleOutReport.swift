@@ -30,6 +30,16 @@ extension ScaleOutRun {
                 + "bench \(Format.cores(load.benchCores))"
         )
         lockWaits.printLines(limit: 6)
+        let drainThrottled = drain.throttling.isEmpty ? "" : "; nodes throttled in " + drain.throttling.map { Self.percent($0?.throttledFraction) }.joined(separator: " + ")
+        print(
+            "  draining:  \(Format.rate(drain.storedPerSecond)) stored with no sends (\(Format.count(drain.stored)) rows in "
+                + "\(Format.seconds(drain.seconds))); \(Format.count(max(drain.backlogAtEnd, 0))) still to store after it"
+                + (drain.hadBacklogThroughout ? "" : " (the backlog ran out: a lower bound)") + drainThrottled
+        )
+        if drain.storedByNode.count > 1 {
+            print("  by node:   stored \(drain.storedByNode.map { $0.map(Format.count) ?? "n/a" }.joined(separator: " + ")) while draining")
+        }
+        drain.lockWaits.printLines(limit: 3)
     }
 
     /// `0.953` as `95 %`; `n/a` for `nil`.
@@ -84,48 +94,94 @@ extension ScaleOutResults {
                 + (confinement.map { "each node confined to \(Format.cores(settings.nodeCores)) core (\($0))" } ?? "nodes UNCONFINED")
                 + " =="
         )
-        var table = Table(header: [
-            "nodes", "accepted/s (median)", base, "stored/s (median)", base, "accepted/s by round", "stored/s by round",
-            "stored \(base) by round", "CPU cores per node (median)",
+        var medians = Table(header: [
+            "nodes", "accepted/s", base, "stored/s while sending", base, "stored/s while draining", base, "CPU cores per node",
+            "PostgreSQL / Redis / bench",
         ])
+        var byRound = Table(header: [
+            "nodes", "accepted/s by round", base, "stored/s while sending", base, "stored/s while draining", base,
+        ])
+        func list(_ values: [Double?]) -> String {
+            values.map { $0.map { Format.count(Int($0.rounded())) } ?? "n/a" }.joined(separator: " / ")
+        }
+        func ratios(_ values: [Double?]) -> String { values.map { Format.ratio($0, 1) }.joined(separator: " / ") }
         for figure in figures {
             let runs = runs.filter { $0.nodes == figure.nodes }
             let nodeCores = median(runs.compactMap { run in run.load.serverCores.map { $0 / Double(run.nodes) } })
-            table.add([
+            let services = [
+                median(runs.compactMap { $0.load.serviceCores["postgres"] }), median(runs.compactMap { $0.load.serviceCores["redis"] }),
+                median(runs.compactMap(\.load.benchCores)),
+            ]
+            medians.add([
                 "\(figure.nodes)",
                 Format.rate(figure.medianAcceptedPerSecond),
                 Format.ratio(figure.acceptedRatio, 1),
                 Format.rate(figure.medianStoredPerSecond),
                 Format.ratio(figure.storedRatio, 1),
-                figure.acceptedPerSecond.map { Format.count(Int($0.rounded())) }.joined(separator: " / "),
-                figure.storedPerSecond.map { $0.map { Format.count(Int($0.rounded())) } ?? "n/a" }.joined(separator: " / "),
-                figure.storedRatioByRound.map { Format.ratio($0, 1) }.joined(separator: " / "),
+                Format.rate(figure.medianDrainStoredPerSecond),
+                Format.ratio(figure.drainStoredRatio, 1),
                 Format.cores(nodeCores),
+                services.map(Format.cores).joined(separator: " / "),
+            ])
+            let drainRatios = runs.map { run in
+                Format.ratio(run.drain.storedPerSecond, self.runs.first { $0.round == run.round && $0.nodes == baseNodes }?.drain.storedPerSecond)
+            }
+            byRound.add([
+                "\(figure.nodes)",
+                list(figure.acceptedPerSecond),
+                ratios(figure.acceptedRatioByRound),
+                list(figure.storedPerSecond),
+                ratios(figure.storedRatioByRound),
+                list(figure.drainStoredPerSecond),
+                drainRatios.joined(separator: " / "),
             ])
         }
-        table.print()
-        print("accepted/s: acks received in the window; stored/s: \(storedMeasure)")
+        print("medians over the rounds:")
+        medians.print()
+        print("each round (\(base): against the same round's figure):")
+        byRound.print()
+        print(
+            """
+            accepted/s: acks received in the sending window. stored/s: \(storedMeasure); while sending, and in the \
+            \(settings.drainSeconds) s drain window after it, when the nodes only store the backlog. CPU: medians over the sending windows.
+            """
+        )
+        let growing = runs.filter { $0.acceptedInWindow - $0.storedInWindow > $0.acceptedInWindow / 10 }
+        if !growing.isEmpty {
+            print(
+                """
+                note: in \(growing.count) of \(runs.count) sending windows the nodes accepted more than 10 % faster than they \
+                stored, so stored/s while sending is what each node's processor got beside accepting (with fewer nodes each \
+                accepts for more connections and stores less), not what the nodes can store; the drain windows measure that.
+                """
+            )
+        }
         if let unconfinedReason {
             print("WARNING: the nodes ran UNCONFINED (\(unconfinedReason)); the ratios do not show scale-out")
         }
         for target in targets {
-            let verdict = target.met.map { $0 ? "PASS" : "FAIL" } ?? "not checked (nodes unconfined)"
+            let verdict = target.met.map { $0 ? "PASS" : "FAIL" } ?? "not checked (\(target.notCheckedBecause ?? "no figures"))"
             print(
-                "target stored/s at \(target.nodes) nodes ≥ \(String(format: "%.1f", target.requiredRatio))× one node's: "
+                "target stored/s at \(target.nodes) nodes ≥ \(String(format: "%.1f", target.requiredRatio))× one node's (drain windows): "
                     + "\(verdict) — \(Format.ratio(target.ratio, 1))×"
             )
         }
-        for nodes in settings.nodeCounts {
-            let summaries = runs.filter { $0.nodes == nodes }.map(\.lockWaits)
-            let samples = summaries.reduce(0) { $0 + $1.samples }
-            let waiting = summaries.isEmpty ? 0 : summaries.map(\.meanWaitingBackends).reduce(0, +) / Double(summaries.count)
-            let busy = summaries.isEmpty ? 0 : summaries.map(\.meanBusyBackends).reduce(0, +) / Double(summaries.count)
-            let idle = summaries.isEmpty ? 0 : summaries.map(\.meanIdleInTransactionBackends).reduce(0, +) / Double(summaries.count)
-            print(
-                "lock waits at \(nodes) node\(nodes == 1 ? "" : "s") (\(samples) samples over the rounds; the nodes' backends on average: "
-                    + String(format: "%.1f busy, %.1f idle in a transaction, %.1f waiting for a lock", busy, idle, waiting) + "):"
-            )
-            LockWaitSummary.printWaits(LockWaitSummary.combinedWaits(summaries), limit: 5, indent: "  ")
+        for (phase, summary) in [("sending", \ScaleOutRun.lockWaits), ("draining", \ScaleOutRun.drain.lockWaits)] {
+            for nodes in settings.nodeCounts {
+                let summaries = runs.filter { $0.nodes == nodes }.map { $0[keyPath: summary] }
+                func mean(_ value: KeyPath<LockWaitSummary, Double>) -> Double {
+                    summaries.isEmpty ? 0 : summaries.map { $0[keyPath: value] }.reduce(0, +) / Double(summaries.count)
+                }
+                print(
+                    "lock waits while \(phase), \(nodes) node\(nodes == 1 ? "" : "s") (\(summaries.reduce(0) { $0 + $1.samples }) samples "
+                        + "over the rounds; the nodes' backends on average: "
+                        + String(
+                            format: "%.1f busy, %.1f idle in a transaction, %.1f waiting for a lock",
+                            mean(\.meanBusyBackends), mean(\.meanIdleInTransactionBackends), mean(\.meanWaitingBackends)
+                        ) + "):"
+                )
+                LockWaitSummary.printWaits(LockWaitSummary.combinedWaits(summaries), limit: 5, indent: "  ")
+            }
         }
     }
 }
