@@ -28,7 +28,7 @@ struct CPUCgroup: Sendable {
                 try Self.writeControlFile(path + "/tasks", "\(thread)")
             }
         }
-        let outside = Self.threads(of: pid).filter { !contains(thread: $0, of: pid) }
+        let outside = Self.threads(of: pid).filter { contains(thread: $0, of: pid) == false }
         guard outside.isEmpty else {
             throw BenchError.commandFailed("threads \(outside) of process \(pid) are not in \(path) after moving it there")
         }
@@ -37,7 +37,7 @@ struct CPUCgroup: Sendable {
     /// Whether every thread of `pid` is in the group (`false` if the process is gone).
     func containsAllThreads(of pid: pid_t) -> Bool {
         let threads = Self.threads(of: pid)
-        return !threads.isEmpty && threads.allSatisfy { contains(thread: $0, of: pid) }
+        return !threads.isEmpty && threads.allSatisfy { contains(thread: $0, of: pid) != false }
     }
 
     /// Sets the group's limit to `cores`.
@@ -97,8 +97,9 @@ struct CPUCgroup: Sendable {
         guard written == bytes.count else { throw BenchError.system("writing \"\(value)\" to \(path)", errno) }
     }
 
-    private func contains(thread: pid_t, of pid: pid_t) -> Bool {
-        guard let membership = ProcessStats.kernelFileText("/proc/\(pid)/task/\(thread)/cgroup") else { return false }
+    /// Whether the thread is in the group; `nil` if it has ended since it was listed.
+    private func contains(thread: pid_t, of pid: pid_t) -> Bool? {
+        guard let membership = ProcessStats.kernelFileText("/proc/\(pid)/task/\(thread)/cgroup") else { return nil }
         // Lines are `ID:CONTROLLERS:PATH`; v2's has no controllers (`0::PATH`), v1's cpu line lists `cpu`.
         return membership.split(separator: "\n").contains { line in
             let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)

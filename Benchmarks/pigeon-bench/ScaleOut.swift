@@ -14,8 +14,8 @@ import Foundation
 /// store, so a backlog builds up; once sending has stopped, a drain window of ``ScaleOutSettings/drainSeconds``
 /// measures the same while the nodes do nothing but store it: their storing capacity, without the accept path
 /// taking its share of their CPU. Then it lifts the limits, stops the nodes, and removes the cgroups, the schema and
-/// the Redis keys, also after a failure. Without a usable cgroup cpu
-/// controller the nodes run unconfined, and the output and the results say so on every figure.
+/// the Redis keys, also after a failure. Without a usable cgroup cpu controller the nodes run unconfined, and the
+/// output and the results say so on every figure.
 struct ScaleOut: Sendable {
     let settings: BenchSettings
     let scaleOut: ScaleOutSettings
@@ -44,7 +44,7 @@ struct ScaleOut: Sendable {
         print(
             "\n######## scale-out: nodes \(scaleOut.nodeCounts.map(String.init).joined(separator: ", ")) × \(scaleOut.rounds) rounds, "
                 + "\(settings.connections) WebSockets × \(settings.window) sends in flight spread over the nodes, "
-                + "\(settings.warmupSeconds) s warm-up + \(settings.durationSeconds) s per run"
+                + "\(settings.warmupSeconds) s warm-up + \(settings.durationSeconds) s + \(scaleOut.drainSeconds) s drain per run"
         )
         if let controller {
             print("each node confined to \(Format.cores(scaleOut.nodeCores)) core through a cgroup of its own (\(controller.version.rawValue), \(controller.mountPoint))")
@@ -134,7 +134,7 @@ struct ScaleOut: Sendable {
         let start = try await atStart
         let end = try await atEnd
         let samples = try await lockSamples
-        // Sending has stopped and every send has its answer: the nodes only store the backlog now.
+        // Sending has stopped and the senders have their answers (or gave up waiting): the nodes only store the backlog now.
         let drainWindow = MeasurementWindow(warmup: .milliseconds(200), duration: .seconds(scaleOut.drainSeconds))
         async let drainSamples = PostgresWaitSampler(postgresURL: production.postgresURL).sample(window: drainWindow)
         async let atDrainStart = readEdge(at: drainWindow.start, deployment: deployment, groups: groups, namespace: namespace)
