@@ -2,8 +2,9 @@
 # Builds the server and the load generator in release mode (scratch path .build-release, apart from the debug
 # builds in .build) and runs the benchmark; arguments go to pigeon-bench (see `scripts/bench.sh --help`).
 # Installs mosquitto first, for the comparison scenario, if it is missing. When a production backend is requested
-# (--backends production or production-2), starts redis-server and PostgreSQL through scripts/services.sh unless they
-# are reachable, passes their URLs in PIGEON_REDIS_URL and PIGEON_POSTGRES_URL, and on exit stops what it started.
+# (--backends production or production-2) or the scale-out scenario (--scenario scale-out, which spawns production
+# nodes of its own), starts redis-server and PostgreSQL through scripts/services.sh unless they are reachable, passes
+# their URLs in PIGEON_REDIS_URL and PIGEON_POSTGRES_URL, and on exit stops what it started.
 # `scripts/bench.sh pigeonkit [options]` instead builds and runs pigeonkit-bench, the client SDK's benchmark (with a
 # server inside its own process; `scripts/bench.sh pigeonkit --help` lists its options); it needs nothing installed.
 set -euo pipefail
@@ -25,6 +26,7 @@ previous=""
 for argument in "$@"; do
     case "$previous|$argument" in
     "--backends|"*production* | *"|--backends="*production*) production=true ;;
+    "--scenario|"*scale-out* | *"|--scenario="*scale-out*) production=true ;;
     esac
     previous="$argument"
 done

@@ -24,6 +24,14 @@ struct PigeonBench: AsyncParsableCommand {
             Scenarios, in the order `all` runs them: idle-streams (memory per open WebSocket stream), ws-throughput \
             (pipelined WebSocket sends), http-throughput (POST …/messages on keep-alive connections), latency (paced \
             sends: send → message.new and send → ✓✓), mosquitto (the throughput and latency shapes over MQTT QoS 1).
+
+            scale-out (not in `all`) spawns its own production nodes: for each count of --nodes in each of --rounds \
+            (interleaved: 1,2,4,1,2,4,…) that many nodes in a fresh schema and key prefix, each confined to \
+            --node-cpu cores by a cgroup of its own (cgroup v2 cpu.max or v1 cpu.cfs_quota_us; needs root), with the \
+            ws-throughput load spread over them; it reports accepted/s, stored/s (rows committed to the messages \
+            table in the window, and in a 5 s drain window after the sends, when the nodes only store their \
+            backlog), their ratios to one node, and PostgreSQL's lock waits (pg_stat_activity every 100 ms). \
+            Without a writable cgroup cpu controller the nodes run unconfined and every figure says so.
             """
     )
 
@@ -90,6 +98,15 @@ struct PigeonBench: AsyncParsableCommand {
     @Option(help: "The mosquitto executable (default: mosquitto on PATH or in /usr/sbin).")
     var mosquittoBinary: String?
 
+    @Option(help: "scale-out: comma-separated node counts, each run in every round.")
+    var nodes = NodeCountList([1, 2, 4])
+
+    @Option(name: .customLong("node-cpu"), help: "scale-out: the CPU share of each node, in cores (a cgroup limit).")
+    var nodeCPU = 0.1
+
+    @Option(help: "scale-out: rounds; each runs every node count once, and the summary gives the medians.")
+    var rounds = 3
+
     @Option(help: "Also write the results as JSON to this file.")
     var json: String?
 
@@ -97,11 +114,13 @@ struct PigeonBench: AsyncParsableCommand {
         for (name, value, minimum) in [
             ("connections", connections, 1), ("window", window, 1), ("duration", duration, 1), ("warmup", warmup, 1),
             ("rate", rate, 1), ("streams", streams, 0), ("stream-devices", streamDevices, 1), ("open-concurrency", openConcurrency, 1),
-            ("body-size", bodySize, 0), ("grace", grace, 0), ("drain-timeout", drainTimeout, 1),
+            ("body-size", bodySize, 0), ("grace", grace, 0), ("drain-timeout", drainTimeout, 1), ("rounds", rounds, 1),
         ] where value < minimum {
             throw ValidationError("--\(name) must be at least \(minimum)")
         }
         guard bodySize <= 65_536 else { throw ValidationError("--body-size must be at most 65536 (the server's default limit)") }
+        guard nodeCPU >= 0.01, nodeCPU <= 64 else { throw ValidationError("--node-cpu must be between 0.01 and 64 cores") }
+        guard rounds <= 20 else { throw ValidationError("--rounds must be at most 20") }
         if let url {
             guard let components = URLComponents(string: url), components.scheme == "http",
                 components.host == "127.0.0.1", components.port != nil,
@@ -110,6 +129,7 @@ struct PigeonBench: AsyncParsableCommand {
                 throw ValidationError("--url must be a loopback base URL such as http://127.0.0.1:8080")
             }
             if backends != nil { throw ValidationError("--backends spawns servers; it does not go with --url") }
+            if scenario.selected.contains(.scaleOut) { throw ValidationError("scale-out spawns its own nodes; it does not go with --url") }
         } else if serverPid != nil {
             throw ValidationError("--server-pid goes with --url")
         }
@@ -143,15 +163,16 @@ struct PigeonBench: AsyncParsableCommand {
         }
         let mosquitto = try scenarios.contains(.mosquitto) ? locateMosquitto() : nil
         let backends = backends?.backends ?? [.embedded]
+        let runsOnBackends = scenarios.contains(where: \.runsOnBackends)
         let production =
-            try url == nil && backends.contains(where: \.isProduction) && scenarios.contains(where: \.needsPigeonServer)
+            try url == nil && (backends.contains(where: \.isProduction) && runsOnBackends || scenarios.contains(.scaleOut))
             ? ProductionServices(postgresURL: postgresURL, redisURL: redisURL, environment: ProcessInfo.processInfo.environment)
             : nil
         print(
             "pigeon-bench: \(scenarios.map(\.rawValue).joined(separator: ", ")); \(connections) connections, window \(window), "
                 + "\(bodySize)-byte bodies, \(warmup) s warm-up + \(duration) s per run; open-file limit \(openFileLimit)"
         )
-        if url == nil, scenarios.contains(where: \.needsPigeonServer) {
+        if url == nil, runsOnBackends {
             print("backends: \(backends.map(\.rawValue).joined(separator: ", "))")
         }
 
@@ -161,11 +182,11 @@ struct PigeonBench: AsyncParsableCommand {
         let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
         var report = BenchReport(settings: settings)
         do {
-            if scenarios.contains(where: \.needsPigeonServer) {
+            let services = await production?.observedProcesses() ?? []
+            if runsOnBackends {
                 if let url {
                     report.pigeon.append(try await measureGivenServer(url: url, scenarios: scenarios, http: http, settings: settings))
                 } else {
-                    let services = await production?.observedProcesses() ?? []
                     for backend in backends {
                         report.pigeon.append(
                             try await measure(
@@ -175,6 +196,19 @@ struct PigeonBench: AsyncParsableCommand {
                         )
                     }
                 }
+            }
+            if scenarios.contains(.scaleOut), let production {
+                report.scaleOut = try await ScaleOut(
+                    settings: settings,
+                    scaleOut: ScaleOutSettings(nodeCounts: nodes.counts, nodeCores: nodeCPU, rounds: rounds),
+                    production: production,
+                    services: services,
+                    serverBinary: serverBinary,
+                    serverArguments: serverArguments,
+                    workDirectory: workDirectory,
+                    http: http
+                )
+                .run()
             }
             if let mosquitto {
                 report.mosquitto = try await runMosquitto(binary: mosquitto, workDirectory: workDirectory, settings: settings)
@@ -188,7 +222,10 @@ struct PigeonBench: AsyncParsableCommand {
         try? FileManager.default.removeItem(atPath: workDirectory)
 
         report.targets = ProductionTarget.allCases.compactMap { $0.check(report.pigeon) }
-        report.printSummary()
+        if !report.pigeon.isEmpty || report.mosquitto != nil {
+            report.printSummary()
+        }
+        report.scaleOut?.printSummary(connections: connections, window: window, durationSeconds: duration)
         if let json {
             try report.writeJSON(to: json)
             print("results written to \(json)")
@@ -316,7 +353,7 @@ struct PigeonBench: AsyncParsableCommand {
                     result.printLines(receiverLabel: "send → message.new")
                     results.latency.append(result)
                 }
-            case .all, .mosquitto:
+            case .all, .mosquitto, .scaleOut:
                 continue
             }
         }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Why a benchmark run could not go on.
 enum BenchError: Error, CustomStringConvertible {
     /// A system call failed with `errno`.
@@ -23,7 +25,7 @@ enum BenchError: Error, CustomStringConvertible {
 
     var description: String {
         switch self {
-        case .system(let call, let code): "\(call) failed: errno \(code)"
+        case .system(let call, let code): "\(call) failed: errno \(code)" + (code == 0 ? "" : " (\(String(cString: strerror(code))))")
         case .missingExecutable(let detail): detail
         case .processExited(let name, let status, let logTail): "\(name) exited with status \(status) before it was ready:\n\(logTail)"
         case .unexpectedResponse(let request, let status, let body): "\(request) answered \(status): \(body)"

@@ -15,13 +15,22 @@ enum Scenario: String, CaseIterable, Sendable, ExpressibleByArgument {
     case latency
     /// The throughput and latency shapes against mosquitto (MQTT QoS 1), for comparison.
     case mosquitto
+    /// 1, 2, 4 … production nodes, each confined to the same CPU share: how accepted/s and stored/s grow with the
+    /// nodes (see ``ScaleOut``). Not part of `all`: it needs PostgreSQL, Redis and a writable cgroup cpu controller.
+    case scaleOut = "scale-out"
 
-    /// The order `all` runs them in. Idle streams come first so that their memory is measured against the
-    /// freshly started server, before the load scenarios grow its caches.
-    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .mosquitto]
+    /// The order they run in. Idle streams come first so that their memory is measured against the freshly started
+    /// server, before the load scenarios grow its caches.
+    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .scaleOut, .mosquitto]
 
-    /// Whether the scenario talks to the Pigeon server (and so needs one running).
+    /// Whether `all` runs it.
+    var isInAll: Bool { self != .scaleOut }
+
+    /// Whether the scenario talks to a Pigeon server (and so needs the server binary, or --url).
     var needsPigeonServer: Bool { self != .mosquitto }
+
+    /// Whether it runs against the servers of each of --backends (or --url); scale-out spawns its own.
+    var runsOnBackends: Bool { needsPigeonServer && self != .scaleOut }
 }
 
 /// A comma-separated list of scenarios, e.g. `ws-throughput,latency`.
@@ -48,7 +57,7 @@ struct ScenarioList: ExpressibleByArgument, Sendable {
 
     /// The scenarios to run, in ``Scenario/runOrder`` and without repeats.
     var selected: [Scenario] {
-        scenarios.contains(.all) ? Scenario.runOrder : Scenario.runOrder.filter(scenarios.contains)
+        Scenario.runOrder.filter { scenarios.contains($0) || (scenarios.contains(.all) && $0.isInAll) }
     }
 }
 
@@ -65,6 +74,28 @@ struct RateList: ExpressibleByArgument, Sendable {
         guard !rates.isEmpty else { return nil }
         self.rates = rates
     }
+}
+
+/// A comma-separated list of node counts, e.g. `1,2,4`.
+struct NodeCountList: ExpressibleByArgument, Sendable {
+    /// The counts in the order given, without repeats.
+    var counts: [Int]
+
+    init(_ counts: [Int]) {
+        self.counts = counts
+    }
+
+    init?(argument: String) {
+        var counts: [Int] = []
+        for item in argument.split(separator: ",") {
+            guard let count = Int(item.trimmingCharacters(in: .whitespaces)), (1...16).contains(count) else { return nil }
+            if !counts.contains(count) { counts.append(count) }
+        }
+        guard !counts.isEmpty else { return nil }
+        self.counts = counts
+    }
+
+    var defaultValueDescription: String { counts.map(String.init).joined(separator: ",") }
 }
 
 /// The load parameters every scenario shares, fixed for one run.

@@ -44,7 +44,9 @@ struct PigeonDeployment: Sendable {
 
     /// Spawns `count` nodes of `binary serve`, one after the other (each ready on `GET /readyz` before the next
     /// starts), each on a free loopback port with a data directory of its own in `workDirectory` and
-    /// `arguments` added; runs `body`, and stops the nodes with SIGTERM whatever happens.
+    /// `arguments` added; runs `body`, and stops the nodes with SIGTERM whatever happens. `prepare` gets each node's
+    /// index (from 0) and process id right after the process started, before it is ready (e.g. to confine it to a
+    /// CPU share); if it throws, the nodes are stopped and the error is rethrown.
     static func withSpawned<T>(
         label: String,
         nodes count: Int,
@@ -54,6 +56,7 @@ struct PigeonDeployment: Sendable {
         http: HTTPClient,
         services: [ObservedService],
         startupTimeout: Duration,
+        prepare: (_ node: Int, _ pid: pid_t) throws -> Void = { _, _ in },
         _ body: (PigeonDeployment) async throws -> T
     ) async throws -> T {
         var processes: [ChildProcess] = []
@@ -73,6 +76,7 @@ struct PigeonDeployment: Sendable {
                     logPath: dataDirectory + ".log"
                 )
                 processes.append(process)
+                try prepare(index - 1, process.pid)
                 let node = PigeonServer(baseURL: "http://127.0.0.1:\(port)", pid: process.pid)
                 try await node.waitUntilReady(http: http, timeout: startupTimeout, process: process)
                 nodes.append(node)

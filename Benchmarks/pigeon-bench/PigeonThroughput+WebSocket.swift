@@ -4,9 +4,17 @@ extension PigeonThroughput {
     /// Pipelined sends over WebSockets: each sender device keeps `settings.window` `send` operations in flight on its
     /// own stream, sending the next one whenever an `ack` or `error` answers one; counts acks per second.
     func overWebSocket() async throws -> ThroughputResult {
-        let depth = settings.window
-        let body = settings.messageBody
-        return try await measure(inFlightWindow: depth) { pair, api, window, tally in
+        try await measure(inFlightWindow: settings.window, sender: Self.pipelinedWebSocketSender(depth: settings.window, body: settings.messageBody))
+    }
+
+    /// One sender of the pipelined WebSocket load: it opens the sender device's stream on the node of `api`, keeps
+    /// `depth` sends of `body` in flight until the window ends, records every answer in the tally, then waits for
+    /// its outstanding answers (or until its task is cancelled) and returns what it got.
+    static func pipelinedWebSocketSender(
+        depth: Int,
+        body: String
+    ) -> @Sendable (ConversationPair, PigeonAPI, MeasurementWindow, ThroughputTally) async throws -> ConnectionAnswers {
+        { pair, api, window, tally in
             try await PigeonWebSocket(baseURL: api.baseURL, token: pair.sender.token).run { frames, writer in
                 var answers = ConnectionAnswers()
                 var inFlight = 0

@@ -74,6 +74,18 @@ enum ProcessStats {
 
     private static var clockTicksPerSecond: Double { Double(sysconf(Int32(_SC_CLK_TCK))) }
 
+    /// The whole text of a file of `/proc` or `/sys`, or `nil` if it cannot be read. Such files report a size of 0
+    /// and hand out their text over several reads; `String(contentsOfFile:)` can stop after the first (4 KiB).
+    static func kernelFileText(_ path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        do {
+            return String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+        } catch {
+            return nil
+        }
+    }
+
     /// This process's id.
     static var currentPID: pid_t { getpid() }
 

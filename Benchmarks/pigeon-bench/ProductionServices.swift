@@ -45,6 +45,9 @@ struct ProductionServices: Sendable {
         ]
     }
 
+    /// The TCP port of the PostgreSQL URL (5432 when it names none).
+    var postgresPort: Int { URLComponents(string: postgresURL)?.port ?? 5432 }
+
     /// PostgreSQL's postmaster and redis-server, for their CPU figures, when they run on this machine and can be
     /// found through `psql` and `redis-cli`; what cannot be found is left out, with a printed note.
     func observedProcesses() async -> [ObservedService] {

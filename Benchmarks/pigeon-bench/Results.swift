@@ -153,6 +153,8 @@ struct BenchReport: Codable, Sendable {
     /// One entry per deployment measured, in the order they ran.
     var pigeon: [PigeonResults] = []
     var mosquitto: MosquittoResults?
+    /// The scale-out scenario's runs and figures, when it ran.
+    var scaleOut: ScaleOutResults?
     /// The production mode's targets, where this run measured what they need (see ``ProductionTarget``).
     var targets: [TargetCheck] = []
 
