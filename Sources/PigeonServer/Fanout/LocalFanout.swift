@@ -23,6 +23,12 @@ public final class LocalFanout: Fanout {
         hub?.onlineDevices(of: users) ?? []
     }
 
+    /// The users whose events this node must deliver, with the hub's registration count (see
+    /// ``StreamHub/connectedUsers()``); `nil`: every user's (a sink without a hub).
+    func connectedUsers() -> (registrations: UInt64, users: [String])? {
+        hub?.connectedUsers()
+    }
+
     public func broadcast(type: String, json: String, to users: [String]) {
         hub?.publishEphemeral(type: type, json: json, to: users, excluding: nil)
     }

@@ -17,9 +17,12 @@ import ServiceLifecycle
 ///   A node that stops heart-beating (every 2 s) stops counting after 10 s; its rows are deleted.
 /// - Ephemeral frames (typing): `NOTIFY pigeon_ephemeral_<epoch>`, best effort.
 public final class PostgresFanout: Fanout, Service {
-    /// Reads every user's events after the given offset of each partition, at most `pageSize` per partition, each
-    /// partition's in offset order.
-    typealias EventReader = @Sendable (_ after: [Int64], _ pageSize: Int) async throws -> [StoredEvent]
+    /// Reads the events of `users` (`nil`: every user's) after the given offset of each partition and up to its
+    /// head, at most `pageSize` per partition, each partition's in offset order; answers them and each partition's
+    /// head as read before them.
+    typealias EventReader = @Sendable (_ after: [Int64], _ users: [String]?, _ pageSize: Int) async throws -> (
+        events: [StoredEvent], heads: [Int64]
+    )
 
     /// A node that has not heart-beaten for this long is gone: its devices no longer count as online.
     static let nodeTimeoutMillis = PostgresSchema.nodeTimeoutMillis
@@ -101,6 +104,17 @@ public final class PostgresFanout: Fanout, Service {
         return runs
     }
 
+    /// Hands what the tail read of one partition to the local devices: the events after what they had, then
+    /// everything up to `through` counts as handed over (the events of users with no stream here were not read).
+    private func handOver(_ events: ArraySlice<StoredEvent>, partition: Int, through: Int64) {
+        handedOver.withLockedValue { handed in
+            guard partition < handed.count, through > handed[partition] else { return }
+            let fresh = events.drop { $0.id <= handed[partition] }
+            if !fresh.isEmpty { local.publish(Array(fresh)) }
+            handed[partition] = through
+        }
+    }
+
     /// Hands one partition's events (consecutive offsets, ascending) to the local devices unless they had them;
     /// whether they followed what was handed over (false: a gap before them, nothing handed over).
     private func handOver(_ events: ArraySlice<StoredEvent>) -> Bool {
@@ -118,22 +132,38 @@ public final class PostgresFanout: Fanout, Service {
     }
 
     /// Reads what the local devices have not had yet, in every partition, and hands it over.
+    ///
+    /// Only the events of users with a stream on this node are read: each node reads its own devices' share of the
+    /// log, not all of it. A stream registered while a read was under way may have read its backlog from the store
+    /// before that read's snapshot: the read is done again (three times at most, then for every user) so that no
+    /// event falls between the stream's backlog and what the tail hands over.
     private func tail() async {
         let pageSize = 500
         while !Task.isCancelled {
             await tailWakeUp.wait(timeout: .seconds(1))
             if Task.isCancelled { return }
             do {
-                while true {
+                var full = true
+                while full {
+                    full = false
                     let after = handedOver.withLockedValue { $0 }
-                    // Bounded: a read on a connection that died under it may never return (see ``withDeadline``).
-                    let events = try await withDeadline(.seconds(10)) { [readEvents] in try await readEvents(after, pageSize) }
-                    var full = false
-                    for run in Self.partitionRuns(events) {
-                        _ = handOver(run)
-                        if run.count == pageSize { full = true }
+                    var read: (events: [StoredEvent], heads: [Int64]) = ([], after)
+                    for attempt in 0..<4 {
+                        let connected = attempt < 3 ? local.connectedUsers() : nil
+                        // Bounded: a read on a connection that died under it may never return (see ``withDeadline``).
+                        read = try await withDeadline(.seconds(10)) { [readEvents] in
+                            try await readEvents(after, connected?.users, pageSize)
+                        }
+                        guard let connected, local.connectedUsers()?.registrations != connected.registrations else { break }
                     }
-                    if !full { break }
+                    let runs = Dictionary(grouping: Self.partitionRuns(read.events), by: { $0.first?.partition ?? 0 })
+                    for partition in read.heads.indices {
+                        let run = runs[partition]?.first ?? []
+                        // A full page covers the partition up to its last event only.
+                        let through = run.count == pageSize ? run.last!.id : read.heads[partition]
+                        if run.count == pageSize { full = true }
+                        handOver(run, partition: partition, through: through)
+                    }
                 }
             } catch {
                 if Task.isCancelled { return }

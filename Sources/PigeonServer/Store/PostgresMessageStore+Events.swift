@@ -81,24 +81,37 @@ extension PostgresMessageStore {
         return events
     }
 
-    /// Every user's events after `after` (an offset per partition), at most `pageSize` per partition, each
-    /// partition's in offset order: what the fan-out's tail reads.
-    static func readEvents(_ client: PostgresClient, after: [Int64], pageSize: Int, logger: Logger) async throws -> [StoredEvent] {
+    /// The events of `users` (`nil`: everyone's) after `after` (an offset per partition) and up to each partition's
+    /// committed head, at most `pageSize` per partition, each partition's in offset order, and those heads (read
+    /// first, so every event up to them was committed when the events were read): what the fan-out's tail reads.
+    static func readEvents(_ client: PostgresClient, after: [Int64], users: [String]?, pageSize: Int, logger: Logger) async throws -> (
+        events: [StoredEvent], heads: [Int64]
+    ) {
+        var heads = after
+        for try await (part, offset) in try await client.query(
+            "SELECT part, last_offset FROM event_partitions WHERE part < \(after.count)", logger: logger
+        ).decode((Int32, Int64).self) {
+            heads[Int(part)] = max(heads[Int(part)], offset)
+        }
+        if users?.isEmpty == true || heads == after { return ([], heads) }
         let parts = (0..<after.count).map { Int32($0) }
         let payloads = EventPayload()
         var events: [StoredEvent] = []
         for try await row in try await client.query(
             """
             SELECT \(unescaped: Self.eventColumns)
-            FROM unnest(\(parts)::integer[], \(after)::bigint[]) AS t(part, after)
-            CROSS JOIN LATERAL (SELECT * FROM events x WHERE x.part = t.part AND x.id > t.after ORDER BY x.id LIMIT \(pageSize)) e
+            FROM unnest(\(parts)::integer[], \(after)::bigint[], \(heads)::bigint[]) AS t(part, after, head)
+            CROSS JOIN LATERAL (
+                SELECT * FROM events x
+                WHERE x.part = t.part AND x.id > t.after AND x.id <= t.head AND (\(users == nil) OR x.user_id = ANY(\(users ?? [])))
+                ORDER BY x.id LIMIT \(pageSize)) e
             \(unescaped: Self.eventJoins)
             ORDER BY e.part, e.id
             """, logger: logger
         ).decode(EventTuple.self) {
             if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
         }
-        return events
+        return (events, heads)
     }
 
     public func headPosition() async throws -> EventPosition {

@@ -73,8 +73,8 @@ public final class PostgresMessageStore: MessageStore, Service {
         self.faultInjector = faultInjector
         self.logger = logger
         self.fanout = PostgresFanout(client: client, epoch: epoch, nodeId: nodeId, head: head, local: local, logger: logger) {
-            [client, logger] after, pageSize in
-            try await Self.readEvents(client, after: after, pageSize: pageSize, logger: logger)
+            [client, logger] after, users, pageSize in
+            try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
         }
     }
 

@@ -8,6 +8,8 @@ public final class StreamHub: EventSink {
     private let shards: [NIOLockedValueBox<[String: [StreamSession]]>]
     private let nextSessionID = NIOLockedValueBox<UInt64>(0)
     private let openCount = NIOLockedValueBox<[String: Int]>([:])
+    /// Counts registrations: a reader of ``connectedUsers()`` can tell whether a stream was added since.
+    private let registrations = NIOLockedValueBox<UInt64>(0)
 
     public init() {
         self.shards = (0..<Self.shardCount).map { _ in NIOLockedValueBox([:]) }
@@ -49,6 +51,7 @@ public final class StreamHub: EventSink {
             sessions[session.device.userId, default: []].append(session)
             return (!list.contains { $0.device == session.device }, replaced)
         }
+        registrations.withLockedValue { $0 &+= 1 }
         openCount.withLockedValue { $0[session.transport, default: 0] += 1 }
         for old in replaced {
             session.limitHit("streams_per_device")
@@ -66,6 +69,15 @@ public final class StreamHub: EventSink {
         }
         if removed { openCount.withLockedValue { $0[session.transport, default: 1] -= 1 } }
         if last { presenceObserver.withLockedValue { $0 }?(session.device, false) }
+    }
+
+    /// The users with a stream open on this node, and the registration count when they were read (compare it with a
+    /// later read's to know whether a stream was added in between).
+    func connectedUsers() -> (registrations: UInt64, users: [String]) {
+        let count = registrations.withLockedValue { $0 }
+        var users: [String] = []
+        for shard in shards { users.append(contentsOf: shard.withLockedValue { Array($0.keys) }) }
+        return (count, users)
     }
 
     /// Open streams by transport (`ws`, `sse`).
