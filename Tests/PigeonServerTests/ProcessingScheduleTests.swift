@@ -54,9 +54,9 @@ import Testing
         schedule.received([Self.entry("a3", "A", partition: 0), Self.entry("e1", "E", partition: 3)])
         let next = schedule.next(now: Self.start)
         #expect(next.batches.map(Self.ids) == [["e1"]])
-        let done = schedule.batchFinished(step.batches[0].id, results: [.stored(seq: 1), .stored(seq: 2), .stored(seq: 1)], now: Self.start)
-        #expect(done.finished == ["a1", "a2", "d1"])
-        #expect(done.retries.isEmpty)
+        let results: [ProcessingResult] = [.stored(seq: 1), .stored(seq: 2), .stored(seq: 1)]
+        #expect(ProcessingSchedule.finishedEntryIds(step.batches[0].items, results) == ["a1", "a2", "d1"])
+        #expect(schedule.batchFinished(step.batches[0].id, results: results, now: Self.start).isEmpty)
         #expect(schedule.next(now: Self.start).batches.map(Self.ids) == [["a3"]])
         #expect(schedule.held == 4)
     }
@@ -85,11 +85,13 @@ import Testing
         var now = Self.start
         let first = schedule.next(now: now).batches[0]
         #expect(first.items.map(\.isFinalAttempt) == [false, false, false])
-        let failed = schedule.batchFinished(first.id, results: [.failed(TestError()), .stored(seq: 1), .deferred], now: now)
-        #expect(failed.finished == ["b1"])
-        #expect(failed.retries.map(\.entry.id) == ["a1"])
-        #expect(failed.retries.map(\.attempts) == [1])
-        #expect(failed.retries.map(\.delay) == [Self.base])
+        let firstResults: [ProcessingResult] = [.failed(TestError()), .stored(seq: 1), .deferred]
+        #expect(ProcessingSchedule.finishedEntryIds(first.items, firstResults) == ["b1"])
+        let failed = schedule.batchFinished(first.id, results: firstResults, now: now)
+        #expect(failed.map(\.entry.id) == ["a1"])
+        #expect(failed.map(\.attempts) == [1])
+        #expect(failed.map(\.delay) == [Self.base])
+        #expect(schedule.held == 2)
 
         // A's messages wait; a new message of B in the same partition does not.
         schedule.received([Self.entry("b2", "B", partition: 0)])
@@ -105,13 +107,14 @@ import Testing
         #expect(second.items.map(\.entry.attempts) == [1, 0])
         #expect(second.items.map(\.isFinalAttempt) == [false, false])
         let again = schedule.batchFinished(second.id, results: [.failed(TestError()), .deferred], now: now)
-        #expect(again.retries.map(\.delay) == [Self.base * 2])
+        #expect(again.map(\.delay) == [Self.base * 2])
 
         now += Self.base * 2
         let third = schedule.next(now: now).batches[0]
         #expect(third.items.map(\.isFinalAttempt) == [true, false], "the third attempt of a1 is its last")
-        let last = schedule.batchFinished(third.id, results: [.deadLettered(TestError()), .stored(seq: 1)], now: now)
-        #expect(last.finished == ["a1", "a2"])
+        let lastResults: [ProcessingResult] = [.deadLettered(TestError()), .stored(seq: 1)]
+        #expect(ProcessingSchedule.finishedEntryIds(third.items, lastResults) == ["a1", "a2"])
+        #expect(schedule.batchFinished(third.id, results: lastResults, now: now).isEmpty)
         #expect(schedule.held == 0)
         #expect(schedule.next(now: now).wakeAt == nil)
     }
@@ -273,8 +276,12 @@ import Testing
                     finished.insert(entry.id)
                     return .stored(seq: 0)
                 }
-                let completion = schedule.batchFinished(batch.id, results: results, now: now)
-                #expect(Set(completion.finished) == Set(batch.items.map(\.entry.id)).intersection(finished))
+                let heldBefore = schedule.held
+                let retries = schedule.batchFinished(batch.id, results: results, now: now)
+                let ended = ProcessingSchedule.finishedEntryIds(batch.items, results)
+                #expect(Set(ended) == Set(batch.items.map(\.entry.id)).intersection(finished))
+                #expect(schedule.held == heldBefore - ended.count)
+                #expect(retries.map(\.entry.id) == batch.items.indices.filter { if case .failed = results[$0] { true } else { false } }.map { batch.items[$0].entry.id })
             default:
                 // A little time passes, up to the next wake-up asked for.
                 let later = now + .milliseconds(Int.random(in: 1...300, using: &random))

@@ -90,12 +90,6 @@ struct ProcessingSchedule {
         var delay: Duration
     }
 
-    /// What a finished batch means for the buffer.
-    struct Completion: Sendable {
-        /// Entries whose processing ended (stored, stored before, or dead-lettered): to acknowledge.
-        var finished: [String] = []
-        var retries: [Retry] = []
-    }
 
     private struct PartitionQueue {
         /// Held entries in buffer order, those in a batch in flight included.
@@ -220,33 +214,45 @@ struct ProcessingSchedule {
         held += entries.count
     }
 
-    /// The store answered a batch: one result per item, in order.
-    mutating func batchFinished(_ batchId: Int, results: [ProcessingResult], now: Instant) -> Completion {
-        guard let batch = inFlight.removeValue(forKey: batchId) else { return Completion() }
+    /// The entries of a stored batch whose processing ended (stored, stored before, or dead-lettered): those to
+    /// acknowledge, which the processor does as soon as the store answered.
+    static func finishedEntryIds(_ items: [ProcessingItem], _ results: [ProcessingResult]) -> [String] {
+        zip(items, results).compactMap { item, result in
+            switch result {
+            case .stored, .alreadyStored, .deadLettered: item.entry.id
+            case .failed, .deferred: nil
+            }
+        }
+    }
+
+    /// The store answered a batch: one result per item, in order. Returns the failed messages that will be tried
+    /// again.
+    mutating func batchFinished(_ batchId: Int, results: [ProcessingResult], now: Instant) -> [Retry] {
+        guard let batch = inFlight.removeValue(forKey: batchId) else { return [] }
         queues[batch.partition]?.batchInFlight = nil
         storeBackoff = .zero
         storeRetryAt = nil
         drainReadCameBackEmpty = false
-        var completion = Completion()
+        var retries: [Retry] = []
+        var finished = Set<String>()
         var attempts: [String: Int] = [:]
         for (entry, result) in zip(batch.entries, results) {
             let conversation = entry.message.conversationId
             switch result {
             case .stored, .alreadyStored, .deadLettered:
                 retryAt[conversation] = nil
-                completion.finished.append(entry.id)
+                finished.insert(entry.id)
             case .failed:
                 let attempt = entry.attempts + 1
                 let delay = min(settings.maxRetryDelay, settings.retryBaseDelay * (1 << min(attempt - 1, 16)))
                 attempts[entry.id] = attempt
                 retryAt[conversation] = now + delay
-                completion.retries.append(Retry(entry: entry, attempts: attempt, delay: delay))
+                retries.append(Retry(entry: entry, attempts: attempt, delay: delay))
             case .deferred:
                 break
             }
         }
-        guard var queue = queues[batch.partition] else { return completion }
-        let finished = Set(completion.finished)
+        guard var queue = queues[batch.partition] else { return retries }
         let before = queue.entries.count
         queue.entries = queue.entries.compactMap { entry in
             if finished.contains(entry.id) { return nil }
@@ -256,7 +262,7 @@ struct ProcessingSchedule {
         }
         held -= before - queue.entries.count
         queues[batch.partition] = queue.entries.isEmpty ? nil : queue
-        return completion
+        return retries
     }
 
     /// The store failed the batch as a whole: no attempt is spent. Returns the new backoff, or `nil` if this failure

@@ -90,7 +90,7 @@ final class Processor: Service {
                     break
                 }
                 for batch in step.batches {
-                    group.addTask { await self.store(batch) }
+                    group.addTask { await self.store(batch, acknowledgements: acknowledgements) }
                 }
                 if let read = step.read {
                     group.addTask { [buffer] in .read(try await buffer.nextBatch(max: read.max, wait: read.wait)) }
@@ -114,9 +114,8 @@ final class Processor: Service {
                     schedule.received(entries)
                 case .stored(let batch, .success(let results), let duration):
                     metrics.processingBatch.record(duration)
-                    let completion = schedule.batchFinished(batch.id, results: results, now: clock.now)
-                    report(batch, results, completion)
-                    acknowledgements.add(completion.finished)
+                    let retries = schedule.batchFinished(batch.id, results: results, now: clock.now)
+                    report(batch, results, retries)
                 case .stored(let batch, .failure(let error), _):
                     if let backoff = schedule.batchFailed(batch.id, now: clock.now) {
                         logger.error(
@@ -131,12 +130,14 @@ final class Processor: Service {
         }
     }
 
-    /// Stores one batch within `storeTimeout`; the attempts of failed messages are recorded before the partition's
-    /// next batch can start, so that a restart does not give them more attempts.
-    private func store(_ batch: ProcessingSchedule.Batch) async -> Event {
+    /// Stores one batch within `storeTimeout`. What it finished is acknowledged at once (not after the loop heard of
+    /// it: a send that finds the message stored should find the buffer's depth down too); the attempts of failed
+    /// messages are recorded before the partition's next batch can start, so that a restart does not give them more.
+    private func store(_ batch: ProcessingSchedule.Batch, acknowledgements: AcknowledgementQueue) async -> Event {
         let started = clock.now
         do {
             let results = try await withDeadline(configuration.storeTimeout) { [store] in try await store.process(batch.items) }
+            acknowledgements.add(ProcessingSchedule.finishedEntryIds(batch.items, results))
             for (item, result) in zip(batch.items, results) {
                 guard case .failed = result else { continue }
                 try? await buffer.recordFailedAttempt(entryId: item.entry.id, attempts: item.entry.attempts + 1)
@@ -148,9 +149,9 @@ final class Processor: Service {
     }
 
     /// Metrics and logs of a stored batch.
-    private func report(_ batch: ProcessingSchedule.Batch, _ results: [ProcessingResult], _ completion: ProcessingSchedule.Completion) {
+    private func report(_ batch: ProcessingSchedule.Batch, _ results: [ProcessingResult], _ retries: [ProcessingSchedule.Retry]) {
         let nowMillis = WallClock.nowMillis()
-        let retries = Dictionary(completion.retries.map { ($0.entry.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let retries = Dictionary(retries.map { ($0.entry.id, $0) }, uniquingKeysWith: { first, _ in first })
         for (item, result) in zip(batch.items, results) {
             let message = item.entry.message
             switch result {
