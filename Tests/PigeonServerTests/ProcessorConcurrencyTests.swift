@@ -170,13 +170,16 @@ import Testing
         let buffer: RedisStreamsBuffer
         let base: PostgresMessageStore
         do {
-            buffer = try await RedisStreamsBuffer(
-                client: client, configuration: .init(keyPrefix: keyPrefix, partitions: partitions, nodeId: "node-\(suffix)"), logger: logger)
+            // The store first: its migrations may wait for other tests' (one lock for the whole database), and the
+            // buffer's leases would expire meanwhile.
             base = try await PostgresMessageStore.open(
                 url: try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(schema)", sink: StoreContractTests.RecordingSink(),
                 faultInjector: faultInjector, logger: logger, maxConnections: 12)
+            buffer = try await RedisStreamsBuffer(
+                client: client, configuration: .init(keyPrefix: keyPrefix, partitions: partitions, nodeId: "node-\(suffix)"), logger: logger)
         } catch {
             await client.shutdown()
+            try? await TestPostgres.execute("DROP SCHEMA IF EXISTS \(schema) CASCADE")
             throw error
         }
         var configuration = ServerConfiguration()
