@@ -137,12 +137,13 @@ final class Processor: Service {
         let started = clock.now
         do {
             let results = try await withDeadline(configuration.storeTimeout) { [store] in try await store.process(batch.items) }
+            let duration = clock.now - started
             acknowledgements.add(ProcessingSchedule.finishedEntryIds(batch.items, results))
             for (item, result) in zip(batch.items, results) {
                 guard case .failed = result else { continue }
                 try? await buffer.recordFailedAttempt(entryId: item.entry.id, attempts: item.entry.attempts + 1)
             }
-            return .stored(batch, .success(results), duration: clock.now - started)
+            return .stored(batch, .success(results), duration: duration)
         } catch {
             return .stored(batch, .failure(error), duration: clock.now - started)
         }
