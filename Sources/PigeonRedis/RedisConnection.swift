@@ -136,9 +136,9 @@ public final class RedisConnection: Sendable {
         submit(CollectionOfOne(request))
     }
 
-    /// Queues requests for the next write, together and in order.
     private enum SubmitAction { case none, schedule, reject }
 
+    /// Queues requests for the next write, together and in order.
     private func submit(_ requests: some Collection<RedisRequest>) {
         let action = submissions.withLockedValue { state -> SubmitAction in
             guard !state.isClosed else { return .reject }
