@@ -105,6 +105,15 @@ public final class RedisClient: Sendable {
         }
     }
 
+    /// Sends several commands as one pipeline over the connection for `routingKey` (round-robin without one): one
+    /// round trip for all. Returns each command's reply or error, in order (as ``RedisConnection`` does for a list of commands).
+    public func send(_ commands: [RESPCommand], routingKey: AnyHashable? = nil) async -> [Result<RESPValue, RedisError>] {
+        switch connection(routingHash: routingKey?.hashValue) {
+        case .success(let connection): await connection.send(commands)
+        case .failure(let error): commands.map { _ in .failure(error) }
+        }
+    }
+
     private func connection(routingHash: Int?) -> Result<RedisConnection, RedisError> {
         let count = connections.count
         let (start, isShutDown) = state.withLockedValue { state -> (Int, Bool) in
@@ -169,6 +178,21 @@ public final class RedisClient: Sendable {
                 completion(result)
             }
         }
+    }
+
+    /// Runs several scripts as one pipeline over one connection (like sending a list of commands) and
+    /// returns each reply or error, in order. Those Redis does not have cached run again with their source, in a
+    /// second pipeline: only then can one run after a later one of the list.
+    public func evalScripts(_ calls: [RedisScript.Call], routingKey: AnyHashable? = nil) async -> [Result<RESPValue, RedisError>] {
+        var results = await send(calls.map { $0.script.evalSHACommand(keys: $0.keys, arguments: $0.arguments) }, routingKey: routingKey)
+        let uncached = results.indices.filter { index in
+            if case .failure(let error) = results[index], error.code == "NOSCRIPT" { true } else { false }
+        }
+        guard !uncached.isEmpty else { return results }
+        let retried = await send(
+            uncached.map { calls[$0].script.evalCommand(keys: calls[$0].keys, arguments: calls[$0].arguments) }, routingKey: routingKey)
+        for (index, result) in zip(uncached, retried) { results[index] = result }
+        return results
     }
 
     /// Loads scripts into Redis now, and again on every new connection before it carries commands.

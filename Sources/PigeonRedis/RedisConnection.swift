@@ -117,11 +117,32 @@ public final class RedisConnection: Sendable {
         submit(RedisRequest(command: command, target: .callback(completion)))
     }
 
+    /// Sends several commands as one pipeline and returns their replies in order, once every one is in.
+    ///
+    /// They are written in this order with no other command between them (in one write and one flush, with whatever
+    /// else was submitted meanwhile), so they cost one round trip. Each command succeeds or fails on its own: an
+    /// error reply fails that command only; a lost connection fails every one not answered yet.
+    public func send(_ commands: [RESPCommand]) async -> [Result<RESPValue, RedisError>] {
+        guard !commands.isEmpty else { return [] }
+        return await withCheckedContinuation { continuation in
+            let replies = PipelineReplies(count: commands.count, continuation: continuation)
+            submit(commands.enumerated().map { index, command in
+                RedisRequest(command: command, target: .callback { replies.complete(index, $0) })
+            })
+        }
+    }
+
     private func submit(_ request: RedisRequest) {
-        enum Action { case none, schedule, reject }
-        let action = submissions.withLockedValue { state -> Action in
+        submit(CollectionOfOne(request))
+    }
+
+    private enum SubmitAction { case none, schedule, reject }
+
+    /// Queues requests for the next write, together and in order.
+    private func submit(_ requests: some Collection<RedisRequest>) {
+        let action = submissions.withLockedValue { state -> SubmitAction in
             guard !state.isClosed else { return .reject }
-            state.pending.append(request)
+            state.pending.append(contentsOf: requests)
             guard !state.drainScheduled else { return .none }
             state.drainScheduled = true
             return .schedule
@@ -129,7 +150,8 @@ public final class RedisConnection: Sendable {
         switch action {
         case .none: break
         case .schedule: eventLoop.execute { self.drain() }
-        case .reject: request.target.complete(.failure(.notConnected("the connection is closed")))
+        case .reject:
+            for request in requests { request.target.complete(.failure(.notConnected("the connection is closed"))) }
         }
     }
 
@@ -152,5 +174,32 @@ public final class RedisConnection: Sendable {
     /// Starts closing the connection and returns at once.
     public func closeInBackground() {
         channel.close(promise: nil)
+    }
+}
+
+/// Gathers the replies of one pipeline and hands them over once all are in.
+private final class PipelineReplies: Sendable {
+    private struct State {
+        var results: [Result<RESPValue, RedisError>?]
+        var missing: Int
+        var continuation: CheckedContinuation<[Result<RESPValue, RedisError>], Never>?
+    }
+
+    private let state: NIOLockedValueBox<State>
+
+    init(count: Int, continuation: CheckedContinuation<[Result<RESPValue, RedisError>], Never>) {
+        state = NIOLockedValueBox(State(results: Array(repeating: nil, count: count), missing: count, continuation: continuation))
+    }
+
+    func complete(_ index: Int, _ result: Result<RESPValue, RedisError>) {
+        let done = state.withLockedValue { state -> (CheckedContinuation<[Result<RESPValue, RedisError>], Never>, [Result<RESPValue, RedisError>])? in
+            guard state.results[index] == nil else { return nil }
+            state.results[index] = result
+            state.missing -= 1
+            guard state.missing == 0, let continuation = state.continuation else { return nil }
+            state.continuation = nil
+            return (continuation, state.results.map { $0! })
+        }
+        if let (continuation, results) = done { continuation.resume(returning: results) }
     }
 }

@@ -28,3 +28,18 @@ public struct RedisScript: Sendable, Hashable {
         return command
     }
 }
+
+extension RedisScript {
+    /// One run of a script, for ``RedisClient/evalScripts(_:routingKey:)``.
+    public struct Call: Sendable {
+        public var script: RedisScript
+        public var keys: [String]
+        public var arguments: [any RESPArgument]
+
+        public init(_ script: RedisScript, keys: [String] = [], arguments: [any RESPArgument] = []) {
+            self.script = script
+            self.keys = keys
+            self.arguments = arguments
+        }
+    }
+}

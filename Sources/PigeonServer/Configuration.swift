@@ -61,6 +61,9 @@ public struct ServerConfiguration: Sendable {
 
     /// Largest batch the processor stores in one transaction.
     public var batchSize = 1_000
+    /// How many batches the processor stores at once, each of another buffer partition (a conversation's messages
+    /// are always in one partition, so they keep their order). The embedded buffer has one partition: one at a time.
+    public var processingConcurrency = 8
     /// Processing attempts before a message is dead-lettered.
     public var maxAttempts = 3
     /// Delay before the first retry of a failed message; doubles per attempt.

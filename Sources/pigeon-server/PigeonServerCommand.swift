@@ -53,6 +53,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("batch-size"), help: "Messages stored per processing transaction at most.")
     var batchSize: Int = 1_000
 
+    @Option(name: .customLong("processing-concurrency"), help: "Store batches in flight at once, each of another buffer partition (Redis buffer).")
+    var processingConcurrency: Int = 8
+
     @Option(name: .customLong("max-attempts"), help: "Processing attempts before a message is dead-lettered.")
     var maxAttempts: Int = 3
 
@@ -82,8 +85,9 @@ struct Serve: AsyncParsableCommand {
 
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
-        guard maxBuffered > 0, batchSize > 0, maxAttempts > 0, eventRetentionHours > 0 else {
-            throw ValidationError("--max-buffered, --batch-size, --max-attempts and --event-retention-hours must be positive")
+        guard maxBuffered > 0, batchSize > 0, processingConcurrency > 0, maxAttempts > 0, eventRetentionHours > 0 else {
+            throw ValidationError(
+                "--max-buffered, --batch-size, --processing-concurrency, --max-attempts and --event-retention-hours must be positive")
         }
         if noOpenRegistration && openRegistration { throw ValidationError("--open-registration and --no-open-registration exclude each other") }
         guard rateLimit >= 0, rateLimitBurst >= 1 else { throw ValidationError("--rate-limit must be ≥ 0 and --rate-limit-burst ≥ 1") }
@@ -107,6 +111,7 @@ struct Serve: AsyncParsableCommand {
         configuration.rateLimitBurst = rateLimitBurst
         configuration.maxBufferedMessages = maxBuffered
         configuration.batchSize = batchSize
+        configuration.processingConcurrency = processingConcurrency
         configuration.maxAttempts = maxAttempts
         configuration.eventRetention = .seconds(eventRetentionHours * 3600)
         configuration.nodeId = nodeId ?? environment["PIGEON_NODE_ID"]

@@ -169,6 +169,75 @@ import Testing
         await server.stop()
     }
 
+    @Test func aPipelineGoesOutWholeAndInOrderAndEachCommandAnswersForItself() async throws {
+        let server = try await RedisServerProcess(appendOnly: false)
+        let client = try await makeClient(server, connections: 1)
+        _ = try await client.send(RESPCommand("SET", "text", "value"))
+        #expect(await client.send([RESPCommand]()).isEmpty)
+        let pipeline = (0..<200).map { _ in RESPCommand("INCR", "n") } + [RESPCommand("LPUSH", "text", "x"), RESPCommand("GET", "text")]
+        // Other tasks send on the same connection meanwhile: none of theirs gets between the pipeline's commands.
+        let results = try await withThrowingTaskGroup(of: [Result<RESPValue, RedisError>]?.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    for _ in 0..<300 { _ = try await client.send(RESPCommand("INCR", "n")) }
+                    return nil
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .milliseconds(2))
+                return await client.send(pipeline)
+            }
+            var results: [Result<RESPValue, RedisError>] = []
+            for try await answer in group { if let answer { results = answer } }
+            return results
+        }
+        #expect(results.count == 202)
+        let counts = results.prefix(200).compactMap { try? $0.get().int }
+        #expect(counts.count == 200)
+        #expect(zip(counts, counts.dropFirst()).allSatisfy { $1 == $0 + 1 }, "the pipeline's INCRs ran back to back")
+        guard case .failure(let error) = results[200] else {
+            Issue.record("expected WRONGTYPE, got \(results[200])")
+            return
+        }
+        #expect(error.code == "WRONGTYPE")
+        #expect((try? results[201].get())?.string == "value", "an error reply fails its own command only")
+        #expect(try await client.send(RESPCommand("GET", "n")).int == 1_400)
+
+        // A closed connection fails every command of a pipeline, none is left waiting.
+        let connection = try await RedisConnection.connect(configuration: try RedisConfiguration(url: server.url), logger: logger)
+        await connection.close()
+        let refused = await connection.send([RESPCommand("PING"), RESPCommand("PING")])
+        #expect(refused.count == 2)
+        #expect(refused.allSatisfy { if case .failure(.notConnected) = $0 { true } else { false } })
+        await client.shutdown()
+        await server.stop()
+    }
+
+    @Test func pipelinedScriptsFallBackToEvalOnlyForThoseNotCached() async throws {
+        let server = try await RedisServerProcess(appendOnly: false)
+        let client = try await makeClient(server)
+        let add = RedisScript("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+        let fail = RedisScript("return redis.error_reply('NOPE not today')")
+        try await client.loadScripts([add])
+        _ = try await client.send(RESPCommand("SCRIPT", "FLUSH"))
+        let calls = [
+            RedisScript.Call(add, keys: ["a"], arguments: [1]), RedisScript.Call(fail), RedisScript.Call(add, keys: ["b"], arguments: [2]),
+        ]
+        for round in 1...2 {
+            // The first round finds nothing cached (EVAL follows), the second finds both scripts.
+            let results = await client.evalScripts(calls, routingKey: "scripts")
+            #expect((try? results[0].get()) == .integer(Int64(round)))
+            #expect((try? results[2].get()) == .integer(Int64(2 * round)))
+            guard case .failure(let error) = results[1] else {
+                Issue.record("expected NOPE, got \(results[1])")
+                return
+            }
+            #expect(error.code == "NOPE")
+        }
+        await client.shutdown()
+        await server.stop()
+    }
+
     @Test func routingKeysKeepPerKeyOrderAcrossThePool() async throws {
         let server = try await RedisServerProcess(appendOnly: false)
         let client = try await makeClient(server, connections: 4)

@@ -35,11 +35,16 @@ public struct BufferEntry: Sendable, Equatable {
     public var message: BufferedMessage
     /// Failed processing attempts so far (survives restarts).
     public var attempts: Int
+    /// The buffer partition it came from. All messages of a conversation are in one partition, and the processor
+    /// stores different partitions concurrently (one batch at a time per partition). A buffer that gains nothing from
+    /// concurrent stores (one partition, like the embedded one) leaves it 0.
+    public var partition: Int
 
-    public init(id: String, message: BufferedMessage, attempts: Int) {
+    public init(id: String, message: BufferedMessage, attempts: Int, partition: Int = 0) {
         self.id = id
         self.message = message
         self.attempts = attempts
+        self.partition = partition
     }
 }
 
@@ -70,8 +75,8 @@ public protocol IngestBuffer: Sendable {
     func append(
         _ message: BufferedMessage, refusal: PigeonError?, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void)
 
-    /// The next entries not yet handed out by this buffer instance, in append order, at most `max`.
-    /// Waits up to `wait` for one to arrive; returns an empty array if none did.
+    /// The next entries not yet handed out by this buffer instance, at most `max`: each partition's in append order.
+    /// Waits up to `wait` for one to arrive (returning as soon as one did); returns an empty array if none did.
     func nextBatch(max: Int, wait: Duration) async throws -> [BufferEntry]
 
     /// Removes entries whose processing ended (stored or dead-lettered).

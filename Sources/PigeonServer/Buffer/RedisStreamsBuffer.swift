@@ -266,22 +266,31 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         }
     }
 
-    /// Hands out what was read (or taken over) and not handed out yet: partitions in turn, each in stream order.
+    /// Hands out what was read (or taken over) and not handed out yet, each partition in stream order. Partitions
+    /// share `max` evenly (starting with a different one each time) before any gets more, so that the processor, which
+    /// stores partitions concurrently, gets work for as many of them as there is.
     private func takeReady(max: Int) -> [BufferEntry] {
         state.withLockedValue { state in
-            var batch: [BufferEntry] = []
             let count = state.partitions.count
             let start = state.nextPartitionToServe
             state.nextPartitionToServe = (start + 1) % count
-            for offset in 0..<count where batch.count < max {
-                let index = (start + offset) % count
-                guard state.partitions[index].lease != .none, !state.partitions[index].ready.isEmpty else { continue }
-                let taken = min(max - batch.count, state.partitions[index].ready.count)
-                for entry in state.partitions[index].ready.prefix(taken) {
-                    state.partitions[index].outstanding.insert(Self.streamId(ofEntry: entry.id))
-                    batch.append(entry)
+            let serving = (0..<count).map { (start + $0) % count }.filter {
+                state.partitions[$0].lease != .none && !state.partitions[$0].ready.isEmpty
+            }
+            guard !serving.isEmpty else { return [] }
+            var batch: [BufferEntry] = []
+            let share = Swift.max(1, max / serving.count)
+            // First an even share each, then what is left, in the same turn.
+            for quota in [share, max] {
+                for index in serving where batch.count < max {
+                    let taken = min(quota, max - batch.count, state.partitions[index].ready.count)
+                    guard taken > 0 else { continue }
+                    for entry in state.partitions[index].ready.prefix(taken) {
+                        state.partitions[index].outstanding.insert(Self.streamId(ofEntry: entry.id))
+                        batch.append(entry)
+                    }
+                    state.partitions[index].ready.removeFirst(taken)
                 }
-                state.partitions[index].ready.removeFirst(taken)
             }
             return batch
         }
@@ -379,30 +388,39 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
 
     // MARK: Acknowledging
 
+    /// One pipeline for all: a script per partition (its keys share a hash slot) and per 500 entries, sent together
+    /// over one connection, so acknowledging batches of several partitions costs one round trip.
     public func acknowledge(entryIds: [String]) async throws {
         var byPartition: [Int: [String]] = [:]
         for entryId in entryIds {
             guard let (partition, streamId) = parse(entryId: entryId) else { continue }
             byPartition[partition, default: []].append(streamId)
         }
-        var replies: [(Int, [String], EventLoopFuture<RESPValue>)] = []
+        var chunks: [(partition: Int, streamIds: [String])] = []
         for (partition, streamIds) in byPartition {
             // Chunks keep the script's argument list small.
             for start in stride(from: 0, to: streamIds.count, by: 500) {
-                let chunk = Array(streamIds[start..<min(start + 500, streamIds.count)])
-                let reply: EventLoopFuture<RESPValue> = client.evalScript(
-                    Scripts.acknowledge, keys: [keys.stream(partition), keys.attempts(partition)], arguments: chunk)
-                replies.append((partition, chunk, reply))
+                chunks.append((partition, Array(streamIds[start..<min(start + 500, streamIds.count)])))
             }
         }
-        for (partition, streamIds, reply) in replies {
-            let deleted = try await reply.get().int ?? 0
-            state.withLockedValue { state in
-                state.depthDelta -= Int(deleted)
-                state.partitions[partition].outstanding.subtract(streamIds)
+        guard !chunks.isEmpty else { return }
+        let replies = await client.evalScripts(
+            chunks.map { RedisScript.Call(Scripts.acknowledge, keys: [keys.stream($0.partition), keys.attempts($0.partition)], arguments: $0.streamIds) })
+        var failure: RedisError?
+        for (chunk, reply) in zip(chunks, replies) {
+            switch reply {
+            case .success(let deleted):
+                state.withLockedValue { state in
+                    state.depthDelta -= Int(deleted.int ?? 0)
+                    state.partitions[chunk.partition].outstanding.subtract(chunk.streamIds)
+                }
+            case .failure(let error):
+                failure = error
             }
         }
         await releaseDrainedPartitions()
+        // Acknowledging again is harmless: the caller retries the whole list.
+        if let failure { throw failure }
     }
 
     public func recordFailedAttempt(entryId: String, attempts: Int) async throws {
@@ -640,7 +658,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
             let counts = try await client.send(command).array ?? []
             for (index, count) in counts.enumerated() where index < attempts.count { attempts[index] = Int(count.int ?? 0) }
         }
-        return zip(claimed, attempts).map { BufferEntry(id: "\(partition)-\($0.streamId)", message: $0.message, attempts: $1) }
+        return zip(claimed, attempts).map { BufferEntry(id: "\(partition)-\($0.streamId)", message: $0.message, attempts: $1, partition: partition) }
     }
 
     // MARK: Setup and upkeep
@@ -736,7 +754,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
             else { throw RedisError.protocolError("unexpected XREADGROUP stream \(stream)") }
             // New entries were never handed out before: no attempts yet.
             result[partition] = entries.compactMap { entry in
-                decodeEntry(entry, partition: partition).map { BufferEntry(id: "\(partition)-\($0.0)", message: $0.1, attempts: 0) }
+                decodeEntry(entry, partition: partition).map { BufferEntry(id: "\(partition)-\($0.0)", message: $0.1, attempts: 0, partition: partition) }
             }
         }
         return result

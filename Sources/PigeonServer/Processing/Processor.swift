@@ -2,20 +2,32 @@ import Logging
 import NIOConcurrencyHelpers
 import ServiceLifecycle
 
-/// Moves buffered messages into the store: in buffer order, in batches, one transaction per batch.
+/// Moves buffered messages into the store: in batches, one transaction per batch, several partitions at once.
 ///
 /// - Event-driven: an append wakes it; an idle server stores a message about a millisecond after accepting it.
-/// - A message that fails is retried with exponential backoff; later messages of its conversation wait behind
-///   it (order), other conversations flow on. The `maxAttempts`-th failure, or a permanent one (the
-///   conversation is gone), dead-letters it and sends `message.failed` to its sender.
-/// - A store that fails as a whole (down, disk full) is retried with backoff, without spending attempts.
-/// - Buffer entries are acknowledged only after the store committed (in the background, overlapping the next
-///   batch); a crash in between hands them out again and the store recognises them by serverId.
+/// - The partitions of the buffer are stored concurrently (up to `processingConcurrency` batches in flight), each one
+///   batch at a time and in buffer order, so every conversation's messages are stored in order (a conversation is in
+///   one partition). Reading from the buffer goes on while batches are stored.
+/// - A message that fails is retried with exponential backoff; later messages of its conversation wait behind it
+///   (order), other conversations flow on. The `maxAttempts`-th failure, or a permanent one (the conversation is
+///   gone), dead-letters it and sends `message.failed` to its sender.
+/// - A store that fails as a whole (down, disk full, no answer within `storeTimeout`) is retried with backoff, one
+///   batch at a time until it answers, without spending attempts.
+/// - Buffer entries are acknowledged only after the store committed, in the background; what several batches
+///   finished meanwhile goes in one acknowledgement. A crash in between hands them out again and the store recognises
+///   them by serverId.
 /// - On graceful shutdown it keeps going until the buffer is empty (bounded by `shutdownDrainTimeout`); when
-///   cancelled it stops at once (the buffer keeps the rest).
+///   cancelled it stops at once (the buffer keeps the rest; a store call in flight is abandoned, see
+///   ``withDeadline(_:_:)``).
+///
+/// The decisions are ``ProcessingSchedule``'s; this type performs them.
 final class Processor: Service {
-    private struct Pending {
-        var entry: BufferEntry
+    /// What a child task of the processing loop reports.
+    private enum Event: Sendable {
+        case read([BufferEntry])
+        case stored(ProcessingSchedule.Batch, Result<[ProcessingResult], any Error>, duration: Duration)
+        case timer(ContinuousClock.Instant)
+        case gracefulShutdown
     }
 
     private let buffer: any IngestBuffer
@@ -34,124 +46,134 @@ final class Processor: Service {
     }
 
     func run() async throws {
-        // Acknowledgements go to the buffer beside the next store batch instead of before it.
-        let (finishedEntries, acknowledger) = AsyncStream.makeStream(of: [String].self)
+        let acknowledgements = AcknowledgementQueue()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await entryIds in finishedEntries { try await self.acknowledge(entryIds) }
+                while let entryIds = await acknowledgements.next() { try await self.acknowledge(entryIds) }
             }
-            defer { acknowledger.finish() }
-            try await process(acknowledger: acknowledger)
-            acknowledger.finish()
+            defer { acknowledgements.finish() }
+            try await process(acknowledgements: acknowledgements)
+            acknowledgements.finish()
             try await group.waitForAll()
         }
     }
 
-    private func process(acknowledger: AsyncStream<[String]>.Continuation) async throws {
-        var inflight: [BufferEntry] = []
-        var retryAt: [String: ContinuousClock.Instant] = [:]
-        var storeBackoff = Duration.zero
-        var drainDeadline: ContinuousClock.Instant?
-        let batchSize = configuration.batchSize
-        while true {
-            // Cancelled (not a graceful shutdown): stop at once; what is buffered stays durable for the next start.
-            if Task.isCancelled { return }
-            if drainDeadline == nil, Task.isShuttingDownGracefully {
-                drainDeadline = clock.now + configuration.shutdownDrainTimeout
-                logger.info("processor draining the buffer", metadata: ["depth": "\(buffer.depth)"])
+    private func process(acknowledgements: AcknowledgementQueue) async throws {
+        var schedule = ProcessingSchedule(settings: ProcessingSchedule.Settings(configuration))
+        // Wake-ups asked for and not yet come.
+        var timers: [ContinuousClock.Instant] = []
+        try await withThrowingTaskGroup(of: Event.self) { group in
+            // Whatever is still running when the loop ends (a blocking read, an abandoned batch) is not waited for.
+            defer { group.cancelAll() }
+            group.addTask {
+                try? await gracefulShutdown()
+                return .gracefulShutdown
             }
-            let now = clock.now
-            if let drainDeadline, now >= drainDeadline {
-                logger.warning("processor stopped before the buffer was empty; the rest stays buffered", metadata: ["depth": "\(buffer.depth)"])
-                return
-            }
-            let earliestRetry = retryAt.values.min()
-            if inflight.count < batchSize * 4 {
-                let ready = inflight.contains { retryAt[$0.message.conversationId].map { $0 <= now } ?? true }
-                let wait: Duration =
-                    ready || drainDeadline != nil ? .zero : min(.seconds(1), earliestRetry.map { max(.zero, $0 - now) } ?? .seconds(1))
-                let more = try await buffer.nextBatch(max: batchSize * 4 - inflight.count, wait: wait)
-                inflight.append(contentsOf: more)
-            }
-            if inflight.isEmpty {
-                if drainDeadline != nil {
+            while true {
+                // Cancelled (not a graceful shutdown): stop at once; what is buffered stays durable for the next start.
+                if Task.isCancelled { return }
+                if !schedule.isDraining, Task.isShuttingDownGracefully {
+                    schedule.startDraining(deadline: clock.now + configuration.shutdownDrainTimeout)
+                    logger.info("processor draining the buffer", metadata: ["depth": "\(buffer.depth)"])
+                }
+                let step = schedule.next(now: clock.now)
+                switch step.finish {
+                case .drained:
                     logger.info("processor drained the buffer")
                     return
-                }
-                continue
-            }
-            var batch: [BufferEntry] = []
-            var waiting = Set<String>()
-            let selectionTime = clock.now
-            for entry in inflight where batch.count < batchSize {
-                let conversation = entry.message.conversationId
-                if waiting.contains(conversation) { continue }
-                if let at = retryAt[conversation], at > selectionTime {
-                    waiting.insert(conversation)
-                    continue
-                }
-                batch.append(entry)
-            }
-            if batch.isEmpty {
-                if let earliest = retryAt.values.min(), earliest > selectionTime, drainDeadline != nil {
-                    try await clock.sleep(until: earliest)
-                }
-                continue
-            }
-            let started = clock.now
-            let results: [ProcessingResult]
-            do {
-                let items = batch.map { ProcessingItem(entry: $0, isFinalAttempt: $0.attempts + 1 >= configuration.maxAttempts) }
-                results = try await withDeadline(configuration.storeTimeout) { [store] in try await store.process(items) }
-                storeBackoff = .zero
-            } catch {
-                storeBackoff = min(configuration.maxRetryDelay, storeBackoff == .zero ? configuration.retryBaseDelay : storeBackoff * 2)
-                logger.error("store failed; retrying the batch", metadata: ["error": "\(error)", "retryIn": "\(storeBackoff)"])
-                try? await Task.sleep(for: storeBackoff)
-                continue
-            }
-            metrics.processingBatch.record(clock.now - started)
-            let nowMillis = WallClock.nowMillis()
-            var finished: [String] = []
-            var attemptsByEntry: [String: Int] = [:]
-            for (entry, result) in zip(batch, results) {
-                let message = entry.message
-                switch result {
-                case .stored, .alreadyStored:
-                    if case .stored = result {
-                        metrics.stored.increment()
-                        metrics.acceptToStored.record(.milliseconds(max(0, nowMillis - message.acceptedAt)))
-                    }
-                    retryAt[message.conversationId] = nil
-                    finished.append(entry.id)
-                case .deadLettered(let error):
-                    metrics.deadLettered.increment()
-                    retryAt[message.conversationId] = nil
-                    logger.error(
-                        "message dead-lettered",
-                        metadata: ["serverId": "\(message.serverId)", "conversationId": "\(message.conversationId)", "error": "\(error)"])
-                    finished.append(entry.id)
-                case .failed(let error):
-                    metrics.retried.increment()
-                    let attempts = entry.attempts + 1
-                    attemptsByEntry[entry.id] = attempts
-                    let delay = min(configuration.maxRetryDelay, configuration.retryBaseDelay * (1 << min(attempts - 1, 16)))
-                    retryAt[message.conversationId] = clock.now + delay
+                case .deadlinePassed:
                     logger.warning(
-                        "processing failed; will retry",
-                        metadata: ["serverId": "\(message.serverId)", "attempt": "\(attempts)", "error": "\(error)", "retryIn": "\(delay)"])
-                    try? await buffer.recordFailedAttempt(entryId: entry.id, attempts: attempts)
-                case .deferred:
+                        "processor stopped before the buffer was empty; the rest stays buffered",
+                        metadata: ["depth": "\(buffer.depth)", "batchesAbandoned": "\(schedule.batchesInFlight)"])
+                    return
+                case nil:
+                    break
+                }
+                for batch in step.batches {
+                    group.addTask { await self.store(batch, acknowledgements: acknowledgements) }
+                }
+                if let read = step.read {
+                    group.addTask { [buffer] in .read(try await buffer.nextBatch(max: read.max, wait: read.wait)) }
+                }
+                if let wakeAt = step.wakeAt, !timers.contains(where: { $0 <= wakeAt }) {
+                    timers.append(wakeAt)
+                    group.addTask { [clock] in
+                        try? await clock.sleep(until: wakeAt)
+                        return .timer(wakeAt)
+                    }
+                }
+                guard let event = try await group.next() else {
+                    // Cannot happen: the graceful shutdown watch runs until shutdown, and from then on the schedule
+                    // always leaves something to wait for (ProcessingScheduleTests).
+                    logger.critical("processor has nothing to wait for; stopping")
+                    assertionFailure("the processing schedule left nothing to wait for")
+                    return
+                }
+                switch event {
+                case .read(let entries):
+                    schedule.received(entries)
+                case .stored(let batch, .success(let results), let duration):
+                    metrics.processingBatch.record(duration)
+                    let retries = schedule.batchFinished(batch.id, results: results, now: clock.now)
+                    report(batch, results, retries)
+                case .stored(let batch, .failure(let error), _):
+                    if let backoff = schedule.batchFailed(batch.id, now: clock.now) {
+                        logger.error(
+                            "store failed; retrying the batch", metadata: ["error": "\(error)", "partition": "\(batch.partition)", "retryIn": "\(backoff)"])
+                    }
+                case .timer(let at):
+                    timers.removeAll { $0 == at }
+                case .gracefulShutdown:
                     break
                 }
             }
-            if !finished.isEmpty { acknowledger.yield(finished) }
-            let done = Set(finished)
-            inflight = inflight.compactMap { entry in
-                if done.contains(entry.id) { return nil }
-                var entry = entry
-                if let attempts = attemptsByEntry[entry.id] { entry.attempts = attempts }
-                return entry
+        }
+    }
+
+    /// Stores one batch within `storeTimeout`. What it finished is acknowledged at once (not after the loop heard of
+    /// it: a send that finds the message stored should find the buffer's depth down too); the attempts of failed
+    /// messages are recorded before the partition's next batch can start, so that a restart does not give them more.
+    private func store(_ batch: ProcessingSchedule.Batch, acknowledgements: AcknowledgementQueue) async -> Event {
+        let started = clock.now
+        do {
+            let results = try await withDeadline(configuration.storeTimeout) { [store] in try await store.process(batch.items) }
+            let duration = clock.now - started
+            acknowledgements.add(ProcessingSchedule.finishedEntryIds(batch.items, results))
+            for (item, result) in zip(batch.items, results) {
+                guard case .failed = result else { continue }
+                try? await buffer.recordFailedAttempt(entryId: item.entry.id, attempts: item.entry.attempts + 1)
+            }
+            return .stored(batch, .success(results), duration: duration)
+        } catch {
+            return .stored(batch, .failure(error), duration: clock.now - started)
+        }
+    }
+
+    /// Metrics and logs of a stored batch.
+    private func report(_ batch: ProcessingSchedule.Batch, _ results: [ProcessingResult], _ retries: [ProcessingSchedule.Retry]) {
+        let nowMillis = WallClock.nowMillis()
+        let retries = Dictionary(retries.map { ($0.entry.id, $0) }, uniquingKeysWith: { first, _ in first })
+        for (item, result) in zip(batch.items, results) {
+            let message = item.entry.message
+            switch result {
+            case .stored:
+                metrics.stored.increment()
+                metrics.acceptToStored.record(.milliseconds(max(0, nowMillis - message.acceptedAt)))
+            case .deadLettered(let error):
+                metrics.deadLettered.increment()
+                logger.error(
+                    "message dead-lettered",
+                    metadata: ["serverId": "\(message.serverId)", "conversationId": "\(message.conversationId)", "error": "\(error)"])
+            case .failed(let error):
+                metrics.retried.increment()
+                logger.warning(
+                    "processing failed; will retry",
+                    metadata: [
+                        "serverId": "\(message.serverId)", "attempt": "\(retries[item.entry.id]?.attempts ?? item.entry.attempts + 1)",
+                        "error": "\(error)", "retryIn": "\(retries[item.entry.id]?.delay ?? .zero)",
+                    ])
+            case .alreadyStored, .deferred:
+                break
             }
         }
     }
@@ -178,32 +200,77 @@ struct StoreTimeout: Error, CustomStringConvertible {
     var description: String { "the store did not answer within \(timeout)" }
 }
 
-/// Runs `operation`, but gives up waiting after `timeout` and throws ``StoreTimeout``. Unlike a task group, it does
-/// not wait for an operation that ignores cancellation: seen with a PostgreSQL transaction whose server was killed
-/// under it, which never returned. The abandoned operation is cancelled and left to finish on its own; processing is
-/// idempotent, so the batch can be tried again meanwhile.
+/// Runs `operation`, but gives up waiting after `timeout` and throws ``StoreTimeout`` (or, when the calling task is
+/// cancelled, `CancellationError` at once). Unlike a task group, it does not wait for an operation that ignores
+/// cancellation: seen with a PostgreSQL transaction whose server was killed under it, which never returned. The
+/// abandoned operation is cancelled and left to finish on its own; processing is idempotent, so the batch can be
+/// tried again meanwhile.
 func withDeadline<T: Sendable>(_ timeout: Duration, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
-    let finished = NIOLockedValueBox(false)
-    let claim: @Sendable () -> Bool = { finished.withLockedValue { done in defer { done = true }; return !done } }
-    return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-        let work = NIOLockedValueBox<Task<Void, Never>?>(nil)
-        let timer = Task {
-            try? await Task.sleep(for: timeout)
-            guard !Task.isCancelled, claim() else { return }
-            work.withLockedValue { $0 }?.cancel()
-            continuation.resume(throwing: StoreTimeout(timeout: timeout))
+    let race = DeadlineRace<T>()
+    return try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            race.start(continuation, timeout: timeout, operation: operation)
         }
-        work.withLockedValue {
-            $0 = Task {
-                let result: Result<T, any Error>
-                do {
-                    result = .success(try await operation())
-                } catch {
-                    result = .failure(error)
-                }
-                timer.cancel()
-                if claim() { continuation.resume(with: result) }
+    } onCancel: {
+        race.finish(.failure(CancellationError()))
+    }
+}
+
+/// The first of the operation, the timer and cancellation to finish resumes the caller; the others are cancelled.
+private final class DeadlineRace<T: Sendable>: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<T, any Error>?
+        /// The winner, once there is one (kept for a `start` that comes after a cancellation).
+        var outcome: Result<T, any Error>?
+        var tasks: [Task<Void, Never>] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    func start(_ continuation: CheckedContinuation<T, any Error>, timeout: Duration, operation: @escaping @Sendable () async throws -> T) {
+        let early = state.withLockedValue { state -> Result<T, any Error>? in
+            if let outcome = state.outcome { return outcome }
+            state.continuation = continuation
+            return nil
+        }
+        if let early {
+            continuation.resume(with: early)
+            return
+        }
+        let work = Task {
+            do {
+                self.finish(.success(try await operation()))
+            } catch {
+                self.finish(.failure(error))
             }
         }
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            if !Task.isCancelled { self.finish(.failure(StoreTimeout(timeout: timeout))) }
+        }
+        let finishedMeanwhile = state.withLockedValue { state -> Bool in
+            guard state.outcome == nil else { return true }
+            state.tasks = [work, timer]
+            return false
+        }
+        if finishedMeanwhile {
+            work.cancel()
+            timer.cancel()
+        }
+    }
+
+    func finish(_ outcome: Result<T, any Error>) {
+        let winner = state.withLockedValue { state -> (CheckedContinuation<T, any Error>?, [Task<Void, Never>])? in
+            guard state.outcome == nil else { return nil }
+            state.outcome = outcome
+            defer {
+                state.continuation = nil
+                state.tasks = []
+            }
+            return (state.continuation, state.tasks)
+        }
+        guard let (continuation, tasks) = winner else { return }
+        for task in tasks { task.cancel() }
+        continuation?.resume(with: outcome)
     }
 }
