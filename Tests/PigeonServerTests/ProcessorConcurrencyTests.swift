@@ -40,6 +40,7 @@ import Testing
         }
 
         var epoch: String { base.epoch }
+        var eventPartitions: Int { base.eventPartitions }
         var isHolding: Bool { state.withLockedValue { $0.holding } }
         /// The most batches in flight at once so far.
         var mostInFlight: Int { state.withLockedValue { $0.mostInFlight } }
@@ -105,11 +106,11 @@ import Testing
         func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
             try await base.recordReceipt(conversationId: conversationId, userId: userId, kind: kind, upToSeq: upToSeq)
         }
-        func events(for device: DeviceIdentity, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        func events(for device: DeviceIdentity, after: EventPosition, limit: Int) async throws -> [StoredEvent] {
             try await base.events(for: device, after: after, limit: limit)
         }
-        func headEventId() async throws -> Int64 { try await base.headEventId() }
-        func prunedThrough() async throws -> Int64 { try await base.prunedThrough() }
+        func headPosition() async throws -> EventPosition { try await base.headPosition() }
+        func prunedThrough() async throws -> EventPosition { try await base.prunedThrough() }
         func pruneEvents(olderThan cutoff: Int64) async throws -> Int { try await base.pruneEvents(olderThan: cutoff) }
         func deadLetters(limit: Int) async throws -> [DeadLetter] { try await base.deadLetters(limit: limit) }
         func deadLetter(serverId: String) async throws -> BufferedMessage? { try await base.deadLetter(serverId: serverId) }
@@ -170,10 +171,10 @@ import Testing
         let buffer: RedisStreamsBuffer
         let base: PostgresMessageStore
         do {
-            // The store first: its migrations may wait for other tests' (one lock for the whole database), and the
-            // buffer's leases would expire meanwhile.
+            // The store first: its migrations take a while, and the buffer's leases would expire meanwhile.
             base = try await PostgresMessageStore.open(
-                url: try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(schema)", sink: StoreContractTests.RecordingSink(),
+                url: try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(schema)",
+                local: LocalFanout(sink: StoreContractTests.RecordingSink()),
                 faultInjector: faultInjector, logger: logger, maxConnections: 12)
             buffer = try await RedisStreamsBuffer(
                 client: client, configuration: .init(keyPrefix: keyPrefix, partitions: partitions, nodeId: "node-\(suffix)"), logger: logger)
