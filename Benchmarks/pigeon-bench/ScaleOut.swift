@@ -135,13 +135,14 @@ struct ScaleOut: Sendable {
         let end = try await atEnd
         let samples = try await lockSamples
         // Sending has stopped and the senders have their answers (or gave up waiting): the nodes only store the backlog now.
+        let acceptedTotal = answers.reduce(0) { $0 + $1.accepted }
+        async let allStored = Self.waitUntilStored(acceptedTotal, postgresURL: production.postgresURL, namespace: namespace)
         let drainWindow = MeasurementWindow(warmup: .milliseconds(200), duration: .seconds(scaleOut.drainSeconds))
         async let drainSamples = PostgresWaitSampler(postgresURL: production.postgresURL).sample(window: drainWindow)
         async let atDrainStart = readEdge(at: drainWindow.start, deployment: deployment, groups: groups, namespace: namespace)
         async let atDrainEnd = readEdge(at: drainWindow.end, deployment: deployment, groups: groups, namespace: namespace)
         let drainStart = try await atDrainStart
         let drainEnd = try await atDrainEnd
-        let acceptedTotal = answers.reduce(0) { $0 + $1.accepted }
         let drain = ScaleOutRun.Drain(
             seconds: drainEnd.stored.at - drainStart.stored.at,
             stored: drainEnd.stored.messages - drainStart.stored.messages,
@@ -154,6 +155,14 @@ struct ScaleOut: Sendable {
                 nodePorts: drainStart.postgresPorts.union(drainEnd.postgresPorts)
             )
         )
+        // Sustained: from the window's start until every accepted message is stored (the first count that saw it,
+        // within one 100 ms poll of the moment it happened).
+        var sustained: Double?
+        var allStoredAfter: Double?
+        if let done = try await allStored {
+            sustained = done.rate(since: start.stored)
+            allStoredAfter = max(0, done.at - end.stored.at)
+        }
         return ScaleOutRun(
             round: round,
             nodes: deployment.nodes.count,
@@ -172,8 +181,22 @@ struct ScaleOut: Sendable {
             load: load,
             throttling: Self.throttling(from: start, to: end),
             lockWaits: LockWaitSummary(samples: samples, nodePorts: start.postgresPorts.union(end.postgresPorts)),
-            drain: drain
+            drain: drain,
+            sustainedStoredPerSecond: sustained,
+            allStoredAfterSeconds: allStoredAfter
         )
+    }
+
+    /// Polls the namespace's stored count every 100 ms until it reaches `total` (up to 120 s): the first count that
+    /// did, or `nil`.
+    private static func waitUntilStored(_ total: Int, postgresURL: String, namespace: String) async throws -> StoredMessageCount? {
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline {
+            let count = try await StoredMessageCount.read(postgresURL: postgresURL, namespace: namespace)
+            if count.messages >= total { return count }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return nil
     }
 
     /// What each node's processor stored between two edges, by its own counter.

@@ -71,7 +71,12 @@ public final class PostgresFanout: Fanout, Service {
     /// runs it beside its connection pool).
     public func run() async throws {
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.listen(on: self.eventChannel) { [tailWakeUp = self.tailWakeUp] _ in tailWakeUp.notify() } }
+            // A node's own notifications wake nothing: it handed its commits over already (or woke its tail for a gap).
+            group.addTask {
+                await self.listen(on: self.eventChannel) { [tailWakeUp = self.tailWakeUp, nodeId = self.nodeId] payload in
+                    if payload != nodeId { tailWakeUp.notify() }
+                }
+            }
             group.addTask { await self.listen(on: self.ephemeralChannel) { [weak self] payload in self?.receiveEphemeral(payload) } }
             group.addTask { await self.listen(on: self.presenceChannel) { [weak self] payload in self?.receivePresence(payload) } }
             group.addTask { await self.tail() }
@@ -174,7 +179,7 @@ public final class PostgresFanout: Fanout, Service {
         }
     }
 
-    /// One `NOTIFY` (a wake-up without data) at a time, for every commit since the previous one. Outside the writing
+    /// One `NOTIFY` (a wake-up naming this node, no data) at a time, for every commit since the previous one. Outside the writing
     /// transaction: a `NOTIFY` inside it would hold PostgreSQL's database-wide notification lock through the commit,
     /// and every writer of every node would commit one at a time.
     private func notifyOtherNodes() async {
@@ -182,8 +187,8 @@ public final class PostgresFanout: Fanout, Service {
             await notifyWakeUp.wait()
             if Task.isCancelled { return }
             do {
-                _ = try await withDeadline(.seconds(10)) { [client, logger, eventChannel] in
-                    try await client.query("SELECT pg_notify(\(eventChannel), '')", logger: logger)
+                _ = try await withDeadline(.seconds(10)) { [client, logger, eventChannel, nodeId] in
+                    try await client.query("SELECT pg_notify(\(eventChannel), \(nodeId))", logger: logger)
                 }
             } catch {
                 if Task.isCancelled { return }
