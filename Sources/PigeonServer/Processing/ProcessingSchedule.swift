@@ -26,7 +26,7 @@ struct ProcessingSchedule {
     struct Settings: Sendable {
         /// Most messages in one store batch.
         var batchSize: Int
-        /// Most store batches in flight at once (each of another partition).
+        /// Most store batches in flight at once (no partition in two of them).
         var concurrency: Int
         /// Most entries held at once: read from the buffer and not finished.
         var maxHeld: Int
