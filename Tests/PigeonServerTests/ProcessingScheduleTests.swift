@@ -39,26 +39,75 @@ import Testing
         return schedule
     }
 
-    @Test func eachPartitionGetsOneBatchInFlightAndPartitionsRunTogether() {
+    @Test func aBatchTakesEveryFreePartitionAndAPartitionInFlightWaitsWhileOthersGoOn() {
         var schedule = Self.schedule(holding: [
             Self.entry("a1", "A", partition: 0), Self.entry("c1", "C", partition: 2), Self.entry("b1", "B", partition: 1),
             Self.entry("a2", "A", partition: 0), Self.entry("d1", "D", partition: 0),
         ])
         let step = schedule.next(now: Self.start)
-        #expect(step.batches.map(\.partition) == [0, 1, 2])
-        #expect(step.batches.map(Self.ids) == [["a1", "a2", "d1"], ["b1"], ["c1"]])
+        #expect(step.batches.map(\.partitions) == [[0, 1, 2]], "one transaction for what is ready")
+        #expect(step.batches.map(Self.ids) == [["a1", "a2", "d1", "b1", "c1"]], "each partition in buffer order")
         #expect(step.read == ProcessingSchedule.Read(max: 995, wait: .seconds(1)), "reading goes on while batches are stored")
-        #expect(schedule.batchesInFlight == 3)
 
-        // More for partition 0 while its batch is in flight: it waits for that batch.
+        // More for partition 0 while its batch is in flight: it waits for that batch. Partition 3 waits too while
+        // the batch in flight is young (what arrives meanwhile goes in one next transaction), and goes on once that
+        // batch takes longer than usual (it may be held up in the store).
         schedule.received([Self.entry("a3", "A", partition: 0), Self.entry("e1", "E", partition: 3)])
-        let next = schedule.next(now: Self.start)
+        let young = schedule.next(now: Self.start + .milliseconds(1))
+        #expect(young.batches.isEmpty)
+        #expect(young.wakeAt == Self.start + ProcessingSchedule.heldUpBounds.lowerBound)
+        let next = schedule.next(now: Self.start + .milliseconds(2))
+        #expect(next.batches.map(\.partitions) == [[3]])
         #expect(next.batches.map(Self.ids) == [["e1"]])
-        let results: [ProcessingResult] = [.stored(seq: 1), .stored(seq: 2), .stored(seq: 1)]
-        #expect(ProcessingSchedule.finishedEntryIds(step.batches[0].items, results) == ["a1", "a2", "d1"])
+        #expect(schedule.batchesInFlight == 2)
+        let results: [ProcessingResult] = [.stored(seq: 1), .stored(seq: 2), .stored(seq: 1), .stored(seq: 1), .stored(seq: 1)]
+        #expect(ProcessingSchedule.finishedEntryIds(step.batches[0].items, results) == ["a1", "a2", "d1", "b1", "c1"])
         #expect(schedule.batchFinished(step.batches[0].id, results: results, now: Self.start).isEmpty)
-        #expect(schedule.next(now: Self.start).batches.map(Self.ids) == [["a3"]])
-        #expect(schedule.held == 4)
+        #expect(schedule.held == 2)
+        #expect(schedule.next(now: Self.start + .milliseconds(4)).batches.map(Self.ids) == [["a3"]])
+    }
+
+    @Test func aFullBatchStartsBesideOthersAndALesserOneWaitsALittle() {
+        var schedule = Self.schedule(
+            Self.settings(batchSize: 3),
+            holding: [
+                Self.entry("a1", "A", partition: 0), Self.entry("a2", "A", partition: 0), Self.entry("b1", "B", partition: 1),
+                Self.entry("b2", "B", partition: 1), Self.entry("c1", "C", partition: 2),
+            ])
+        let first = schedule.next(now: Self.start)
+        #expect(first.batches.map(\.partitions) == [[0, 1]])
+        #expect(first.batches.map(Self.ids) == [["a1", "a2", "b1"]], "up to the batch size; partition 1's rest waits for it")
+        #expect(first.wakeAt == Self.start + ProcessingSchedule.heldUpBounds.lowerBound, "c1 alone waits a little")
+
+        schedule.received([
+            Self.entry("d1", "D", partition: 3), Self.entry("d2", "D", partition: 3), Self.entry("d3", "D", partition: 3),
+            Self.entry("e1", "E", partition: 4),
+        ])
+        let full = schedule.next(now: Self.start)
+        #expect(full.batches.map(Self.ids) == [["c1", "d1", "d2"]], "a full batch starts beside the one in flight")
+        #expect(full.wakeAt == Self.start + ProcessingSchedule.heldUpBounds.lowerBound)
+        let lesser = schedule.next(now: Self.start + ProcessingSchedule.heldUpBounds.lowerBound)
+        #expect(lesser.batches.map(Self.ids) == [["e1"]], "once the batches in flight take longer than usual")
+        #expect(schedule.batchesInFlight == 3)
+    }
+
+    @Test func theTimeBeforeBatchesCountAsHeldUpFollowsTheUsualBatchTime() {
+        var schedule = Self.schedule(
+            Self.settings(batchSize: 1, concurrency: 1), holding: (0..<40).map { Self.entry("e\($0)", "c\($0)", partition: $0 % 16) })
+        #expect(schedule.heldUpAfter == ProcessingSchedule.heldUpBounds.lowerBound)
+        var now = Self.start
+        for _ in 0..<20 {
+            let batch = schedule.next(now: now).batches[0]
+            now += .milliseconds(40)
+            _ = schedule.batchFinished(batch.id, results: [.stored(seq: 1)], now: now)
+        }
+        #expect(schedule.heldUpAfter > .milliseconds(70) && schedule.heldUpAfter <= .milliseconds(80), "twice the usual 40 ms")
+        for _ in 0..<20 {
+            let batch = schedule.next(now: now).batches[0]
+            now += .seconds(1)
+            _ = schedule.batchFinished(batch.id, results: [.stored(seq: 1)], now: now)
+        }
+        #expect(schedule.heldUpAfter == ProcessingSchedule.heldUpBounds.upperBound)
     }
 
     @Test func theConcurrencyLimitBindsAndPartitionsTakeTurns() {
@@ -120,7 +169,7 @@ import Testing
     }
 
     @Test func aStoreFailureBacksOffWithoutSpendingAttemptsThenProbesWithOneBatch() {
-        var schedule = Self.schedule(holding: (0..<3).map { Self.entry("e\($0)", "c\($0)", partition: $0) })
+        var schedule = Self.schedule(Self.settings(batchSize: 1), holding: (0..<3).map { Self.entry("e\($0)", "c\($0)", partition: $0) })
         var now = Self.start
         let batches = schedule.next(now: now).batches
         #expect(batches.count == 3)
@@ -228,11 +277,11 @@ import Testing
                 readInFlight = read
             }
             batchesInFlight += step.batches
-            let partitionsInFlight = batchesInFlight.map(\.partition)
-            #expect(Set(partitionsInFlight).count == partitionsInFlight.count, "one batch per partition")
+            let partitionsInFlight = batchesInFlight.flatMap(\.partitions)
+            #expect(Set(partitionsInFlight).count == partitionsInFlight.count, "a partition is in one batch in flight at most")
             #expect(batchesInFlight.count <= concurrency)
             for batch in step.batches {
-                #expect(batch.items.allSatisfy { $0.entry.partition == batch.partition })
+                #expect(Set(batch.items.map(\.entry.partition)) == Set(batch.partitions))
                 #expect(batch.items.count <= settings.batchSize)
                 for item in batch.items {
                     #expect(item.entry.attempts == attemptsByEntry[item.entry.id, default: 0], "attempts are counted once per failure")

@@ -26,6 +26,7 @@ import Testing
             var released = false
             var waiters: [CheckedContinuation<Void, Never>] = []
             var partitionsInFlight: [Int] = []
+            var callsInFlight = 0
             var mostInFlight = 0
             var partitionOverlaps: [Int] = []
         }
@@ -42,7 +43,7 @@ import Testing
         var epoch: String { base.epoch }
         var eventPartitions: Int { base.eventPartitions }
         var isHolding: Bool { state.withLockedValue { $0.holding } }
-        /// The most batches in flight at once so far.
+        /// The most store calls in flight at once so far.
         var mostInFlight: Int { state.withLockedValue { $0.mostInFlight } }
         /// Partitions that had a second batch in flight while one was (never, if the processor is right).
         var partitionOverlaps: [Int] { state.withLockedValue { $0.partitionOverlaps } }
@@ -61,10 +62,12 @@ import Testing
             state.withLockedValue { state in
                 for partition in partitions where state.partitionsInFlight.contains(partition) { state.partitionOverlaps.append(partition) }
                 state.partitionsInFlight += partitions
-                state.mostInFlight = max(state.mostInFlight, Set(state.partitionsInFlight).count)
+                state.callsInFlight += 1
+                state.mostInFlight = max(state.mostInFlight, state.callsInFlight)
             }
             defer {
                 state.withLockedValue { state in
+                    state.callsInFlight -= 1
                     for partition in partitions {
                         if let index = state.partitionsInFlight.firstIndex(of: partition) { state.partitionsInFlight.remove(at: index) }
                     }

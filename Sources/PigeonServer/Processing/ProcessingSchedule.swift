@@ -2,9 +2,15 @@
 /// buffer, when a failed message is tried again, when a store that failed as a whole is tried again, and when a
 /// graceful drain is over. The ``Processor`` performs each ``Step`` and reports back what happened.
 ///
-/// - Partitions are stored concurrently, at most one batch per partition in flight (a conversation lives in one
-///   partition, so its messages are stored in buffer order) and at most `concurrency` batches in all, partitions
-///   taking turns when that limit binds.
+/// - Partitions are stored concurrently: a partition is in at most one batch in flight (a conversation lives in one
+///   partition, so its messages are stored in buffer order), and at most `concurrency` batches are in flight. A new
+///   batch takes what every partition not in flight has ready, up to `batchSize` (partitions taking turns to go
+///   first).
+/// - A batch starts beside others in flight when it is full (a backlog), or once every batch in flight has taken
+///   longer than twice the usual batch time (between 2 and 250 ms): a batch held up in the store (a lock wait, a
+///   slow disk) holds up only its own partitions, while a store that keeps up gets what arrives meanwhile in one
+///   next transaction, not in one per partition (each transaction has a fixed cost, and the PostgreSQL store
+///   serialises commits on its event counter).
 /// - A failed message waits `retryBaseDelay` doubled per attempt (at most `maxRetryDelay`); the later messages of its
 ///   conversation wait behind it, every other conversation goes on. Its last attempt is marked final (the store
 ///   dead-letters it instead of failing it).
@@ -20,7 +26,7 @@ struct ProcessingSchedule {
     struct Settings: Sendable {
         /// Most messages in one store batch.
         var batchSize: Int
-        /// Most store batches in flight at once (each of another partition).
+        /// Most store batches in flight at once (no partition in two of them).
         var concurrency: Int
         /// Most entries held at once: read from the buffer and not finished.
         var maxHeld: Int
@@ -52,10 +58,10 @@ struct ProcessingSchedule {
         }
     }
 
-    /// One partition's messages to store in one call, in buffer order.
+    /// Messages to store in one call: of one or more partitions, each partition's in buffer order.
     struct Batch: Sendable {
         var id: Int
-        var partition: Int
+        var partitions: [Int]
         var items: [ProcessingItem]
     }
 
@@ -98,11 +104,15 @@ struct ProcessingSchedule {
     }
 
     private struct InFlight {
-        var partition: Int
+        var partitions: [Int]
         var entries: [BufferEntry]
+        var startedAt: Instant
         /// The store-failure generation when it started.
         var generation: Int
     }
+
+    /// Bounds of the time after which batches in flight count as held up (twice the usual batch time).
+    static let heldUpBounds: ClosedRange<Duration> = .milliseconds(2) ... .milliseconds(250)
 
     let settings: Settings
     private var queues: [Int: PartitionQueue] = [:]
@@ -116,6 +126,8 @@ struct ProcessingSchedule {
     private var storeRetryAt: Instant?
     /// Counts the store failures that doubled the backoff.
     private var storeFailureGeneration = 0
+    /// A moving average of how long the store takes for a batch.
+    private var usualBatchTime: Duration?
     private var isReading = false
     private var drainDeadline: Instant?
     private var drainReadCameBackEmpty = false
@@ -130,6 +142,12 @@ struct ProcessingSchedule {
     var isDraining: Bool { drainDeadline != nil }
     /// Store batches in flight.
     var batchesInFlight: Int { inFlight.count }
+
+    /// How long batches may run before others start beside them with less than a full batch.
+    var heldUpAfter: Duration {
+        let twice = (usualBatchTime ?? .zero) * 2
+        return min(Self.heldUpBounds.upperBound, max(Self.heldUpBounds.lowerBound, twice))
+    }
 
     /// Graceful shutdown: keep going until the buffer is empty, but not past `deadline`.
     mutating func startDraining(deadline: Instant) {
@@ -150,47 +168,61 @@ struct ProcessingSchedule {
                 return step
             }
         }
+        var partialBatchAt: Instant?
         if storeRetryAt.map({ $0 <= now }) ?? true {
-            startBatches(now: now, into: &step)
+            partialBatchAt = startBatches(now: now, into: &step)
         }
         if !isReading, held < settings.maxHeld, !(isDraining && drainReadCameBackEmpty) {
             isReading = true
             step.read = Read(max: settings.maxHeld - held, wait: isDraining ? .zero : settings.readWait)
         }
         var wake = drainDeadline
+        if let partialBatchAt { wake = min(wake ?? partialBatchAt, partialBatchAt) }
         if held > 0, let storeRetryAt, storeRetryAt > now { wake = min(wake ?? storeRetryAt, storeRetryAt) }
         for at in retryAt.values where at > now { wake = min(wake ?? at, at) }
         step.wakeAt = wake
         return step
     }
 
-    private mutating func startBatches(now: Instant, into step: inout Step) {
+    /// Starts what may start now; returns when a batch with less than a full batch may start, if that is later.
+    private mutating func startBatches(now: Instant, into step: inout Step) -> Instant? {
         // One batch at a time while the store is failing: a probe, not a stampede.
         let limit = storeBackoff == .zero ? settings.concurrency : 1
-        let partitions = queues.keys.sorted()
-        let first = partitions.firstIndex { $0 >= nextPartition } ?? 0
-        for offset in 0..<partitions.count where inFlight.count < limit {
-            let partition = partitions[(first + offset) % partitions.count]
-            guard let queue = queues[partition], queue.batchInFlight == nil else { continue }
-            let entries = selectBatch(from: queue.entries, now: now)
-            guard !entries.isEmpty else { continue }
+        while inFlight.count < limit {
+            let partitions = queues.keys.sorted()
+            let first = partitions.firstIndex { $0 >= nextPartition } ?? 0
+            var entries: [BufferEntry] = []
+            var taken: [Int] = []
+            for offset in 0..<partitions.count where entries.count < settings.batchSize {
+                let partition = partitions[(first + offset) % partitions.count]
+                guard let queue = queues[partition], queue.batchInFlight == nil else { continue }
+                let selected = selectBatch(from: queue.entries, max: settings.batchSize - entries.count, now: now)
+                guard !selected.isEmpty else { continue }
+                entries += selected
+                taken.append(partition)
+            }
+            guard let last = taken.last else { return nil }
+            if entries.count < settings.batchSize, let youngest = inFlight.values.map(\.startedAt).max(), now < youngest + heldUpAfter {
+                return youngest + heldUpAfter
+            }
             let id = nextBatchId
             nextBatchId += 1
-            inFlight[id] = InFlight(partition: partition, entries: entries, generation: storeFailureGeneration)
-            queues[partition]?.batchInFlight = id
-            nextPartition = partition + 1
+            inFlight[id] = InFlight(partitions: taken, entries: entries, startedAt: now, generation: storeFailureGeneration)
+            for partition in taken { queues[partition]?.batchInFlight = id }
+            nextPartition = last + 1
             step.batches.append(
                 Batch(
-                    id: id, partition: partition,
+                    id: id, partitions: taken,
                     items: entries.map { ProcessingItem(entry: $0, isFinalAttempt: $0.attempts + 1 >= settings.maxAttempts) }))
         }
+        return nil
     }
 
-    /// The queue's entries in order, up to a batch, leaving out every conversation that waits for a retry.
-    private func selectBatch(from entries: [BufferEntry], now: Instant) -> [BufferEntry] {
+    /// The queue's entries in order, at most `max`, leaving out every conversation that waits for a retry.
+    private func selectBatch(from entries: [BufferEntry], max: Int, now: Instant) -> [BufferEntry] {
         var batch: [BufferEntry] = []
         var waiting = Set<String>()
-        for entry in entries where batch.count < settings.batchSize {
+        for entry in entries where batch.count < max {
             let conversation = entry.message.conversationId
             if waiting.contains(conversation) { continue }
             if let at = retryAt[conversation], at > now {
@@ -229,7 +261,9 @@ struct ProcessingSchedule {
     /// again.
     mutating func batchFinished(_ batchId: Int, results: [ProcessingResult], now: Instant) -> [Retry] {
         guard let batch = inFlight.removeValue(forKey: batchId) else { return [] }
-        queues[batch.partition]?.batchInFlight = nil
+        for partition in batch.partitions { queues[partition]?.batchInFlight = nil }
+        let took = now - batch.startedAt
+        usualBatchTime = usualBatchTime.map { ($0 * 4 + took) / 5 } ?? took
         storeBackoff = .zero
         storeRetryAt = nil
         drainReadCameBackEmpty = false
@@ -252,16 +286,18 @@ struct ProcessingSchedule {
                 break
             }
         }
-        guard var queue = queues[batch.partition] else { return retries }
-        let before = queue.entries.count
-        queue.entries = queue.entries.compactMap { entry in
-            if finished.contains(entry.id) { return nil }
-            var entry = entry
-            if let attempt = attempts[entry.id] { entry.attempts = attempt }
-            return entry
+        for partition in batch.partitions {
+            guard var queue = queues[partition] else { continue }
+            let before = queue.entries.count
+            queue.entries = queue.entries.compactMap { entry in
+                if finished.contains(entry.id) { return nil }
+                var entry = entry
+                if let attempt = attempts[entry.id] { entry.attempts = attempt }
+                return entry
+            }
+            held -= before - queue.entries.count
+            queues[partition] = queue.entries.isEmpty ? nil : queue
         }
-        held -= before - queue.entries.count
-        queues[batch.partition] = queue.entries.isEmpty ? nil : queue
         return retries
     }
 
@@ -269,7 +305,7 @@ struct ProcessingSchedule {
     /// was already counted (the batch started before the failure that set the current backoff).
     mutating func batchFailed(_ batchId: Int, now: Instant) -> Duration? {
         guard let batch = inFlight.removeValue(forKey: batchId) else { return nil }
-        queues[batch.partition]?.batchInFlight = nil
+        for partition in batch.partitions { queues[partition]?.batchInFlight = nil }
         guard batch.generation == storeFailureGeneration else { return nil }
         storeFailureGeneration += 1
         storeBackoff = min(settings.maxRetryDelay, storeBackoff == .zero ? settings.retryBaseDelay : storeBackoff * 2)

@@ -5,9 +5,10 @@ import ServiceLifecycle
 /// Moves buffered messages into the store: in batches, one transaction per batch, several partitions at once.
 ///
 /// - Event-driven: an append wakes it; an idle server stores a message about a millisecond after accepting it.
-/// - The partitions of the buffer are stored concurrently (up to `processingConcurrency` batches in flight), each one
-///   batch at a time and in buffer order, so every conversation's messages are stored in order (a conversation is in
-///   one partition). Reading from the buffer goes on while batches are stored.
+/// - The partitions of the buffer are stored concurrently (up to `processingConcurrency` batches in flight), each in
+///   one batch at a time and in buffer order, so every conversation's messages are stored in order (a conversation is
+///   in one partition) and a batch held up in the store holds up only its partitions. Reading from the buffer goes on
+///   while batches are stored.
 /// - A message that fails is retried with exponential backoff; later messages of its conversation wait behind it
 ///   (order), other conversations flow on. The `maxAttempts`-th failure, or a permanent one (the conversation is
 ///   gone), dead-letters it and sends `message.failed` to its sender.
@@ -119,7 +120,7 @@ final class Processor: Service {
                 case .stored(let batch, .failure(let error), _):
                     if let backoff = schedule.batchFailed(batch.id, now: clock.now) {
                         logger.error(
-                            "store failed; retrying the batch", metadata: ["error": "\(error)", "partition": "\(batch.partition)", "retryIn": "\(backoff)"])
+                            "store failed; retrying the batch", metadata: ["error": "\(error)", "partitions": "\(batch.partitions)", "retryIn": "\(backoff)"])
                     }
                 case .timer(let at):
                     timers.removeAll { $0 == at }
