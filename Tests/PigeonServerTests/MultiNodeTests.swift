@@ -275,6 +275,11 @@ import Testing
             try CrashTests.verify(messages, logs: [log], requireAll: false)
             stored[conversations[index].id] = messages
         }
+        // A send caught by the kill may be stored without its answer, a moment later: settle, then read the final history.
+        try await Task.sleep(for: .seconds(2))
+        for conversation in conversations {
+            stored[conversation.id] = try await clients[1].waitForMessages(receiver, conversation.id, timeout: .seconds(10)) { _ in true }
+        }
         let total = stored.values.map(\.count).reduce(0, +)
         let frames = await socket.inbox.collect(timeout: .seconds(30)) { Self.messageNews($0).count >= total }
         let pushed = Self.messageNews(frames)
