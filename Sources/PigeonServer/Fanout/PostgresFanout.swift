@@ -275,7 +275,15 @@ public final class PostgresFanout: Fanout, Service {
             /// The last change set applied (the node's `presence_version`).
             var version: Int64
             var seenAt: Int64
-            var devices: Set<DeviceIdentity>
+            /// Device ids by user id (a presence question names users).
+            var devices: [String: Set<String>]
+
+            mutating func insert(_ device: DeviceIdentity) { devices[device.userId, default: []].insert(device.deviceId) }
+
+            mutating func remove(_ device: DeviceIdentity) {
+                devices[device.userId]?.remove(device.deviceId)
+                if devices[device.userId]?.isEmpty == true { devices[device.userId] = nil }
+            }
         }
 
         var nodes: [String: Node] = [:]
@@ -297,11 +305,12 @@ public final class PostgresFanout: Fanout, Service {
 
     public func onlineDevices(of users: [String]) -> Set<DeviceIdentity> {
         var devices = local.onlineDevices(of: users)
-        let wanted = Set(users)
         let cutoff = WallClock.nowMillis() - Self.nodeTimeoutMillis
         view.withLockedValue { view in
             for node in view.nodes.values where node.seenAt >= cutoff {
-                for device in node.devices where wanted.contains(device.userId) { devices.insert(device) }
+                for user in users {
+                    for deviceId in node.devices[user] ?? [] { devices.insert(DeviceIdentity(userId: user, deviceId: deviceId)) }
+                }
             }
         }
         return devices
@@ -325,11 +334,11 @@ public final class PostgresFanout: Fanout, Service {
             let known = view.nodes[change.node]
             if let known, change.version <= known.version { return true }
             guard change.reset || known.map({ change.version == $0.version + 1 }) == true else { return false }
-            var node = change.reset ? PresenceView.Node(version: 0, seenAt: WallClock.nowMillis(), devices: []) : known!
+            var node = change.reset ? PresenceView.Node(version: 0, seenAt: WallClock.nowMillis(), devices: [:]) : known!
             node.version = change.version
             node.seenAt = max(node.seenAt, WallClock.nowMillis())
-            for pair in change.online where pair.count == 2 { node.devices.insert(DeviceIdentity(userId: pair[0], deviceId: pair[1])) }
-            for pair in change.offline where pair.count == 2 { node.devices.remove(DeviceIdentity(userId: pair[0], deviceId: pair[1])) }
+            for pair in change.online where pair.count == 2 { node.insert(DeviceIdentity(userId: pair[0], deviceId: pair[1])) }
+            for pair in change.offline where pair.count == 2 { node.remove(DeviceIdentity(userId: pair[0], deviceId: pair[1])) }
             view.nodes[change.node] = node
             return true
         }
@@ -349,8 +358,8 @@ public final class PostgresFanout: Fanout, Service {
                     FROM nodes n LEFT JOIN presence p ON p.node_id = n.node_id WHERE n.node_id <> \(nodeId)
                     """, logger: logger
                 ).decode((String, Int64, Int64, String?, String?).self) {
-                    var entry = nodes[node] ?? PresenceView.Node(version: version, seenAt: seenAt, devices: [])
-                    if let userId, let deviceId { entry.devices.insert(DeviceIdentity(userId: userId, deviceId: deviceId)) }
+                    var entry = nodes[node] ?? PresenceView.Node(version: version, seenAt: seenAt, devices: [:])
+                    if let userId, let deviceId { entry.insert(DeviceIdentity(userId: userId, deviceId: deviceId)) }
                     nodes[node] = entry
                 }
                 view.withLockedValue { view in
