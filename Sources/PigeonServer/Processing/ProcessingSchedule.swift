@@ -9,8 +9,7 @@
 /// - A batch starts beside others in flight when it is full (a backlog), or once every batch in flight has taken
 ///   longer than twice the usual batch time (between 2 and 250 ms): a batch held up in the store (a lock wait, a
 ///   slow disk) holds up only its own partitions, while a store that keeps up gets what arrives meanwhile in one
-///   next transaction, not in one per partition (each transaction has a fixed cost, and the PostgreSQL store
-///   serialises commits on its event counter).
+///   next transaction, not in one per partition (each transaction has a fixed cost: round trips and a commit).
 /// - A failed message waits `retryBaseDelay` doubled per attempt (at most `maxRetryDelay`); the later messages of its
 ///   conversation wait behind it, every other conversation goes on. Its last attempt is marked final (the store
 ///   dead-letters it instead of failing it).
