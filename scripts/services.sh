@@ -76,7 +76,7 @@ start_postgres() {
             || { cat "$DIR/initdb.log" >&2; die "initdb failed"; }
     fi
     "${runas[@]}" "$(pg_bin pg_ctl)" -D "$data" -l "$logfile" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $sockets -c max_connections=300 -c shared_buffers=256MB" start >&2 \
+        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $sockets -c max_connections=1000 -c shared_buffers=256MB" start >&2 \
         || { tail -20 "$logfile" >&2 || true; die "PostgreSQL did not start (see $logfile)"; }
     pg_up || die "PostgreSQL does not answer on $PG_PORT (see $logfile)"
     echo postgres >>"$STARTED"

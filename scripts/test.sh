@@ -52,6 +52,7 @@ echo "== running the terminal client's tests (the built pigeon and pigeon-server
 swift test --skip-build --filter "PigeonCLITests" "$@"
 
 echo "== running the server tests again against --store postgres --buffer redis"
-# (The store contract, multi-node and production fault suites pick their backends themselves: run once above.)
+# (The store and fan-out contracts, event partitions, multi-node, processor concurrency and production fault suites pick
+# their backends themselves, and the pure ones need none: run once above.)
 PIGEON_TEST_BACKEND=production swift test --skip-build --filter PigeonServerTests \
-    --skip "StoreContractTests|MultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests" "$@"
+    --skip "StoreContractTests|MultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests" "$@"
