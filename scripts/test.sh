@@ -37,22 +37,69 @@ swift build --build-tests
 # so they do not starve the timing-sensitive fault suites of the 2 cores.
 security="RegistrationTests|ClientAddressTests|AmplificationTests|AbuseLimitTests|ConnectionShutdownTests|ConnectionGuardTests|StoreDiskFullTests|StoreDeduplicationTests|StreamLimitTests|JWKSTests|JWTKeyTests"
 
-echo "== running tests (embedded store and buffer; Redis and PostgreSQL units)"
-swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests|$security" "$@"
+# Each pass runs under a watchdog: a test that hangs fails the run loudly within the pass's limit, naming the
+# tests that started and never ended and what their servers were doing, instead of running into CI's own limit.
+pass_minutes="${PIGEON_TEST_PASS_MINUTES:-12}"
+run_pass() {
+    local title="$1"; shift
+    echo "== $title"
+    local log pid started rc
+    log="$(mktemp -t pigeon-test-pass.XXXXXX)"
+    setsid "$@" >"$log" 2>&1 &
+    pid=$!
+    tail -n +1 -f --pid="$pid" "$log" &
+    local tailer=$!
+    started=$SECONDS
+    while kill -0 "$pid" 2>/dev/null; do
+        if (( SECONDS - started > pass_minutes * 60 )); then
+            sleep 1
+            echo "error: the pass '$title' did not finish within $pass_minutes minutes (PIGEON_TEST_PASS_MINUTES); killed it" >&2
+            echo "error: tests that started and never ended:" >&2
+            sed -n 's/^◇ Test \(.*\) started\.$/\1/p' "$log" | sort >"$log.started"
+            sed -n 's/^\(✔\|✘\) Test \(.*\) \(passed\|failed\) after .*/\2/p' "$log" | sed 's/ with [0-9]* test cases\{0,1\}$//' | sort -u >"$log.ended"
+            comm -23 "$log.started" "$log.ended" | sed 's/^/    /' >&2
+            echo "error: the pass's processes:" >&2
+            ps -o pid,etime,stat,args -g "$pid" >&2 || true
+            if command -v psql >/dev/null 2>&1 && [ -n "${PIGEON_TEST_POSTGRES_URL:-}" ]; then
+                echo "error: PostgreSQL sessions that are not idle:" >&2
+                psql "$PIGEON_TEST_POSTGRES_URL" -X -c "SELECT pid, state, wait_event_type, wait_event, now() - xact_start AS in_transaction, left(query, 100) AS query FROM pg_stat_activity WHERE backend_type = 'client backend' AND state <> 'idle' AND pid <> pg_backend_pid()" >&2 || true
+            fi
+            kill -TERM -- "-$pid" 2>/dev/null || true
+            sleep 5
+            kill -KILL -- "-$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+            wait "$tailer" 2>/dev/null || true
+            rm -f "$log" "$log.started" "$log.ended"
+            exit 1
+        fi
+        sleep 2
+    done
+    rc=0
+    wait "$pid" || rc=$?
+    wait "$tailer" 2>/dev/null || true
+    rm -f "$log"
+    if (( rc != 0 )); then
+        echo "error: the pass '$title' failed (exit status $rc)" >&2
+        exit "$rc"
+    fi
+}
 
-echo "== running the security tests (limits, attacks through real sockets, JWT keys; embedded store and buffer)"
-swift test --skip-build --filter "$security" "$@"
+run_pass "running tests (embedded store and buffer; Redis and PostgreSQL units)" \
+    swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests|$security" "$@"
 
-echo "== running the client SDK's tests (real in-process servers, fault proxies, a SIGKILLed app)"
-# A pass of their own: run in parallel with the server's timing-sensitive fault suites, the two starve each other
-# of the 2 cores.
-swift test --skip-build --filter "PigeonKitTests|PigeonTestSupportTests" "$@"
+run_pass "running the security tests (limits, attacks through real sockets, JWT keys; embedded store and buffer)" \
+    swift test --skip-build --filter "$security" "$@"
 
-echo "== running the terminal client's tests (the built pigeon and pigeon-server binaries; pigeon chat in tmux)"
-swift test --skip-build --filter "PigeonCLITests" "$@"
+# The client SDK's tests get a pass of their own: run in parallel with the server's timing-sensitive fault suites,
+# the two starve each other of the 2 cores.
+run_pass "running the client SDK's tests (real in-process servers, fault proxies, a SIGKILLed app)" \
+    swift test --skip-build --filter "PigeonKitTests|PigeonTestSupportTests" "$@"
 
-echo "== running the server tests again against --store postgres --buffer redis"
-# (The store and fan-out contracts, event partitions, multi-node, processor concurrency and production fault suites pick
-# their backends themselves, and the pure ones need none: run once above.)
-PIGEON_TEST_BACKEND=production swift test --skip-build --filter PigeonServerTests \
-    --skip "StoreContractTests|MultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests" "$@"
+run_pass "running the terminal client's tests (the built pigeon and pigeon-server binaries; pigeon chat in tmux)" \
+    swift test --skip-build --filter "PigeonCLITests" "$@"
+
+# The store and fan-out contracts, event partitions, multi-node, processor concurrency and production fault suites pick
+# their backends themselves, and the pure ones need none: run once above.
+PIGEON_TEST_BACKEND=production run_pass "running the server tests again against --store postgres --buffer redis" \
+    swift test --skip-build --filter PigeonServerTests \
+    --skip "StoreContractTests|MultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests" "$@"

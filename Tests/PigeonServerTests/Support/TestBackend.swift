@@ -91,6 +91,8 @@ enum TestPostgres {
                 database: components.path.isEmpty ? "postgres" : String(components.path.dropFirst()), tls: .disable),
             id: 1, logger: logger)
         do {
+            // A statement held up by a lock a leaked session keeps fails after a minute instead of hanging the run.
+            try await connection.query("SET lock_timeout = '60s'", logger: logger)
             try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
         } catch {
             try? await connection.close()
