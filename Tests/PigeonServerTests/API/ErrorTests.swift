@@ -370,7 +370,9 @@ import Testing
     }
 
     @Test func rateLimitedIs429WithRetryAfterAndStoresNothing() async throws {
-        try await withTestServer(configure: { $0.rateLimitPerDevice = 1; $0.rateLimitBurst = 2 }) { client in
+        // A token every 4 s: the three sends must fall within one refill, also on a slow, loaded machine (with one
+        // a second, CI's saw the third accepted).
+        try await withTestServer(configure: { $0.rateLimitPerDevice = 0.25; $0.rateLimitBurst = 2 }) { client in
             let alice = try await client.register("alice")
             let alicePhone = try await client.register("alice", existing: alice)
             let conversation = try await client.createConversation(alice, members: ["bob"])
@@ -395,7 +397,7 @@ import Testing
     }
 
     @Test func rateLimitedOverWebSocketIsAnErrorFrame() async throws {
-        try await withTestServer(configure: { $0.rateLimitPerDevice = 1; $0.rateLimitBurst = 2 }) { client in
+        try await withTestServer(configure: { $0.rateLimitPerDevice = 0.25; $0.rateLimitBurst = 2 }) { client in
             let alice = try await client.register("alice")
             let conversation = try await client.createConversation(alice, members: ["bob"])
             let socket = try await TestWebSocket.connect(port: client.port, token: alice.token)

@@ -16,8 +16,16 @@ import Darwin
         try await withTestServer { client in
             let health = try await client.request(.GET, "/healthz")
             #expect(health.status == 200)
-            let ready = try await client.request(.GET, "/readyz")
-            #expect(ready.status == 200)
+            // Ready once the store answers and the buffer's first heartbeat went through: soon after start, later on a
+            // loaded machine (the production pass starts a hundred servers at once).
+            var ready = try await client.request(.GET, "/readyz")
+            let deadline = ContinuousClock.now + .seconds(30)
+            while ready.status != 200, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                ready = try await client.request(.GET, "/readyz")
+            }
+            #expect(ready.status == 200, "\(ready.text)")
+            #expect(ready.text.contains("\"ready\""))
         }
     }
 
