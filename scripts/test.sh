@@ -55,7 +55,7 @@ run_pass() {
             sleep 1
             echo "error: the pass '$title' did not finish within $pass_minutes minutes (PIGEON_TEST_PASS_MINUTES); killed it" >&2
             echo "error: tests that started and never ended:" >&2
-            sed -n 's/^◇ Test \(.*\) started\.$/\1/p' "$log" | sort >"$log.started"
+            sed -n 's/^◇ Test \(.*\) started\.$/\1/p' "$log" | grep -v '^case passing \|^run$' | sort >"$log.started"
             sed -n 's/^\(✔\|✘\) Test \(.*\) \(passed\|failed\) after .*/\2/p' "$log" | sed 's/ with [0-9]* test cases\{0,1\}$//' | sort -u >"$log.ended"
             comm -23 "$log.started" "$log.ended" | sed 's/^/    /' >&2
             echo "error: the pass's processes:" >&2

@@ -48,7 +48,8 @@ final class PigeonCore: Sendable {
             sqliteFiles.append(path)
         case .postgres(let url):
             let store = try await PostgresMessageStore.open(
-                url: url, local: LocalFanout(hub: hub), faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId)
+                url: url, local: LocalFanout(hub: hub), faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
+                stageTimer: metrics.stageTimer)
             self.store = store
             self.fanout = store.fanout
             // Which devices are connected to which node (`recipientsOnline` counts every node's).

@@ -19,6 +19,8 @@ public final class PigeonMetrics: Sendable {
     let processingBatch: DurationHistogram
     let acceptToStored: DurationHistogram
     let storedToDelivered: DurationHistogram
+    /// `pigeon_processing_stage_seconds{stage=…}`.
+    private let stages: [ProcessingStage: DurationHistogram]
     /// `pigeon_limit_hits_total{limit=...}`, one counter per limit name, made at its first hit.
     private let limitCounters = NIOLockedValueBox([String: Counter]())
 
@@ -46,6 +48,22 @@ public final class PigeonMetrics: Sendable {
         processingBatch = registry.makeDurationHistogram(descriptor: Self.name("processing_seconds", "Time to process one batch into the store"), buckets: latencyBuckets)
         acceptToStored = registry.makeDurationHistogram(descriptor: Self.name("accept_to_stored_seconds", "Latency from accept to stored"), buckets: latencyBuckets)
         storedToDelivered = registry.makeDurationHistogram(descriptor: Self.name("stored_to_delivered_seconds", "Latency from stored to the delivered receipt"), buckets: latencyBuckets)
+        let stageBuckets: [Duration] = [
+            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
+            .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1), .seconds(5),
+        ]
+        var stages: [ProcessingStage: DurationHistogram] = [:]
+        for stage in ProcessingStage.allCases {
+            stages[stage] = registry.makeDurationHistogram(
+                descriptor: Self.name("processing_stage_seconds", "Time spent in each stage between accept and stored"),
+                labels: [("stage", stage.rawValue)], buckets: stageBuckets)
+        }
+        self.stages = stages
+    }
+
+    /// Reports the processing stages into `pigeon_processing_stage_seconds`.
+    public var stageTimer: ProcessingStageTimer {
+        ProcessingStageTimer { [stages] stage, duration in stages[stage]?.record(duration) }
     }
 
     /// Counts one request, connection or stream refused or closed by the limit `name` (docs/SECURITY.md lists

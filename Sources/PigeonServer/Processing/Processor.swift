@@ -63,6 +63,9 @@ final class Processor: Service {
         var schedule = ProcessingSchedule(settings: ProcessingSchedule.Settings(configuration))
         // Wake-ups asked for and not yet come.
         var timers: [ContinuousClock.Instant] = []
+        // When entries were read and not yet in a batch (for the `queued` stage).
+        var readAt: [String: ContinuousClock.Instant] = [:]
+        let stageTimer = metrics.stageTimer
         try await withThrowingTaskGroup(of: Event.self) { group in
             // Whatever is still running when the loop ends (a blocking read, an abandoned batch) is not waited for.
             defer { group.cancelAll() }
@@ -91,6 +94,9 @@ final class Processor: Service {
                     break
                 }
                 for batch in step.batches {
+                    if let earliest = batch.items.compactMap({ readAt.removeValue(forKey: $0.entry.id) }).min() {
+                        stageTimer.record(.queued, clock.now - earliest)
+                    }
                     group.addTask { await self.store(batch, acknowledgements: acknowledgements) }
                 }
                 if let read = step.read {
@@ -112,6 +118,13 @@ final class Processor: Service {
                 }
                 switch event {
                 case .read(let entries):
+                    let (now, nowMillis) = (clock.now, WallClock.nowMillis())
+                    // Entries the schedule dropped (a partition's lease lost) never start a batch: forget them now and then.
+                    if readAt.count > schedule.settings.maxHeld * 2 { readAt.removeAll(keepingCapacity: true) }
+                    for entry in entries {
+                        readAt[entry.id] = now
+                        stageTimer.record(.buffered, .milliseconds(max(0, nowMillis - entry.message.acceptedAt)))
+                    }
                     schedule.received(entries)
                 case .stored(let batch, .success(let results), let duration):
                     metrics.processingBatch.record(duration)

@@ -182,10 +182,10 @@ extension PostgresMessageStore {
         try await write(BatchWrite(events: events), connection)
     }
 
-    /// Writes a batch in one statement (one round trip): messages, dead letters, the conversations' last seqs, members'
-    /// watermarks, and
-    /// the events with offsets taken from their partitions' rows (locked to the commit; ``pigeon_take_offsets`` locks
-    /// them in partition order). Answers the events as the sink gets them.
+    /// Writes a batch in one statement (one round trip): messages, dead letters, the conversations' last seqs (checked
+    /// against `expectedLastSeqs` when given), members' watermarks, and the events with offsets taken from their
+    /// partitions' rows (locked to the commit; ``pigeon_take_offsets`` locks them in partition order). Answers the
+    /// events as the sink gets them.
     func write(_ batch: BatchWrite, _ connection: PostgresConnection) async throws -> [StoredEvent] {
         let events = batch.events
         // Each event's rank within its partition, in batch order: its offset is the partition's first plus it.
@@ -200,12 +200,24 @@ extension PostgresMessageStore {
         let payloadRanks = events.payloadIndexes.map { $0 < 0 ? Int64(-1) : ranks[Int($0)] }
         let shared = events.sharedPayloads
         let (messages, dead, marks) = (batch.messages, batch.deadLetters, batch.watermarks)
-        let conversationIds = Array(batch.lastSeqs.keys)
+        let conversationIds = batch.lastSeqs.keys.sorted()
+        let expected = conversationIds.map { batch.expectedLastSeqs?[$0] ?? -1 }
         var firstOffsets: [Int32: Int64] = [:]
+        // The conversations' rows are updated (locked) and checked before the partitions' rows are taken: the
+        // offsets' arguments depend on the check.
         for try await (part, first) in try await connection.query(
             """
-            WITH offs AS MATERIALIZED (
-                SELECT taken_part, first_offset FROM pigeon_take_offsets(\(parts)::integer[], \(parts.map { counts[$0]! })::bigint[])),
+            WITH seqs AS (
+                UPDATE conversations c SET last_seq = u.seq, updated_at = GREATEST(c.updated_at, \(batch.now))
+                FROM unnest(\(conversationIds)::text[], \(conversationIds.map { batch.lastSeqs[$0]! })::bigint[], \(expected)::bigint[])
+                    AS u(id, seq, expected)
+                WHERE c.id = u.id AND (u.expected < 0 OR c.last_seq = u.expected)
+                RETURNING c.id),
+            offs AS MATERIALIZED (
+                SELECT taken_part, first_offset FROM pigeon_take_offsets(
+                    CASE WHEN pigeon_check((SELECT count(*) FROM seqs) = \(Int64(conversationIds.count)),
+                        'a conversation is gone or its last seq is not the one the batch was planned on') THEN \(parts)::integer[] END,
+                    \(parts.map { counts[$0]! })::bigint[])),
             stored AS (
                 INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
                     client_timestamp, accepted_at, stored_at)
@@ -222,10 +234,6 @@ extension PostgresMessageStore {
                     \(dead.codes)::text[], \(dead.errors)::text[])
                 ON CONFLICT (server_id) DO UPDATE SET failed_at = excluded.failed_at, error_code = excluded.error_code,
                     error_message = excluded.error_message),
-            seqs AS (
-                UPDATE conversations c SET last_seq = u.seq, updated_at = GREATEST(c.updated_at, \(batch.now))
-                FROM unnest(\(conversationIds)::text[], \(conversationIds.map { batch.lastSeqs[$0]! })::bigint[]) AS u(id, seq)
-                WHERE c.id = u.id),
             marks AS (
                 UPDATE members m SET delivered_seq = u.d, read_seq = u.r
                 FROM unnest(\(marks.conversationIds)::text[], \(marks.userIds)::text[], \(marks.delivered)::bigint[], \(marks.read)::bigint[])
@@ -278,6 +286,9 @@ struct BatchWrite {
     var deadLetters = DeadLetterRows()
     /// The new last seq of each conversation that stored messages.
     var lastSeqs: [String: Int64] = [:]
+    /// The last seq each conversation must still have for the write to go through (nil: not checked, the batch holds
+    /// the conversations' locks since it read them). The statement fails as a whole otherwise.
+    var expectedLastSeqs: [String: Int64]?
     var events = EventRows()
     /// Members' receipt watermarks to set.
     var watermarks = WatermarkRows()

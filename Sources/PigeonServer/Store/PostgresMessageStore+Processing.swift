@@ -48,11 +48,56 @@ extension PostgresMessageStore {
         return state.hasPrefix("22") || state.hasPrefix("23") || state.hasPrefix("54")
     }
 
+    /// Stores a batch: in one statement when this node knows the last seq of each of its conversations from its own
+    /// earlier batches (``processTrusting(_:lastSeqs:)``), else (or when that statement fails) in a transaction that
+    /// locks the conversations and reads what it needs first (``processLocking(_:)``).
     func processBatch(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        let conversationIds = Array(Set(items.map(\.entry.message.conversationId))).sorted()
+        let known = lastSeqCache.withLockedValue { cache in conversationIds.compactMap { id in cache[id].map { (id, $0) } } }
+        let membersKnown = membersCache.withLockedValue { cache in conversationIds.allSatisfy { cache[$0] != nil } }
+        if known.count == conversationIds.count, membersKnown {
+            do {
+                return try await processTrusting(items, lastSeqs: Dictionary(uniqueKeysWithValues: known))
+            } catch {
+                // Another node stored in one of these conversations meanwhile (a partition moved), a message was
+                // stored before (a redelivery), or the database refused something: the locking path finds out which.
+                forgetLastSeqs(conversationIds)
+                logger.debug("one-statement batch refused; storing it under the conversations' locks", metadata: ["error": "\(String(reflecting: error))"])
+            }
+        }
+        return try await processLocking(items)
+    }
+
+    /// The batch in one statement, its own transaction (one round trip instead of five): planned on the last seqs this
+    /// node cached, without looking for earlier copies. The statement checks each conversation's last seq under its
+    /// row lock and fails as a whole if one moved; an earlier copy of a message (a redelivery) fails it on the unique
+    /// indexes. Either way nothing is written and the caller takes the locking path.
+    func processTrusting(_ items: [ProcessingItem], lastSeqs: [String: Int64]) async throws -> [ProcessingResult] {
+        let clock = ContinuousClock()
+        let started = clock.now
+        var (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: StoredBefore())
+        batch.expectedLastSeqs = lastSeqs
+        let committed = try await client.withConnection { [stageTimer] connection in
+            let leased = clock.now
+            stageTimer.record(.connection, leased - started)
+            let committed = try await write(batch, connection)
+            stageTimer.record(.write, clock.now - leased)
+            return committed
+        }
+        rememberLastSeqs(batch.lastSeqs)
+        fanout.publish(committed)
+        return results
+    }
+
+    /// The batch in a transaction that first locks its conversations (`FOR UPDATE`, in id order) and reads their last
+    /// seqs, missing members and earlier copies of its messages.
+    func processLocking(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
         let messages = items.map(\.entry.message)
         let conversationIds = Array(Set(messages.map(\.conversationId))).sorted()
         let missingMembers = conversationIds.filter { id in membersCache.withLockedValue { $0[id] == nil } }
-        let (results, committed) = try await transaction { connection -> ([ProcessingResult], [StoredEvent]) in
+        let clock = ContinuousClock()
+        let (results, committed, lastSeqs) = try await timedTransaction { connection -> ([ProcessingResult], [StoredEvent], [String: Int64]) in
+            let reading = clock.now
             var lastSeqs: [String: Int64] = [:]
             for try await (id, lastSeq) in try await connection.query(
                 "SELECT id, last_seq FROM conversations WHERE id = ANY(\(conversationIds)) ORDER BY id FOR UPDATE", logger: logger
@@ -71,8 +116,7 @@ extension PostgresMessageStore {
             }
             // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
             // buffer de-duplication record expired): by serverId or by (sender, device, clientMessageId).
-            var storedByServerId: [String: Int64] = [:]
-            var storedByClientId: [[String]: Int64] = [:]
+            var storedBefore = StoredBefore()
             for try await (serverId, senderId, deviceId, clientMessageId, seq) in try await connection.query(
                 """
                 SELECT m.server_id, m.sender_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
@@ -84,89 +128,115 @@ extension PostgresMessageStore {
                     ON m.sender_id = k.u AND m.sender_device_id = k.d AND m.client_message_id = k.c
                 """, logger: logger
             ).decode((String, String, String, String, Int64).self) {
-                storedByServerId[serverId] = seq
-                storedByClientId[[senderId, deviceId, clientMessageId]] = seq
+                storedBefore.byServerId[serverId] = seq
+                storedBefore.byClientId[[senderId, deviceId, clientMessageId]] = seq
             }
-
-            let payloads = EventPayload()
-            let now = WallClock.nowMillis()
-            var results: [ProcessingResult] = []
-            results.reserveCapacity(items.count)
-            var blocked = Set<String>()
-            var rows = MessageRows()
-            var deadLetters = DeadLetterRows()
-            var events = EventRows()
-            var newLastSeqs: [String: Int64] = [:]
-            for item in items {
-                let message = item.entry.message
-                if blocked.contains(message.conversationId) {
-                    results.append(.deferred)
-                    continue
-                }
-                if let seq = storedByServerId[message.serverId]
-                    ?? storedByClientId[[message.senderId, message.senderDeviceId, message.clientMessageId]]
-                {
-                    results.append(.alreadyStored(seq: seq))
-                    continue
-                }
-                do {
-                    try faultInjector?(message)
-                    guard let lastSeq = newLastSeqs[message.conversationId] ?? lastSeqs[message.conversationId],
-                        let members = membersCache.withLockedValue({ $0[message.conversationId] }), members.contains(message.senderId)
-                    else { throw PigeonError.conversationNotFound }
-                    let seq = lastSeq + 1
-                    newLastSeqs[message.conversationId] = seq
-                    let stored = Message(
-                        serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId,
-                        seq: seq, senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
-                        clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
-                    rows.append(stored)
-                    let part = partition(of: message.conversationId)
-                    let rendered = payloads.messageNew(stored)
-                    for userId in members {
-                        events.append(
-                            type: "message.new", userId: userId,
-                            excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: nil, at: now,
-                            partition: part, message: (message.conversationId, seq, rendered))
-                    }
-                    let recipients = members.filter { $0 != message.senderId }
-                    let online = fanout.onlineDeviceCount(
-                        of: recipients, excluding: DeviceIdentity(userId: message.senderId, deviceId: message.senderDeviceId))
-                    events.append(
-                        type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId,
-                        payload: payloads.messageStored(
-                            MessageStoredEvent(
-                                conversationId: message.conversationId, serverId: message.serverId,
-                                clientMessageId: message.clientMessageId, seq: seq, storedAt: now,
-                                recipientsOnline: online)),
-                        at: now, partition: part)
-                    results.append(.stored(seq: seq))
-                } catch {
-                    let permanent = (error as? PigeonError)?.isPermanent ?? false
-                    if item.isFinalAttempt || permanent {
-                        let detail = Self.errorDetail(error)
-                        deadLetters.append(message, failedAt: now, error: detail)
-                        events.append(
-                            type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
-                            payload: try payloads.messageFailed(
-                                MessageFailedEvent(
-                                    conversationId: message.conversationId, serverId: message.serverId,
-                                    clientMessageId: message.clientMessageId, error: detail)),
-                            at: now, partition: partition(of: message.conversationId))
-                        results.append(.deadLettered(error))
-                    } else {
-                        blocked.insert(message.conversationId)
-                        results.append(.failed(error))
-                    }
-                }
-            }
-            return (
-                results,
-                try await write(BatchWrite(messages: rows, deadLetters: deadLetters, lastSeqs: newLastSeqs, events: events, now: now), connection)
-            )
+            stageTimer.record(.read, clock.now - reading)
+            let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore)
+            let writing = clock.now
+            let committed = try await write(batch, connection)
+            stageTimer.record(.write, clock.now - writing)
+            return (results, committed, lastSeqs.merging(batch.lastSeqs) { _, new in new })
         }
+        rememberLastSeqs(lastSeqs)
         fanout.publish(committed)
         return results
+    }
+
+    /// Messages of a batch stored before, with their seqs.
+    struct StoredBefore {
+        var byServerId: [String: Int64] = [:]
+        /// By [sender, device, clientMessageId].
+        var byClientId: [[String]: Int64] = [:]
+    }
+
+    /// What a batch writes and what each of its messages comes to, given its conversations' last seqs (a conversation
+    /// missing there is gone) and its messages stored before. Needs the members of its conversations in the cache.
+    func plan(_ items: [ProcessingItem], lastSeqs: [String: Int64], storedBefore: StoredBefore) throws -> ([ProcessingResult], BatchWrite) {
+        let payloads = EventPayload()
+        let now = WallClock.nowMillis()
+        var results: [ProcessingResult] = []
+        results.reserveCapacity(items.count)
+        var blocked = Set<String>()
+        var batch = BatchWrite(now: now)
+        for item in items {
+            let message = item.entry.message
+            if blocked.contains(message.conversationId) {
+                results.append(.deferred)
+                continue
+            }
+            if let seq = storedBefore.byServerId[message.serverId]
+                ?? storedBefore.byClientId[[message.senderId, message.senderDeviceId, message.clientMessageId]]
+            {
+                results.append(.alreadyStored(seq: seq))
+                continue
+            }
+            do {
+                try faultInjector?(message)
+                guard let lastSeq = batch.lastSeqs[message.conversationId] ?? lastSeqs[message.conversationId],
+                    let members = membersCache.withLockedValue({ $0[message.conversationId] }), members.contains(message.senderId)
+                else { throw PigeonError.conversationNotFound }
+                let seq = lastSeq + 1
+                batch.lastSeqs[message.conversationId] = seq
+                let stored = Message(
+                    serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId,
+                    seq: seq, senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
+                    clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
+                batch.messages.append(stored)
+                let part = partition(of: message.conversationId)
+                let rendered = payloads.messageNew(stored)
+                for userId in members {
+                    batch.events.append(
+                        type: "message.new", userId: userId,
+                        excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: nil, at: now,
+                        partition: part, message: (message.conversationId, seq, rendered))
+                }
+                let recipients = members.filter { $0 != message.senderId }
+                let online = fanout.onlineDeviceCount(
+                    of: recipients, excluding: DeviceIdentity(userId: message.senderId, deviceId: message.senderDeviceId))
+                batch.events.append(
+                    type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId,
+                    payload: payloads.messageStored(
+                        MessageStoredEvent(
+                            conversationId: message.conversationId, serverId: message.serverId,
+                            clientMessageId: message.clientMessageId, seq: seq, storedAt: now,
+                            recipientsOnline: online)),
+                    at: now, partition: part)
+                results.append(.stored(seq: seq))
+            } catch {
+                let permanent = (error as? PigeonError)?.isPermanent ?? false
+                if item.isFinalAttempt || permanent {
+                    let detail = Self.errorDetail(error)
+                    batch.deadLetters.append(message, failedAt: now, error: detail)
+                    batch.events.append(
+                        type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
+                        payload: try payloads.messageFailed(
+                            MessageFailedEvent(
+                                conversationId: message.conversationId, serverId: message.serverId,
+                                clientMessageId: message.clientMessageId, error: detail)),
+                        at: now, partition: partition(of: message.conversationId))
+                    results.append(.deadLettered(error))
+                } else {
+                    blocked.insert(message.conversationId)
+                    results.append(.failed(error))
+                }
+            }
+        }
+        return (results, batch)
+    }
+
+    /// Most conversations whose last seq a node keeps (the cache starts over when it would hold more).
+    static let lastSeqCacheLimit = 100_000
+
+    func rememberLastSeqs(_ lastSeqs: [String: Int64]) {
+        lastSeqCache.withLockedValue { cache in
+            if cache.count + lastSeqs.count > Self.lastSeqCacheLimit { cache.removeAll(keepingCapacity: true) }
+            cache.merge(lastSeqs) { _, new in new }
+        }
+    }
+
+    func forgetLastSeqs(_ conversationIds: [String]) {
+        lastSeqCache.withLockedValue { cache in for id in conversationIds { cache[id] = nil } }
     }
 
     /// Dead-letters one message in a transaction of its own (after the database refused it). If the database

@@ -25,8 +25,13 @@ public final class PostgresMessageStore: MessageStore, Service {
     let client: PostgresClient
     let logger: Logger
     let faultInjector: ProcessingFaultInjector?
+    /// Where a batch's transaction reports the time of its stages (connection, begin, read, write, commit).
+    let stageTimer: ProcessingStageTimer
     /// Members by conversation (membership does not change once a conversation exists).
     let membersCache = NIOLockedValueBox([String: [String]]())
+    /// The last seq of conversations as this node's own batches left them: a batch of these conversations is written
+    /// in one statement that checks them (`+Processing`); a wrong one only costs a retry under the locks.
+    let lastSeqCache = NIOLockedValueBox([String: Int64]())
     /// Receipts waiting for the next receipt transaction (``writeReceipts()``).
     let pendingReceipts = NIOLockedValueBox([PendingReceipt]())
     let receiptWakeUp = AsyncSignal()
@@ -35,7 +40,7 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// must run for queries to be served. `local` is this node's own fan-out (its stream hub).
     public static func open(
         url: String, local: LocalFanout, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20,
-        nodeId: String? = nil
+        nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none
     ) async throws -> PostgresMessageStore {
         let nodeId = nodeId ?? "node-" + Identifiers.randomHex(bytes: 8)
         let parsed = try PostgresURL(url)
@@ -56,7 +61,8 @@ public final class PostgresMessageStore: MessageStore, Service {
             try await connection.close()
             let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
             return PostgresMessageStore(
-                epoch: epoch, head: head, client: client, local: local, faultInjector: faultInjector, logger: logger, nodeId: nodeId)
+                epoch: epoch, head: head, client: client, local: local, faultInjector: faultInjector, logger: logger, nodeId: nodeId,
+                stageTimer: stageTimer)
         } catch {
             try? await connection.close()
             throw error
@@ -65,9 +71,10 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     private init(
         epoch: String, head: [Int64], client: PostgresClient, local: LocalFanout, faultInjector: ProcessingFaultInjector?, logger: Logger,
-        nodeId: String
+        nodeId: String, stageTimer: ProcessingStageTimer
     ) {
         self.epoch = epoch
+        self.stageTimer = stageTimer
         self.eventPartitions = head.count
         self.client = client
         self.faultInjector = faultInjector
@@ -102,6 +109,29 @@ public final class PostgresMessageStore: MessageStore, Service {
             }
         } catch {
             return false
+        }
+    }
+
+    /// ``transaction(_:)`` that reports how long it waited for a connection, its `BEGIN` and its `COMMIT` took.
+    func timedTransaction<Result>(_ body: (PostgresConnection) async throws -> sending Result) async throws -> sending Result {
+        let clock = ContinuousClock()
+        let started = clock.now
+        do {
+            return try await client.withConnection { [logger, stageTimer] connection in
+                let leased = clock.now
+                stageTimer.record(.connection, leased - started)
+                var bodyEnded: ContinuousClock.Instant?
+                let result = try await connection.withTransaction(logger: logger) { connection in
+                    stageTimer.record(.begin, clock.now - leased)
+                    let result = try await body(connection)
+                    bodyEnded = clock.now
+                    return result
+                }
+                if let bodyEnded { stageTimer.record(.commit, clock.now - bodyEnded) }
+                return result
+            }
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.beginError ?? error.commitError ?? error
         }
     }
 

@@ -191,6 +191,23 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        (
+            5,
+            [
+                // Fails the statement it is part of (and so its implicit transaction) unless `ok`: the one-statement
+                // batch of a node that trusts its cached last seqs checks them with it (+Processing).
+                """
+                CREATE FUNCTION pigeon_check(ok BOOLEAN, problem TEXT) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF ok IS NOT TRUE THEN
+                        RAISE EXCEPTION 'pigeon: %', problem USING ERRCODE = 'PGSTL';
+                    END IF;
+                    RETURN TRUE;
+                END
+                $$
+                """,
+            ]
+        ),
     ]
 
     static var latestVersion: Int { migrations.last?.version ?? 0 }

@@ -37,11 +37,12 @@ import Darwin
             let text = answer.text
             for name in [
                 "pigeon_messages_accepted_total", "pigeon_messages_stored_total", "pigeon_buffer_depth", "pigeon_open_streams",
-                "pigeon_accept_to_stored_seconds", "pigeon_stored_to_delivered_seconds", "pigeon_dead_letters",
+                "pigeon_accept_to_stored_seconds", "pigeon_stored_to_delivered_seconds", "pigeon_dead_letters", "pigeon_processing_stage_seconds",
             ] {
                 #expect(text.contains("# TYPE \(name) "), "\(name) missing")
             }
             #expect(text.contains("pigeon_accept_to_stored_seconds_bucket{"))
+            #expect(text.contains("pigeon_processing_stage_seconds_bucket{stage=\"queued\""))
             #expect(metricValue("pigeon_dead_letters", in: text) == 0)
             #expect(metricValue("pigeon_buffer_depth", in: text) == 0)
         }
