@@ -112,6 +112,21 @@ final class TestWebSocket: Sendable {
         let (stream, continuation) = AsyncStream.makeStream(of: String.self)
         let socket = TestWebSocket(outgoing: continuation)
         let connected = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
+        // Bounded: an upgrade a dying server never answers must fail the test, not hang the run.
+        do {
+            try await withTimeLimit(.seconds(20), "the WebSocket upgrade on port \(port)") {
+                try await Self.start(url: url, socket: socket, stream: stream, connected: connected)
+            }
+        } catch {
+            socket.task.withLockedValue { $0 }?.cancel()
+            throw error
+        }
+        return socket
+    }
+
+    private static func start(
+        url: String, socket: TestWebSocket, stream: AsyncStream<String>, connected: NIOLockedValueBox<CheckedContinuation<Void, any Error>?>
+    ) async throws {
         try await withCheckedThrowingContinuation { (ready: CheckedContinuation<Void, any Error>) in
             connected.withLockedValue { $0 = ready }
             let task = Task {
@@ -155,7 +170,6 @@ final class TestWebSocket: Sendable {
             }
             socket.task.withLockedValue { $0 = task }
         }
-        return socket
     }
 
     func send(_ operation: ClientOperation) {
@@ -166,12 +180,13 @@ final class TestWebSocket: Sendable {
         outgoing.yield(text)
     }
 
-    /// Closes the connection and waits until it is closed.
+    /// Closes the connection and waits until it is closed (at most 10 s: a peer that died may never finish the
+    /// closing handshake; the connection is then left to NIO).
     func close() async {
         outgoing.finish()
-        let task = self.task.withLockedValue { $0 }
-        task?.cancel()
-        await task?.value
+        guard let task = self.task.withLockedValue({ $0 }) else { return }
+        task.cancel()
+        _ = try? await withTimeLimit(.seconds(10), "closing the WebSocket") { await task.value }
     }
 
     /// Sends a message with `{"op": "send"}`.
@@ -224,6 +239,20 @@ final class TestSSE: Sendable {
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         let head = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
         let finalRequest = request
+        do {
+            try await withTimeLimit(.seconds(20), "the event stream's response head on port \(port)") {
+                try await Self.start(sse: sse, port: port, request: finalRequest, head: head)
+            }
+        } catch {
+            sse.task.withLockedValue { $0 }?.cancel()
+            throw error
+        }
+        return sse
+    }
+
+    private static func start(
+        sse: TestSSE, port: Int, request finalRequest: HTTPClientRequest, head: NIOLockedValueBox<CheckedContinuation<Void, any Error>?>
+    ) async throws {
         try await withCheckedThrowingContinuation { (ready: CheckedContinuation<Void, any Error>) in
             head.withLockedValue { $0 = ready }
             let task = Task {
@@ -262,13 +291,13 @@ final class TestSSE: Sendable {
             }
             sse.task.withLockedValue { $0 = task }
         }
-        return sse
     }
 
+    /// Closes the stream and waits until it is closed (at most 10 s).
     func close() async {
-        let task = self.task.withLockedValue { $0 }
-        task?.cancel()
-        await task?.value
+        guard let task = self.task.withLockedValue({ $0 }) else { return }
+        task.cancel()
+        _ = try? await withTimeLimit(.seconds(10), "closing the event stream") { await task.value }
     }
 }
 
