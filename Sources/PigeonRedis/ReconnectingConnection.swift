@@ -73,13 +73,24 @@ final class ReconnectingConnection: Sendable {
     private func attempt() {
         let eventLoop = eventLoopGroup.next()
         let isReconnect = state.withLockedValue { $0.hasConnected }
+        // An attempt that is not through within its limit (a server that accepts and never answers the set-up
+        // commands) is abandoned: its connection is closed, which fails it, and the next attempt follows.
+        let opened = NIOLockedValueBox<RedisConnection?>(nil)
         let connecting = RedisConnection.connect(configuration: configuration, eventLoop: eventLoop, logger: logger, onMessage: onMessage)
             .flatMap { [setUp] connection in
-                setUp(connection, isReconnect).map { connection }.flatMapError { error in
+                opened.withLockedValue { $0 = connection }
+                return setUp(connection, isReconnect).map { connection }.flatMapError { error in
                     connection.closeInBackground()
                     return eventLoop.makeFailedFuture(error)
                 }
             }
+        let limit = TimeAmount.nanoseconds(Int64((configuration.connectTimeout * 2) / .nanoseconds(1)))
+        let watchdog = eventLoop.scheduleTask(in: limit) { [logger, configuration] in
+            guard let connection = opened.withLockedValue({ $0 }) else { return }
+            logger.warning("Redis did not answer a new connection's set-up in time; closing it", metadata: ["redis": "\(configuration)"])
+            connection.closeInBackground()
+        }
+        connecting.whenComplete { _ in watchdog.cancel() }
         let proceed = state.withLockedValue { state -> Bool in
             guard case .shutDown = state.phase else {
                 state.phase = .connecting(connecting)

@@ -66,7 +66,11 @@ public final class RedisConnection: Sendable {
                 let handler = try channel.pipeline.syncOperations.handler(type: RedisChannelHandler.self)
                 return RedisConnection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), logger: logger)
             }
-            .flatMap { connection in connection.prepare(configuration) }
+            .flatMap { connection in
+                // A server that accepts and never answers `AUTH` or `SELECT` fails the connect within the timeout too.
+                let watchdog = connection.eventLoop.scheduleTask(in: connectTimeout) { connection.closeInBackground() }
+                return connection.prepare(configuration).always { _ in watchdog.cancel() }
+            }
     }
 
     /// Async form of ``connect(configuration:eventLoop:logger:onMessage:)``.

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -28,8 +29,12 @@ import Testing
                 futures.append(connection.send(RESPCommand("SET", "key:\(index)", index)))
             }
         }
-        for (index, future) in futures.enumerated() {
-            let reply = try await future.get()
+        let replies = try await withDeadline(.seconds(60)) { [futures] in
+            var replies: [RESPValue] = []
+            for future in futures { replies.append(try await future.get()) }
+            return replies
+        }
+        for (index, reply) in replies.enumerated() {
             #expect(reply == (index % 2 == 0 ? .integer(Int64(index / 2 + 1)) : .simpleString("OK")))
         }
         #expect(try await connection.send(RESPCommand("GET", "key:9999")).int == 9999)
@@ -248,13 +253,35 @@ import Testing
                 futures.append(client.send(RESPCommand("RPUSH", key, index), routingKey: key))
             }
         }
-        for future in futures { _ = try await future.get() }
+        try await withDeadline(.seconds(60)) { [futures] in for future in futures { _ = try await future.get() } }
         for key in keys {
             let items = try #require(try await client.send(RESPCommand("LRANGE", key, 0, -1)).array)
             #expect(items.compactMap(\.int) == (0..<400).map(Int64.init))
         }
         await client.shutdown()
         await server.stop()
+    }
+
+    /// A server that accepts connections and never answers (hung, or not Redis): connecting fails within the
+    /// connect timeout instead of waiting forever for `AUTH`, and the client keeps trying (it hung on its first
+    /// attempt before).
+    @Test func aServerThatNeverAnswersFailsTheConnectAndTheClientKeepsTrying() async throws {
+        let listener = try SilentListener()
+        var configuration = try RedisConfiguration(url: "redis://:secret@127.0.0.1:\(listener.port)/3")
+        configuration.connectTimeout = .milliseconds(300)
+        let started = ContinuousClock.now
+        await #expect {
+            _ = try await withDeadline(.seconds(10)) { [configuration, logger] in
+                try await RedisConnection.connect(configuration: configuration, logger: logger)
+            }
+        } throws: { error in
+            (error as? RedisError) != nil
+        }
+        #expect(ContinuousClock.now - started < .seconds(5))
+        let client = RedisClient(configuration: configuration, connectionCount: 1, logger: logger)
+        try await eventually(timeout: .seconds(10)) { listener.accepted >= 3 }
+        #expect(!client.isConnected)
+        await client.shutdown()
     }
 
     @Test func commandsFailInsteadOfHangingWhenRedisDiesAndWorkAgainAfterItRestarts() async throws {
@@ -371,21 +398,10 @@ import Testing
 
 /// Runs `body`, failing if it takes longer than `timeout` (so that a hang fails the test instead of stalling it).
 func withDeadline<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: timeout)
-            return nil
-        }
-        defer { group.cancelAll() }
-        guard let result = try await group.next()!, let value = Optional(result) else {
-            throw TestFailure("did not finish within \(timeout)")
-        }
-        return value
-    }
+    // Not a task group: that would wait for a body that ignores cancellation (an EventLoopFuture's `get()` does).
+    try await withTimeLimit(timeout, "the Redis operation", body)
 }
 
-/// Polls `condition` until it holds, failing after `timeout`.
 func eventually(timeout: Duration, _ condition: () async throws -> Bool) async throws {
     let clock = ContinuousClock()
     let deadline = clock.now + timeout
@@ -401,5 +417,56 @@ extension Array {
         results.reserveCapacity(count)
         for element in self { try await results.append(transform(element)) }
         return results
+    }
+}
+
+/// A TCP listener on loopback that accepts connections and never answers (keeps them open), counting them.
+final class SilentListener: Sendable {
+    let port: Int
+    private let descriptor: Int32
+    /// Accepted connections, kept open.
+    private let held = NIOLockedValueBox<[Int32]>([])
+
+    var accepted: Int { held.withLockedValue { $0.count } }
+
+    init() throws {
+        #if canImport(Glibc)
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let descriptor = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard descriptor >= 0 else { throw TestFailure("socket() failed") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        guard bound == 0, named == 0, listen(descriptor, 64) == 0 else {
+            close(descriptor)
+            throw TestFailure("cannot listen on loopback")
+        }
+        self.descriptor = descriptor
+        self.port = Int(UInt16(bigEndian: address.sin_port))
+        let held = self.held
+        let thread = Thread {
+            while true {
+                let connection = accept(descriptor, nil, nil)
+                guard connection >= 0 else { return }
+                held.withLockedValue { $0.append(connection) }
+            }
+        }
+        thread.start()
+    }
+
+    deinit {
+        shutdown(descriptor, Int32(SHUT_RDWR))
+        close(descriptor)
+        for connection in held.withLockedValue({ $0 }) { close(connection) }
     }
 }
