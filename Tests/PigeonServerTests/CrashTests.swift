@@ -102,16 +102,21 @@ import Testing
         let conversation = try await client.createConversation(receiver, members: logs.map(\.device.userId))
 
         let stop = NIOLockedValueBox(false)
+        let answeredSoFar = NIOLockedValueBox(0)
         let initial = logs
         let firstServer = server
         let results = try await withThrowingTaskGroup(of: (Int, SenderLog).self) { group in
             for index in 0..<4 {
-                group.addTask { (index, await Self.httpSender(client, initial[index], senderIndex: index, conversationId: conversation.id, stop: stop)) }
+                group.addTask {
+                    (index, await Self.httpSender(client, initial[index], senderIndex: index, conversationId: conversation.id, stop: stop, answered: answeredSoFar))
+                }
             }
             group.addTask { (4, await Self.webSocketSender(client, initial[4], senderIndex: 4, conversationId: conversation.id, limit: 100_000)) }
             group.addTask {
-                // Let a few hundred messages through, then kill the server mid-stream.
-                try await Task.sleep(for: .milliseconds(1500))
+                // Kill the server mid-stream once a hundred HTTP sends were answered (after a fixed 1.5 s, a slow,
+                // loaded machine had let only 36 through).
+                let deadline = ContinuousClock.now + .seconds(30)
+                while answeredSoFar.withLockedValue({ $0 }) < 100, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
                 try await firstServer.stop(signal: SIGKILL)
                 stop.withLockedValue { $0 = true }
                 return (-1, initial[0])

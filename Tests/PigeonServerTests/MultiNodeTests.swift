@@ -171,6 +171,7 @@ import Testing
             conversations.append(try await b.createConversation(receiver, members: ["sender\(index)"]))
         }
         let stop = NIOLockedValueBox(false)
+        let answered = NIOLockedValueBox(0)
         let initial = logs
         let targets = conversations
         let victim = nodes[0]
@@ -179,11 +180,14 @@ import Testing
                 // Half of the senders send through the node that dies, half through the survivor.
                 let client = index % 2 == 0 ? a : b
                 group.addTask {
-                    (index, await CrashTests.httpSender(client, initial[index], senderIndex: index, conversationId: targets[index].id, stop: stop))
+                    (index, await CrashTests.httpSender(
+                        client, initial[index], senderIndex: index, conversationId: targets[index].id, stop: stop, answered: answered))
                 }
             }
             group.addTask {
-                try await Task.sleep(for: .milliseconds(1500))
+                // Mid-storm: once a hundred sends were answered (a fixed time lets too few through on a slow machine).
+                let deadline = ContinuousClock.now + .seconds(30)
+                while answered.withLockedValue({ $0 }) < 100, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
                 try await victim.stop(signal: SIGKILL)
                 try await Task.sleep(for: .milliseconds(500))
                 stop.withLockedValue { $0 = true }
