@@ -212,6 +212,8 @@ import Testing
         let server = try await RedisServerProcess()
         let node = try await Node(server, nodeId: "a")
         node.start()
+        // A partition is read once its lease is taken (on a loaded machine that can come after the appends below).
+        try await Self.eventually("every partition leased") { node.buffer.ownedPartitions.count == 16 }
         var conversations: [(id: String, partition: Int)] = []
         while conversations.count < 3 {
             let id = newId()
