@@ -32,6 +32,8 @@ public final class PostgresFanout: Fanout, Service {
     private let readEvents: EventReader
     private let nodeId: String
     private let logger: Logger
+    /// Where the tail reports how long its reads take (`tail_read`).
+    private let stageTimer: ProcessingStageTimer
     private let eventChannel: String
     private let ephemeralChannel: String
     private let presenceChannel: String
@@ -53,9 +55,10 @@ public final class PostgresFanout: Fanout, Service {
     /// `head`: the newest offset of each partition when the node starts (its devices get what comes after).
     init(
         client: PostgresClient, epoch: String, nodeId: String, head: [Int64], local: LocalFanout, logger: Logger,
-        readEvents: @escaping EventReader
+        stageTimer: ProcessingStageTimer = .none, readEvents: @escaping EventReader
     ) {
         self.client = client
+        self.stageTimer = stageTimer
         self.local = local
         self.readEvents = readEvents
         self.nodeId = nodeId
@@ -153,6 +156,8 @@ public final class PostgresFanout: Fanout, Service {
                     full = false
                     let after = handedOver.withLockedValue { $0 }
                     var read: (events: [StoredEvent], heads: [Int64]) = ([], after)
+                    let reading = ContinuousClock.now
+                    defer { stageTimer.record(.tailRead, ContinuousClock.now - reading) }
                     for attempt in 0..<4 {
                         let connected = attempt < 3 ? local.connectedUsers() : nil
                         // Bounded: a read on a connection that died under it may never return (see ``withDeadline``).

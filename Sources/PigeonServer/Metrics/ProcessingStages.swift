@@ -16,6 +16,8 @@ public enum ProcessingStage: String, CaseIterable, Sendable {
     case write
     /// The commit, the durable write (PostgreSQL store, per batch).
     case commit
+    /// One read of the fan-out's tail: other nodes' commits for this node's devices (PostgreSQL store, several nodes).
+    case tailRead = "tail_read"
 }
 
 /// Where a component reports how long a ``ProcessingStage`` took.

@@ -79,7 +79,9 @@ public final class PostgresMessageStore: MessageStore, Service {
         self.client = client
         self.faultInjector = faultInjector
         self.logger = logger
-        self.fanout = PostgresFanout(client: client, epoch: epoch, nodeId: nodeId, head: head, local: local, logger: logger) {
+        self.fanout = PostgresFanout(
+            client: client, epoch: epoch, nodeId: nodeId, head: head, local: local, logger: logger, stageTimer: stageTimer
+        ) {
             [client, logger] after, users, pageSize in
             try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
         }
