@@ -128,4 +128,4 @@ run_pass "running the terminal client's tests (the built pigeon and pigeon-serve
 # their backends themselves, and the pure ones need none: run once above.
 PIGEON_TEST_BACKEND=production run_pass "running the server tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter PigeonServerTests \
-    --skip "StoreContractTests|MultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests" "$@"
+    --skip "StoreContractTests|MultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests|RedisStreamsBufferTests" "$@"
