@@ -202,6 +202,10 @@ extension PostgresMessageStore {
         let (messages, dead, marks) = (batch.messages, batch.deadLetters, batch.watermarks)
         let conversationIds = batch.lastSeqs.keys.sorted()
         let expected = conversationIds.map { batch.expectedLastSeqs?[$0] ?? -1 }
+        let expectedMarks = zip(marks.conversationIds, marks.userIds).map {
+            batch.expectedWatermarks?[WatermarkKey(conversationId: $0, userId: $1)]
+        }
+        let reached = batch.reachedSeqs.keys.sorted()
         var firstOffsets: [Int32: Int64] = [:]
         // The conversations' rows are updated (locked) and checked before the partitions' rows are taken: the
         // offsets' arguments depend on the check.
@@ -213,10 +217,22 @@ extension PostgresMessageStore {
                     AS u(id, seq, expected)
                 WHERE c.id = u.id AND (u.expected < 0 OR c.last_seq = u.expected)
                 RETURNING c.id),
+            marks AS (
+                UPDATE members m SET delivered_seq = u.d, read_seq = u.r
+                FROM unnest(\(marks.conversationIds)::text[], \(marks.userIds)::text[], \(marks.delivered)::bigint[], \(marks.read)::bigint[],
+                    \(expectedMarks.map { $0?.delivered ?? -1 })::bigint[], \(expectedMarks.map { $0?.read ?? -1 })::bigint[])
+                    AS u(c, us, d, r, ed, er)
+                WHERE m.conversation_id = u.c AND m.user_id = u.us AND (u.ed < 0 OR (m.delivered_seq = u.ed AND m.read_seq = u.er))
+                RETURNING 1),
             offs AS MATERIALIZED (
                 SELECT taken_part, first_offset FROM pigeon_take_offsets(
-                    CASE WHEN pigeon_check((SELECT count(*) FROM seqs) = \(Int64(conversationIds.count)),
-                        'a conversation is gone or its last seq is not the one the batch was planned on') THEN \(parts)::integer[] END,
+                    CASE WHEN pigeon_check(
+                        (SELECT count(*) FROM seqs) = \(Int64(conversationIds.count))
+                            AND (SELECT count(*) FROM marks) = \(Int64(marks.userIds.count))
+                            AND (SELECT count(*) FROM conversations c
+                                JOIN unnest(\(reached)::text[], \(reached.map { batch.reachedSeqs[$0]! })::bigint[]) AS q(id, s)
+                                    ON c.id = q.id AND c.last_seq >= q.s) = \(Int64(reached.count)),
+                        'a conversation or a member is not where the batch was planned on') THEN \(parts)::integer[] END,
                     \(parts.map { counts[$0]! })::bigint[])),
             stored AS (
                 INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
@@ -234,11 +250,6 @@ extension PostgresMessageStore {
                     \(dead.codes)::text[], \(dead.errors)::text[])
                 ON CONFLICT (server_id) DO UPDATE SET failed_at = excluded.failed_at, error_code = excluded.error_code,
                     error_message = excluded.error_message),
-            marks AS (
-                UPDATE members m SET delivered_seq = u.d, read_seq = u.r
-                FROM unnest(\(marks.conversationIds)::text[], \(marks.userIds)::text[], \(marks.delivered)::bigint[], \(marks.read)::bigint[])
-                    AS u(c, us, d, r)
-                WHERE m.conversation_id = u.c AND m.user_id = u.us),
             shared AS (
                 INSERT INTO event_payloads(part, id, payload)
                 SELECT s.p, o.first_offset + s.r, s.pl
@@ -289,6 +300,10 @@ struct BatchWrite {
     /// The last seq each conversation must still have for the write to go through (nil: not checked, the batch holds
     /// the conversations' locks since it read them). The statement fails as a whole otherwise.
     var expectedLastSeqs: [String: Int64]?
+    /// The watermarks each member in `watermarks` must still have for the write to go through (nil: not checked).
+    var expectedWatermarks: [PostgresMessageStore.WatermarkKey: (delivered: Int64, read: Int64)]?
+    /// A seq each conversation must have reached for the write to go through (receipts planned without clamping).
+    var reachedSeqs: [String: Int64] = [:]
     var events = EventRows()
     /// Members' receipt watermarks to set.
     var watermarks = WatermarkRows()

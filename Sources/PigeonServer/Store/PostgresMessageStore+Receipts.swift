@@ -71,20 +71,65 @@ extension PostgresMessageStore {
         for receipt in left { receipt.continuation.resume(throwing: PigeonError.overloaded("the server is shutting down")) }
     }
 
-    /// One transaction for a group of receipts: lock the members' rows (in key order, so concurrent groups of
-    /// several nodes cannot deadlock), apply the receipts in arrival order, write watermarks and events once.
     /// A delivered watermark that moved: the receipt's index in its group, and where it moved to.
     typealias DeliveredMove = (index: Int, conversationId: String, userId: String, seq: Int64)
 
+    /// A member of a conversation, whose watermarks a receipt moves.
+    struct WatermarkKey: Hashable {
+        var conversationId: String
+        var userId: String
+    }
+
+    /// A member's watermarks, and the conversation's last seq (nil: not known; the receipts are then not clamped and
+    /// the write checks that the conversation has reached each of them).
+    typealias Watermarks = (delivered: Int64, read: Int64, lastSeq: Int64?)
+
+    /// Writes a group of receipts: in one statement when this node knows every member's watermarks from its own
+    /// earlier receipt groups (``writeReceiptsTrusting(_:cached:)``), else, or when that statement fails, in a
+    /// transaction that locks the members' rows first (``writeReceiptsLocking(_:)``).
     func writeReceiptGroup(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove]) {
-        struct Key: Hashable {
-            var conversationId: String
-            var userId: String
+        let keys = Array(Set(group.map { WatermarkKey(conversationId: $0.conversationId, userId: $0.userId) }))
+        let cached = watermarkCache.withLockedValue { cache in keys.compactMap { key in cache[key].map { (key, $0) } } }
+        if cached.count == keys.count {
+            do {
+                if let written = try await writeReceiptsTrusting(group, cached: Dictionary(uniqueKeysWithValues: cached)) { return written }
+            } catch {
+                // Another node moved one of these watermarks, or a receipt is beyond what this node saw stored: the
+                // locking path reads the rows.
+                forgetWatermarks(keys)
+                logger.debug("one-statement receipt group refused; writing it under the members' locks", metadata: ["error": "\(String(reflecting: error))"])
+            }
         }
-        let keys = Array(Set(group.map { Key(conversationId: $0.conversationId, userId: $0.userId) }))
+        return try await writeReceiptsLocking(group)
+    }
+
+    /// The group in one statement, its own transaction, planned on the cached watermarks: the statement sets each
+    /// member's watermarks only where they still are the cached ones, and only if every conversation has reached the
+    /// seqs the receipts name (they are not clamped: an unknown last seq), and fails as a whole otherwise. Nil when no
+    /// watermark would move (then the locking path answers with the stored ones).
+    func writeReceiptsTrusting(_ group: [PendingReceipt], cached: [WatermarkKey: (delivered: Int64, read: Int64)]) async throws -> (
+        [ReceiptOutcome], [StoredEvent], [DeliveredMove]
+    )? {
+        let watermarks = cached.mapValues { Watermarks($0.delivered, $0.read, nil) }
+        var (outcomes, batch, moves, final) = try planReceipts(group, watermarks: watermarks)
+        guard !batch.watermarks.userIds.isEmpty else { return nil }
+        batch.expectedWatermarks = cached
+        for receipt in group {
+            batch.reachedSeqs[receipt.conversationId] = max(batch.reachedSeqs[receipt.conversationId] ?? 0, receipt.upToSeq)
+        }
+        let committed = try await client.withConnection { connection in try await self.write(batch, connection) }
+        rememberWatermarks(final)
+        return (outcomes, committed, moves)
+    }
+
+    /// One transaction for a group of receipts: lock the members' rows (in key order, so concurrent groups of
+    /// several nodes cannot deadlock), apply the receipts in arrival order, write watermarks and events once.
+    func writeReceiptsLocking(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove]) {
+        let keys = Array(Set(group.map { WatermarkKey(conversationId: $0.conversationId, userId: $0.userId) }))
             .sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }
-        return try await transaction { connection -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove]) in
-            var watermarks: [Key: (delivered: Int64, read: Int64, lastSeq: Int64)] = [:]
+        let (outcomes, committed, moves, final) = try await transaction {
+            connection -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove], [WatermarkKey: (delivered: Int64, read: Int64)]) in
+            var watermarks: [WatermarkKey: Watermarks] = [:]
             for try await (conversationId, userId, delivered, read, lastSeq) in try await connection.query(
                 """
                 SELECT m.conversation_id, m.user_id, m.delivered_seq, m.read_seq, c.last_seq
@@ -94,50 +139,75 @@ extension PostgresMessageStore {
                 ORDER BY m.conversation_id, m.user_id FOR UPDATE OF m
                 """, logger: logger
             ).decode((String, String, Int64, Int64, Int64).self) {
-                watermarks[Key(conversationId: conversationId, userId: userId)] = (delivered, read, lastSeq)
+                watermarks[WatermarkKey(conversationId: conversationId, userId: userId)] = (delivered, read, lastSeq)
             }
-            let now = WallClock.nowMillis()
-            let payloads = EventPayload()
-            var events = EventRows()
-            var outcomes: [ReceiptOutcome] = []
-            var changed = Set<Key>()
-            /// Receipts whose delivered watermark moved: which message (for the stored → delivered latency).
-            var deliveredMoves: [(index: Int, key: Key, seq: Int64)] = []
-            for receipt in group {
-                let key = Key(conversationId: receipt.conversationId, userId: receipt.userId)
-                guard let (oldDelivered, oldRead, lastSeq) = watermarks[key] else {
-                    outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: 0, readSeq: 0), deliveredMessageStoredAt: nil))
-                    continue
-                }
-                let target = min(receipt.upToSeq, lastSeq)
-                let delivered = max(oldDelivered, target)
-                let read = receipt.kind == .read ? max(oldRead, target) : oldRead
-                outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: delivered, readSeq: read), deliveredMessageStoredAt: nil))
-                guard delivered != oldDelivered || read != oldRead else { continue }
-                watermarks[key] = (delivered, read, lastSeq)
-                changed.insert(key)
-                var moved: [(ReceiptKind, Int64)] = []
-                if delivered != oldDelivered {
-                    moved.append((.delivered, delivered))
-                    deliveredMoves.append((outcomes.count - 1, key, delivered))
-                }
-                if read != oldRead { moved.append((.read, read)) }
-                for (movedKind, seq) in moved {
-                    let payload = try payloads.receipt(
-                        ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
-                    events.append(
-                        type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
-                }
-            }
-            guard !changed.isEmpty else { return (outcomes, [], []) }
-            let rows = Array(changed)
-            var write = BatchWrite(events: events, now: now)
-            write.watermarks = WatermarkRows(
-                conversationIds: rows.map(\.conversationId), userIds: rows.map(\.userId), delivered: rows.map { watermarks[$0]!.delivered },
-                read: rows.map { watermarks[$0]!.read })
-            let committed = try await self.write(write, connection)
-            return (outcomes, committed, deliveredMoves.map { ($0.index, $0.key.conversationId, $0.key.userId, $0.seq) })
+            let (outcomes, batch, moves, final) = try planReceipts(group, watermarks: watermarks)
+            guard !batch.watermarks.userIds.isEmpty else { return (outcomes, [], [], final) }
+            return (outcomes, try await self.write(batch, connection), moves, final)
         }
+        rememberWatermarks(final)
+        return (outcomes, committed, moves)
+    }
+
+    /// The receipts applied in arrival order to `watermarks` (a member missing there is no longer one: its receipt
+    /// changes nothing): each one's outcome, the write (watermarks that moved and their `receipt` events), the
+    /// delivered watermarks that moved, and every member's final watermarks.
+    func planReceipts(_ group: [PendingReceipt], watermarks start: [WatermarkKey: Watermarks]) throws -> (
+        [ReceiptOutcome], BatchWrite, [DeliveredMove], [WatermarkKey: (delivered: Int64, read: Int64)]
+    ) {
+        var watermarks = start
+        let now = WallClock.nowMillis()
+        let payloads = EventPayload()
+        var events = EventRows()
+        var outcomes: [ReceiptOutcome] = []
+        var changed = Set<WatermarkKey>()
+        var moves: [DeliveredMove] = []
+        for receipt in group {
+            let key = WatermarkKey(conversationId: receipt.conversationId, userId: receipt.userId)
+            guard let (oldDelivered, oldRead, lastSeq) = watermarks[key] else {
+                outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: 0, readSeq: 0), deliveredMessageStoredAt: nil))
+                continue
+            }
+            let target = lastSeq.map { min(receipt.upToSeq, $0) } ?? receipt.upToSeq
+            let delivered = max(oldDelivered, target)
+            let read = receipt.kind == .read ? max(oldRead, target) : oldRead
+            outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: delivered, readSeq: read), deliveredMessageStoredAt: nil))
+            guard delivered != oldDelivered || read != oldRead else { continue }
+            watermarks[key] = (delivered, read, lastSeq)
+            changed.insert(key)
+            var moved: [(ReceiptKind, Int64)] = []
+            if delivered != oldDelivered {
+                moved.append((.delivered, delivered))
+                moves.append((outcomes.count - 1, key.conversationId, key.userId, delivered))
+            }
+            if read != oldRead { moved.append((.read, read)) }
+            for (movedKind, seq) in moved {
+                let payload = try payloads.receipt(
+                    ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
+                events.append(
+                    type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
+            }
+        }
+        let rows = changed.sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }
+        var write = BatchWrite(events: events, now: now)
+        write.watermarks = WatermarkRows(
+            conversationIds: rows.map(\.conversationId), userIds: rows.map(\.userId), delivered: rows.map { watermarks[$0]!.delivered },
+            read: rows.map { watermarks[$0]!.read })
+        return (outcomes, write, moves, watermarks.mapValues { ($0.delivered, $0.read) })
+    }
+
+    /// Most members whose watermarks a node keeps (the cache starts over when it would hold more).
+    static let watermarkCacheLimit = 100_000
+
+    func rememberWatermarks(_ watermarks: [WatermarkKey: (delivered: Int64, read: Int64)]) {
+        watermarkCache.withLockedValue { cache in
+            if cache.count + watermarks.count > Self.watermarkCacheLimit { cache.removeAll(keepingCapacity: true) }
+            cache.merge(watermarks) { _, new in new }
+        }
+    }
+
+    func forgetWatermarks(_ keys: [WatermarkKey]) {
+        watermarkCache.withLockedValue { cache in for key in keys { cache[key] = nil } }
     }
 
     /// For each delivered watermark that moved onto another member's message, that message's store time (for the

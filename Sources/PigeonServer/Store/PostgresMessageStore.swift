@@ -32,6 +32,9 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// The last seq of conversations as this node's own batches left them: a batch of these conversations is written
     /// in one statement that checks them (`+Processing`); a wrong one only costs a retry under the locks.
     let lastSeqCache = NIOLockedValueBox([String: Int64]())
+    /// Members' watermarks as this node's own receipt groups left them: a group of these members is written in one
+    /// statement that checks them (`+Receipts`).
+    let watermarkCache = NIOLockedValueBox([WatermarkKey: (delivered: Int64, read: Int64)]())
     /// Receipts waiting for the next receipt transaction (``writeReceipts()``).
     let pendingReceipts = NIOLockedValueBox([PendingReceipt]())
     let receiptWakeUp = AsyncSignal()
