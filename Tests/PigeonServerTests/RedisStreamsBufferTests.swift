@@ -210,7 +210,9 @@ import Testing
     /// (each in stream order, marked with its partition), and one acknowledgement settles entries of all of them.
     @Test func aBatchSharesItsRoomAmongPartitionsAndOneAcknowledgementSettlesThemAll() async throws {
         let server = try await RedisServerProcess()
-        let node = try await Node(server, nodeId: "a")
+        // A long lease: a partition whose lease lapsed (a heartbeat starved on a loaded machine) is not read, and the
+        // first batch would then share its room among fewer partitions.
+        let node = try await Node(server, nodeId: "a", leaseTTL: .seconds(60))
         node.start()
         // A partition is read once its lease is taken (on a loaded machine that can come after the appends below).
         try await Self.eventually("every partition leased") { node.buffer.ownedPartitions.count == 16 }
