@@ -233,21 +233,29 @@ final class TestSSE: Sendable {
 
     /// Opens the stream and waits for the response head; `status` tells whether it was accepted.
     static func open(port: Int, token: String?, query: String = "", headers: [String: String] = [:]) async throws -> TestSSE {
-        let sse = TestSSE()
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/events" + (query.isEmpty ? "" : "?" + query))
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         for (name, value) in headers { request.headers.add(name: name, value: value) }
-        let head = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
         let finalRequest = request
-        do {
-            try await withTimeLimit(.seconds(20), "the event stream's response head on port \(port)") {
-                try await Self.start(sse: sse, port: port, request: finalRequest, head: head)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let sse = TestSSE()
+            let head = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
+            do {
+                try await withTimeLimit(.seconds(20), "the event stream's response head on port \(port)") {
+                    try await Self.start(sse: sse, port: port, request: finalRequest, head: head)
+                }
+                return sse
+            } catch let error as HTTPClientError where error == .remoteConnectionClosed && attempt == 1 {
+                // A pooled keep-alive connection the server closed as idle just as the request went out on it (a
+                // server with a short idle timeout): the GET is idempotent, so once more on a new connection.
+                continue
+            } catch {
+                sse.task.withLockedValue { $0 }?.cancel()
+                throw error
             }
-        } catch {
-            sse.task.withLockedValue { $0 }?.cancel()
-            throw error
         }
-        return sse
     }
 
     private static func start(
