@@ -30,6 +30,10 @@ public struct ServerConfiguration: Sendable {
     public var nodeId: String?
     /// fsync every commit (a ✓ survives power loss). Off: survives a crash of the process only.
     public var durable = true
+    /// With the embedded store and buffer: keep accepted messages in a separate SQLite buffer (`buffer.sqlite`) and
+    /// store them in batches, two durable writes per message (the layout of the seeds). Off (the default): a send is
+    /// written straight into the store, one durable write (``StoreIngestBuffer``).
+    public var separateEmbeddedBuffer = false
     public var logLevel = Logger.Level.info
 
     /// Largest request body or WebSocket message, in bytes.

@@ -29,8 +29,13 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Store: 'embedded' (SQLite, default) or a postgres:// URL.")
     var store: String?
 
-    @Option(help: "Ingest buffer: 'embedded' (SQLite log, default) or a redis:// URL.")
+    @Option(help: "Ingest buffer: 'embedded' (default) or a redis:// URL. With the embedded store, 'embedded' writes a send straight into the store (one durable write per message).")
     var buffer: String?
+
+    @Flag(
+        name: .customLong("separate-buffer"),
+        help: "With the embedded store and buffer: keep accepted messages in a separate SQLite buffer and store them in batches (two durable writes per message).")
+    var separateBuffer = false
 
     @Option(name: .customLong("node-id"), help: "This node's name among several sharing Redis and PostgreSQL (default: kept in <data-dir>/node-id).")
     var nodeId: String?
@@ -107,6 +112,7 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.logLevel = level
         configuration.durable = !noFsync
+        configuration.separateEmbeddedBuffer = separateBuffer
         configuration.rateLimitPerDevice = rateLimit
         configuration.rateLimitBurst = rateLimitBurst
         configuration.maxBufferedMessages = maxBuffered

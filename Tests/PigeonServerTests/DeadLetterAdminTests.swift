@@ -15,6 +15,8 @@ import Testing
         try await withTestServer(configure: { configuration in
             configuration.adminToken = "operator-secret"
             configuration.retryBaseDelay = .milliseconds(10)
+            // The processor's retries and dead letters: the separate buffer's path.
+            configuration.separateEmbeddedBuffer = true
             configuration.processingFaultInjector = { message in
                 if message.body == "fragile", storeIsBroken.withLockedValue({ $0 }) { throw InjectedStoreError() }
             }

@@ -14,6 +14,8 @@ import Testing
         let failuresLeft = NIOLockedValueBox(2)
         try await withTestServer(configure: { configuration in
             configuration.retryBaseDelay = .milliseconds(50)
+            // The processor's retries and dead letters: the separate buffer's path.
+            configuration.separateEmbeddedBuffer = true
             configuration.processingFaultInjector = { message in
                 if message.body == "flaky" {
                     try failuresLeft.withLockedValue { left in
@@ -43,6 +45,8 @@ import Testing
         let poisonAttempts = NIOLockedValueBox(0)
         try await withTestServer(configure: { configuration in
             configuration.retryBaseDelay = .seconds(1)
+            // The processor's retries and dead letters: the separate buffer's path.
+            configuration.separateEmbeddedBuffer = true
             configuration.processingFaultInjector = { message in
                 if message.body == "poison" {
                     poisonAttempts.withLockedValue { $0 += 1 }

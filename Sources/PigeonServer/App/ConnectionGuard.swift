@@ -5,7 +5,8 @@ import NIOHTTP1
 
 /// Wraps the server's child channel (HTTP/1 with the WebSocket upgrade) with the guard of ``ConnectionLimits``:
 /// a ``ConnectionGuardHandler`` first in every connection's pipeline (head deadlines and sizes, closing at graceful
-/// shutdown), a ``ConnectionExchangeObserver`` behind the HTTP parser, and the per-address connection count.
+/// shutdown), a ``ConnectionExchangeObserver`` behind the HTTP parser, and the per-address connection count; and,
+/// nearest the socket, the ``FlushCoalescingHandler`` (one flush per event loop turn).
 ///
 /// Hummingbird's upgradable HTTP/1 pipeline installs its idle handler only after a complete request head and leaves
 /// parser errors unanswered; without this guard a connection that never completes a head stays open for ever and
@@ -29,6 +30,7 @@ struct ConnectionGuard<Base: ServerChildChannel>: ServerChildChannel {
         let connectionGuard = ConnectionGuardHandler(limits: limits, metrics: metrics, refusal: refusal)
         do {
             try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
+            try channel.pipeline.syncOperations.addHandler(FlushCoalescingHandler(), position: .first)
         } catch {
             return channel.eventLoop.makeFailedFuture(error)
         }

@@ -38,13 +38,16 @@ final class PigeonCore: Sendable {
         var sqliteFiles: [String] = []
         var backendServices: [any Service] = []
         let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
+        var sqliteStore: SQLiteMessageStore?
         switch configuration.store {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
             let fanout = LocalFanout(hub: hub)
-            self.store = try SQLiteMessageStore(
+            let store = try SQLiteMessageStore(
                 path: path, durable: configuration.durable, fanout: fanout, faultInjector: configuration.processingFaultInjector)
+            self.store = store
             self.fanout = fanout
+            sqliteStore = store
             sqliteFiles.append(path)
         case .postgres(let url):
             let store = try await PostgresMessageStore.open(
@@ -59,8 +62,15 @@ final class PigeonCore: Sendable {
         switch configuration.buffer {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("buffer.sqlite").path
-            self.buffer = try EmbeddedBuffer(path: path, durable: configuration.durable)
-            sqliteFiles.append(path)
+            if let sqliteStore, !configuration.separateEmbeddedBuffer {
+                // One durable write per message; a buffer file left by a separate-buffer run is drained, not appended to.
+                let legacy = FileManager.default.fileExists(atPath: path) ? try EmbeddedBuffer(path: path, durable: configuration.durable) : nil
+                self.buffer = StoreIngestBuffer(store: sqliteStore, legacy: legacy)
+                if legacy != nil { sqliteFiles.append(path) }
+            } else {
+                self.buffer = try EmbeddedBuffer(path: path, durable: configuration.durable)
+                sqliteFiles.append(path)
+            }
         case .redis(let url):
             let client = RedisClient(configuration: try RedisConfiguration(url: url), logger: logger)
             do {

@@ -52,6 +52,9 @@ public struct BufferEntry: Sendable, Equatable {
 public enum AppendOutcome: Sendable, Equatable {
     /// The message is durable in the buffer now.
     case accepted
+    /// The message is durable and stored with this seq already: the buffer is the store (the embedded default,
+    /// ``StoreIngestBuffer``), and its events are published.
+    case stored(seq: Int64)
     /// The device sent this `clientMessageId` before: nothing was appended; these are the original's
     /// serverId and accept time (where it is now, the store knows).
     case duplicate(serverId: String, acceptedAt: Int64)
@@ -60,7 +63,7 @@ public enum AppendOutcome: Sendable, Equatable {
 /// The durable ingest buffer between accept and processing.
 ///
 /// Delivery contract:
-/// - ``append(_:completion:)`` calls its completion with `.accepted` only once the message is durable:
+/// - ``append(_:completion:)`` calls its completion with `.accepted` (or `.stored`) only once the message is durable:
 ///   a crash of the server or of the buffer after that loses nothing. Appends submitted one after the
 ///   other by one caller become durable, and are handed to the processor, in that order.
 /// - De-duplication: a second append with the same (senderDeviceId, clientMessageId) appends nothing and

@@ -62,8 +62,12 @@ final class Ingest: Sendable {
         }
         buffer.append(message, refusal: refusal) { [metrics, store, abuse] result in
             switch result {
-            case .success(.accepted):
+            case .success(.accepted), .success(.stored):
                 metrics.accepted.increment()
+                if case .success(.stored) = result {
+                    metrics.stored.increment()
+                    metrics.acceptToStored.record(.milliseconds(max(0, WallClock.nowMillis() - message.acceptedAt)))
+                }
                 abuse.chargeStorage(of: message.senderId, bytes: prepared.storageCost)
                 let response = SendMessageResponse(
                     serverId: message.serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt)

@@ -4,8 +4,6 @@ import PigeonProtocol
 /// Encodes event payloads: `{"type": ..., <the body's fields>}`, without a cursor. The per-message ones
 /// (`message.new`, `message.stored`) are written by hand: they are on the processing hot path.
 struct EventPayload {
-    private let encoder = JSONEncoder()
-
     private struct Typed<Body: Encodable>: Encodable {
         let type: String
         let body: Body
@@ -22,7 +20,7 @@ struct EventPayload {
     private struct ConversationBody: Encodable { let conversation: Conversation }
 
     func encode<Body: Encodable>(type: String, _ body: Body) throws -> String {
-        String(decoding: try encoder.encode(Typed(type: type, body: body)), as: UTF8.self)
+        String(decoding: try JSONEncoder().encode(Typed(type: type, body: body)), as: UTF8.self)
     }
 
     func messageNew(_ message: Message) -> String {

@@ -10,12 +10,12 @@ public final class SQLiteMessageStore: MessageStore {
     public let epoch: String
     /// Internal for the store contract tests, which inspect the tables.
     let pool: DatabasePool
-    private let writer: GroupCommitWriter
-    private let fanout: any Fanout
+    let writer: GroupCommitWriter
+    let fanout: any Fanout
     private let faultInjector: FaultInjector?
     /// conversation id → sorted member user ids. Membership never changes after creation in v1.
     private let membersCache = NIOLockedValueBox([String: [String]]())
-    private let diskHealth: SQLiteDiskHealth
+    let diskHealth: SQLiteDiskHealth
 
     public init(path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil) throws {
         self.diskHealth = SQLiteDiskHealth(path: path)
@@ -265,12 +265,12 @@ public final class SQLiteMessageStore: MessageStore {
         return BatchOutcome(results: results, events: events)
     }
 
-    private static func fetchLastSeq(_ db: Database, _ conversationId: String) throws -> Int64 {
+    static func fetchLastSeq(_ db: Database, _ conversationId: String) throws -> Int64 {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT last_seq FROM conversations WHERE id = ?"), arguments: [conversationId]) ?? 0
     }
 
     /// Writes one message with `seq` and its events, or finds it already stored (by serverId).
-    private func storeMessage(
+    func storeMessage(
         _ message: BufferedMessage, seq: Int64, now: Int64, payloads: EventPayload, _ db: Database, into events: inout [StoredEvent]
     ) throws -> ProcessingResult {
         try faultInjector?(message)

@@ -19,6 +19,8 @@ import Testing
     /// Processing held back by a closed gate, retried quickly once it opens.
     static func gated(_ gate: Gate) -> (inout ServerConfiguration) -> Void {
         { configuration in
+            // The processor's retries and dead letters: the separate buffer's path.
+            configuration.separateEmbeddedBuffer = true
             configuration.processingFaultInjector = gate.injector
             configuration.maxAttempts = 100_000
             configuration.retryBaseDelay = .milliseconds(20)

@@ -218,6 +218,8 @@ import Testing
 
     @Test func failedMessageGetsMessageFailedAndDoesNotBlockOthers() async throws {
         try await withTestServer(configure: { configuration in
+            // The processor's retries and dead letters: the separate buffer's path.
+            configuration.separateEmbeddedBuffer = true
             configuration.processingFaultInjector = { message in if message.body == "poison" { throw TestFailure("injected") } }
             configuration.maxAttempts = 2
             configuration.retryBaseDelay = .milliseconds(10)
