@@ -3,13 +3,13 @@ import AsyncHTTPClient
 import Foundation
 
 /// `pigeon-bench`: the load generator that measures a Pigeon server against the targets of DESIGN.md (accepted
-/// messages per second, send → ✓✓ latency, memory per open stream), with mosquitto under the same load shapes as a
-/// reference point.
+/// messages per second, send → ✓✓ latency, memory per open stream), with mosquitto and NATS JetStream under the same
+/// load shapes as reference points.
 @main
 struct PigeonBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pigeon-bench",
-        abstract: "Measure a Pigeon server's throughput, latency and memory, with mosquitto as a baseline.",
+        abstract: "Measure a Pigeon server's throughput, latency and memory, with mosquitto and NATS JetStream as baselines.",
         discussion: """
             By default it spawns the server binary on a fresh data directory and a free loopback port, waits for \
             GET /readyz, runs the scenarios and stops the server with SIGTERM. With --url it measures a server that \
@@ -23,7 +23,12 @@ struct PigeonBench: AsyncParsableCommand {
 
             Scenarios, in the order `all` runs them: idle-streams (memory per open WebSocket stream), ws-throughput \
             (pipelined WebSocket sends), http-throughput (POST …/messages on keep-alive connections), latency (paced \
-            sends: send → message.new and send → ✓✓), mosquitto (the throughput and latency shapes over MQTT QoS 1).
+            sends: send → message.new and send → ✓✓), mosquitto (the throughput and latency shapes over MQTT QoS 1), \
+            nats (the same shapes over NATS JetStream: a file-stored stream, PubAcks, durable push consumers with \
+            explicit acks). In the throughput runs of these scenarios each sender's receiver consumes and acknowledges \
+            what it gets (Pigeon: delivered receipts; --no-throughput-receivers leaves Pigeon's receivers out), the \
+            run checks that the receivers got every accepted message, and the summary divides each server's CPU time \
+            by the messages it accepted.
 
             scale-out (not in `all`) spawns its own production nodes: for each count of --nodes in each of --rounds \
             (interleaved: 1,2,4,1,2,4,…) that many nodes in a fresh schema and key prefix, each confined to \
@@ -98,6 +103,18 @@ struct PigeonBench: AsyncParsableCommand {
     @Option(help: "The mosquitto executable (default: mosquitto on PATH or in /usr/sbin).")
     var mosquittoBinary: String?
 
+    @Option(help: "The nats-server executable (default: nats-server on PATH or in /usr/sbin).")
+    var natsBinary: String?
+
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Whether each conversation of the Pigeon throughput runs has its receiver consuming its stream and sending delivered receipts."
+    )
+    var throughputReceivers = true
+
+    @Option(help: "Milliseconds a throughput receiver gathers message.new events before one delivered receipt (0: a receipt per event).")
+    var receiptDelay = 50
+
     @Option(help: "scale-out: comma-separated node counts, each run in every round.")
     var nodes = NodeCountList([1, 2, 4])
 
@@ -115,6 +132,7 @@ struct PigeonBench: AsyncParsableCommand {
             ("connections", connections, 1), ("window", window, 1), ("duration", duration, 1), ("warmup", warmup, 1),
             ("rate", rate, 1), ("streams", streams, 0), ("stream-devices", streamDevices, 1), ("open-concurrency", openConcurrency, 1),
             ("body-size", bodySize, 0), ("grace", grace, 0), ("drain-timeout", drainTimeout, 1), ("rounds", rounds, 1),
+            ("receipt-delay", receiptDelay, 0),
         ] where value < minimum {
             throw ValidationError("--\(name) must be at least \(minimum)")
         }
@@ -147,7 +165,9 @@ struct PigeonBench: AsyncParsableCommand {
             openConcurrency: openConcurrency,
             bodySize: bodySize,
             graceSeconds: grace,
-            drainTimeoutSeconds: drainTimeout
+            drainTimeoutSeconds: drainTimeout,
+            throughputReceivers: throughputReceivers,
+            receiptDelayMilliseconds: receiptDelay
         )
     }
 
@@ -162,6 +182,7 @@ struct PigeonBench: AsyncParsableCommand {
             )
         }
         let mosquitto = try scenarios.contains(.mosquitto) ? locateMosquitto() : nil
+        let nats = try scenarios.contains(.nats) ? locateNATSServer() : nil
         let backends = backends?.backends ?? [.embedded]
         let runsOnBackends = scenarios.contains(where: \.runsOnBackends)
         let production =
@@ -213,6 +234,9 @@ struct PigeonBench: AsyncParsableCommand {
             if let mosquitto {
                 report.mosquitto = try await runMosquitto(binary: mosquitto, workDirectory: workDirectory, settings: settings)
             }
+            if let nats {
+                report.nats = try await runNATS(binary: nats, workDirectory: workDirectory, settings: settings)
+            }
         } catch {
             try? await http.shutdown()
             print("logs kept in \(workDirectory)")
@@ -222,7 +246,7 @@ struct PigeonBench: AsyncParsableCommand {
         try? FileManager.default.removeItem(atPath: workDirectory)
 
         report.targets = ProductionTarget.allCases.compactMap { $0.check(report.pigeon) }
-        if !report.pigeon.isEmpty || report.mosquitto != nil {
+        if !report.pigeon.isEmpty || report.mosquitto != nil || report.nats != nil {
             report.printSummary()
         }
         report.scaleOut?.printSummary(connections: connections, window: window, durationSeconds: duration)
@@ -233,10 +257,30 @@ struct PigeonBench: AsyncParsableCommand {
     }
 
     private func locateMosquitto() throws -> String {
-        if let mosquittoBinary { return mosquittoBinary }
+        if let mosquittoBinary {
+            guard FileManager.default.isExecutableFile(atPath: mosquittoBinary) else {
+                throw BenchError.missingExecutable("--mosquitto-binary \(mosquittoBinary) is not an executable file")
+            }
+            return mosquittoBinary
+        }
         guard let path = LocalEnvironment.findExecutable("mosquitto") else {
             throw BenchError.missingExecutable(
                 "mosquitto not found: install it (apt-get install -y mosquitto, as scripts/bench.sh does) or pass --mosquitto-binary"
+            )
+        }
+        return path
+    }
+
+    private func locateNATSServer() throws -> String {
+        if let natsBinary {
+            guard FileManager.default.isExecutableFile(atPath: natsBinary) else {
+                throw BenchError.missingExecutable("--nats-binary \(natsBinary) is not an executable file")
+            }
+            return natsBinary
+        }
+        guard let path = LocalEnvironment.findExecutable("nats-server") else {
+            throw BenchError.missingExecutable(
+                "nats-server not found: install it (apt-get install -y nats-server, as scripts/bench.sh does) or pass --nats-binary"
             )
         }
         return path
@@ -353,16 +397,16 @@ struct PigeonBench: AsyncParsableCommand {
                     result.printLines(receiverLabel: "send → message.new")
                     results.latency.append(result)
                 }
-            case .all, .mosquitto, .scaleOut:
+            case .all, .mosquitto, .nats, .scaleOut:
                 continue
             }
         }
         return results
     }
 
-    private func runMosquitto(binary: String, workDirectory: String, settings: BenchSettings) async throws -> MosquittoResults {
+    private func runMosquitto(binary: String, workDirectory: String, settings: BenchSettings) async throws -> BrokerResults {
         try await MosquittoBroker.withBroker(binary: binary, workDirectory: workDirectory) { broker in
-            var results = MosquittoResults(version: broker.version, residentBytesIdle: ProcessStats.residentBytes(of: broker.pid))
+            var results = BrokerResults(version: broker.version, residentBytesIdle: ProcessStats.residentBytes(of: broker.pid))
             print(
                 "\nmosquitto \(broker.version ?? "(unknown version)") at 127.0.0.1:\(broker.port), pid \(broker.pid), "
                     + "RSS \(Format.mebibytes(results.residentBytesIdle)) at start"
@@ -379,6 +423,31 @@ struct PigeonBench: AsyncParsableCommand {
                 print("\n== mosquitto latency at \(rate) msg/s: \(connections) publishers, each with its subscriber ==")
                 let result = try await load.latency(rate: rate)
                 result.printLines(receiverLabel: "publish → subscriber")
+                results.latency.append(result)
+            }
+            return results
+        }
+    }
+
+    private func runNATS(binary: String, workDirectory: String, settings: BenchSettings) async throws -> BrokerResults {
+        try await NATSBroker.withBroker(binary: binary, workDirectory: workDirectory) { broker in
+            var results = BrokerResults(version: broker.version, residentBytesIdle: ProcessStats.residentBytes(of: broker.pid))
+            print(
+                "\nnats-server \(broker.version ?? "(unknown version)") at 127.0.0.1:\(broker.port), pid \(broker.pid), "
+                    + "RSS \(Format.mebibytes(results.residentBytesIdle)) with the stream created; JetStream file storage"
+            )
+            let load = NATSLoad(broker: broker, settings: settings)
+            print(
+                "\n== NATS JetStream throughput: \(connections) publishers × \(window) publishes in flight, "
+                    + "a consumer per subject acknowledging every message =="
+            )
+            let throughput = try await load.throughput()
+            throughput.printLines(accepted: "PubAcks", drained: "all at their consumers")
+            results.throughput = throughput
+            for rate in settings.rates {
+                print("\n== NATS JetStream latency at \(rate) msg/s: \(connections) publishers, each with its consumer ==")
+                let result = try await load.latency(rate: rate)
+                result.printLines(receiverLabel: "publish → consumer")
                 results.latency.append(result)
             }
             return results

@@ -14,6 +14,8 @@ enum BenchError: Error, CustomStringConvertible {
     case unexpectedFrame(String)
     /// An MQTT broker answered outside the protocol.
     case mqttProtocol(String)
+    /// A NATS server answered outside the protocol, or JetStream refused a request (the detail has its answer).
+    case natsProtocol(String)
     /// Something did not happen in time.
     case timedOut(String)
     /// A connection of a scenario failed.
@@ -31,6 +33,7 @@ enum BenchError: Error, CustomStringConvertible {
         case .unexpectedResponse(let request, let status, let body): "\(request) answered \(status): \(body)"
         case .unexpectedFrame(let text): "unexpected WebSocket message: \(text)"
         case .mqttProtocol(let detail): "MQTT: \(detail)"
+        case .natsProtocol(let detail): "NATS: \(detail)"
         case .timedOut(let what): "timed out: \(what)"
         case .connectionFailed(let detail): "connection failed: \(detail)"
         case .missingSetting(let detail): detail

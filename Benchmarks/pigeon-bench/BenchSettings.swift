@@ -15,19 +15,22 @@ enum Scenario: String, CaseIterable, Sendable, ExpressibleByArgument {
     case latency
     /// The throughput and latency shapes against mosquitto (MQTT QoS 1), for comparison.
     case mosquitto
+    /// The throughput and latency shapes against NATS JetStream (a file-stored stream, durable consumers with
+    /// explicit acknowledgements), for comparison.
+    case nats
     /// 1, 2, 4 … production nodes, each confined to the same CPU share: how accepted/s and stored/s grow with the
     /// nodes (see ``ScaleOut``). Not part of `all`: it needs PostgreSQL, Redis and a writable cgroup cpu controller.
     case scaleOut = "scale-out"
 
     /// The order they run in. Idle streams come first so that their memory is measured against the freshly started
     /// server, before the load scenarios grow its caches.
-    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .scaleOut, .mosquitto]
+    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .scaleOut, .mosquitto, .nats]
 
     /// Whether `all` runs it.
     var isInAll: Bool { self != .scaleOut }
 
     /// Whether the scenario talks to a Pigeon server (and so needs the server binary, or --url).
-    var needsPigeonServer: Bool { self != .mosquitto }
+    var needsPigeonServer: Bool { self != .mosquitto && self != .nats }
 
     /// Whether it runs against the servers of each of --backends (or --url); scale-out spawns its own.
     var runsOnBackends: Bool { needsPigeonServer && self != .scaleOut }
@@ -122,11 +125,18 @@ struct BenchSettings: Sendable, Codable {
     var graceSeconds: Int
     /// How long a throughput scenario waits for outstanding work to finish after sending stops, in seconds.
     var drainTimeoutSeconds: Int
+    /// Whether each conversation of the Pigeon throughput scenarios has its receiver device consuming its stream
+    /// (the brokers' throughput runs always have their consumers).
+    var throughputReceivers: Bool
+    /// How long a Pigeon throughput receiver gathers `message.new` events before it sends one delivered receipt up
+    /// to the highest seq, in milliseconds (PigeonKit's default is 50); 0 sends a receipt per event.
+    var receiptDelayMilliseconds: Int
 
     var warmup: Duration { .seconds(warmupSeconds) }
     var duration: Duration { .seconds(durationSeconds) }
     var grace: Duration { .seconds(graceSeconds) }
     var drainTimeout: Duration { .seconds(drainTimeoutSeconds) }
+    var receiptDelay: Duration { .milliseconds(receiptDelayMilliseconds) }
 
     /// The message body the Pigeon scenarios send: `bodySize` ASCII characters.
     var messageBody: String { String(repeating: "x", count: bodySize) }

@@ -77,6 +77,10 @@ enum Format {
         return errors.sorted { $0.key < $1.key }.map { "\($0.key) \(count($0.value))" }.joined(separator: ", ")
     }
 
+    static func microseconds(_ value: Double?) -> String {
+        value.map { String(format: "%.1f µs", $0) } ?? "n/a"
+    }
+
     static func cores(_ value: Double?) -> String {
         value.map { String(format: "%.2f", $0) } ?? "n/a"
     }

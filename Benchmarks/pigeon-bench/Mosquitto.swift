@@ -72,36 +72,30 @@ struct MQTTLoad {
 
     /// Pipelined publishing: each publisher keeps `settings.window` QoS 1 PUBLISHes in flight, publishing the next one
     /// whenever a PUBACK arrives; counts PUBACKs per second, then waits until the subscribers have every acked message.
+    /// Each payload starts with the publisher's count of messages so far (8 bytes, so payloads are at least 8 bytes),
+    /// by which the subscriber tells a redelivery from a new message.
     func throughput() async throws -> ThroughputResult {
         let pairs = settings.connections
         let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
         let tally = ThroughputTally(window: window)
-        let received = (0..<pairs).map { _ in Counter() }
-        let failures = FailureLog()
-        let ready = Counter()
+        let ledgers = (0..<pairs).map { _ in ReceivedMessages() }
         let ((answers, drain), load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for index in 0..<pairs {
-                    group.addTask {
-                        await failures.capture("subscriber \(index)") {
-                            try await subscribe(clientId: "tput-sub-\(index)", topic: "bench/tput/\(index)", ready: ready) { _ in
-                                received[index].increment()
-                            }
+            try await withConsumingReceivers(
+                count: pairs,
+                window: window,
+                receiver: { index, ready in
+                    try await subscribe(clientId: "tput-sub-\(index)", topic: "bench/tput/\(index)", ready: ready) { payload in
+                        if let number = payload.getInteger(at: payload.readerIndex, as: Int64.self) {
+                            ledgers[index].record(number)
                         }
                     }
                 }
-                guard try await waitUntil(window.start, failures: failures, { ready.count == pairs }) else {
-                    throw BenchError.timedOut("only \(ready.count) of \(pairs) subscribers were ready by the end of the warm-up")
-                }
+            ) { failures in
                 let answers = try await runSenders(count: pairs, window: window, answerTimeout: settings.drainTimeout) { index in
                     try await publishPipelined(clientId: "tput-pub-\(index)", topic: "bench/tput/\(index)", window: window, tally: tally)
                 }
-                let drainStart = ContinuousClock.now
-                let drained = try await waitUntil(drainStart + settings.drainTimeout, failures: failures) {
-                    zip(received, answers).allSatisfy { $0.count >= $1.accepted }
-                }
-                group.cancelAll()
-                return (answers, drained ? ContinuousClock.now - drainStart : nil)
+                let drain = try await waitUntilReceived(ledgers, answers: answers, timeout: settings.drainTimeout, failures: failures)
+                return (answers, drain)
             }
         }
         return ThroughputResult(
@@ -114,7 +108,8 @@ struct MQTTLoad {
             errors: tally.errors,
             unanswered: answers.reduce(0) { $0 + $1.unanswered },
             drainSeconds: drain?.seconds,
-            load: load
+            load: load,
+            receivers: ReceiverCounts(ledgers, answers: answers, allReceivedAfter: drain)
         )
     }
 
@@ -183,13 +178,18 @@ struct MQTTLoad {
         window: MeasurementWindow,
         tally: ThroughputTally
     ) async throws -> ConnectionAnswers {
-        let payload = ByteBuffer(repeating: UInt8(ascii: "x"), count: settings.bodySize)
+        let padding = max(0, settings.bodySize - MemoryLayout<Int64>.size)
         let depth = settings.window
         return try await MQTTClient.withSession(port: broker.port, clientId: clientId, cleanSession: false) { packets, writer in
             var packetIDs = MQTTPacketIDs()
             var answers = ConnectionAnswers()
             var inFlight = 0
+            var published: Int64 = 0
             func publishNext() async throws {
+                published += 1
+                var payload = ByteBuffer()
+                payload.writeInteger(published)
+                payload.writeRepeatingByte(UInt8(ascii: "x"), count: padding)
                 try await writer.write(.publish(topic: topic, packetId: packetIDs.next(), payload: payload))
                 inFlight += 1
             }

@@ -15,7 +15,20 @@ extension ThroughputResult {
         } else {
             print("  drained:   NOT all \(Format.count(acceptedTotal)) accepted messages \(drained) within the drain timeout")
         }
+        if let receivers {
+            print(
+                "  receivers: \(Format.count(receivers.received)) different messages got; "
+                    + "\(Format.count(receivers.missing)) accepted ones missing, \(Format.count(receivers.duplicates)) duplicates; "
+                    + (receivers.allReceivedSeconds.map { "all there \(Format.seconds($0)) after the sends" }
+                        ?? "NOT all there within the drain timeout")
+            )
+        }
         print("  load:      \(Format.load(load))")
+        print(
+            "  CPU per accepted message in the window: server \(Format.microseconds(serverCPUMicrosecondsPerAccepted))"
+                + (serviceCPUMicrosecondsPerAccepted.map { ", PostgreSQL + Redis \(Format.microseconds($0))" } ?? "")
+                + ", bench \(Format.microseconds(benchCPUMicrosecondsPerAccepted))"
+        )
     }
 }
 
@@ -53,61 +66,102 @@ extension IdleStreamsResult {
 }
 
 extension BenchReport {
+    /// The reference brokers that ran, each with its column title and its short name in the ratio column's title.
+    fileprivate var brokerColumns: [SummaryColumns.Broker] {
+        [
+            mosquitto.map { SummaryColumns.Broker(title: "mosquitto (QoS 1)", shortName: "mosquitto", acceptAnswer: "MQTT: PUBACKs", results: $0) },
+            nats.map { SummaryColumns.Broker(title: "NATS JetStream (file)", shortName: "NATS", acceptAnswer: "NATS: PubAcks", results: $0) },
+        ]
+        .compactMap { $0 }
+    }
+
     /// The comparison table at the end of a run: each deployment's figures, their ratio to the embedded mode, the
-    /// mosquitto reference, then the production targets.
+    /// reference brokers with the ratio of the reference deployment to each, then the production targets.
     func printSummary() {
-        let columns = SummaryColumns(runs: pigeon, mosquitto: mosquitto)
+        let brokers = brokerColumns
+        let columns = SummaryColumns(runs: pigeon, brokers: brokers)
         var table = Table(header: columns.header)
-        if pigeon.contains(where: { $0.wsThroughput != nil }) || mosquitto?.throughput != nil {
+        let brokerThroughput = brokers.contains { $0.results.throughput != nil }
+        if pigeon.contains(where: { $0.wsThroughput != nil }) || brokerThroughput {
             table.add(
                 columns.figure(
-                    mosquitto == nil ? "accepted/s, WebSocket" : "accepted/s, WebSocket (MQTT: PUBACKs)",
-                    { $0.wsThroughput?.acceptedPerSecond }, Format.rate,
-                    mosquitto: mosquitto?.throughput?.acceptedPerSecond
+                    brokers.isEmpty
+                        ? "accepted/s, WebSocket" : "accepted/s, WebSocket (\(brokers.map(\.acceptAnswer).joined(separator: ", ")))",
+                    { $0.wsThroughput?.acceptedPerSecond }, Format.rate, broker: { $0.throughput?.acceptedPerSecond }
+                )
+            )
+        }
+        if pigeon.contains(where: { $0.wsThroughput?.receivers != nil }) || brokerThroughput {
+            table.add(
+                columns.text(
+                    "receivers, WebSocket run: got / missing / duplicates", { Self.receiverCounts($0.wsThroughput?.receivers) },
+                    broker: { Self.receiverCounts($0.throughput?.receivers) }
+                )
+            )
+        }
+        if pigeon.contains(where: { $0.wsThroughput != nil }) || brokerThroughput {
+            table.add(
+                columns.figure(
+                    "server CPU per accepted msg, WebSocket run", { $0.wsThroughput?.serverCPUMicrosecondsPerAccepted }, Format.microseconds,
+                    broker: { $0.throughput?.serverCPUMicrosecondsPerAccepted }
+                )
+            )
+            if pigeon.contains(where: { $0.wsThroughput?.serviceCPUMicrosecondsPerAccepted != nil }) {
+                table.add(
+                    columns.figure(
+                        "PostgreSQL + Redis CPU per accepted msg, WebSocket run", { $0.wsThroughput?.serviceCPUMicrosecondsPerAccepted },
+                        Format.microseconds
+                    )
+                )
+            }
+            table.add(
+                columns.text(
+                    "bench CPU per accepted msg, WebSocket run", { Format.microseconds($0.wsThroughput?.benchCPUMicrosecondsPerAccepted) },
+                    broker: { $0.throughput.map { Format.microseconds($0.benchCPUMicrosecondsPerAccepted) } }
                 )
             )
         }
         if pigeon.contains(where: { $0.wsThroughput?.storedPerSecond != nil }) {
+            table.add(columns.figure("stored/s, WebSocket run, first send → all stored", { $0.wsThroughput?.storedPerSecond }, Format.rate))
+        }
+        if pigeon.contains(where: { $0.httpThroughput != nil }) {
+            table.add(columns.figure("accepted/s, HTTP", { $0.httpThroughput?.acceptedPerSecond }, Format.rate))
             table.add(
                 columns.figure(
-                    "stored/s, WebSocket run, first send → all stored", { $0.wsThroughput?.storedPerSecond }, Format.rate, mosquitto: nil
+                    "server CPU per accepted msg, HTTP run", { $0.httpThroughput?.serverCPUMicrosecondsPerAccepted }, Format.microseconds
                 )
             )
         }
-        if pigeon.contains(where: { $0.httpThroughput != nil }) {
-            table.add(columns.figure("accepted/s, HTTP", { $0.httpThroughput?.acceptedPerSecond }, Format.rate, mosquitto: nil))
-        }
         for rate in settings.rates {
             func run(_ results: PigeonResults) -> LatencyResult? { results.latency.first { $0.rate == rate } }
-            let mqttRun = mosquitto?.latency.first { $0.rate == rate }
-            guard pigeon.contains(where: { run($0) != nil }) || mqttRun != nil else { continue }
+            func brokerRun(_ results: BrokerResults) -> LatencyResult? { results.latency.first { $0.rate == rate } }
+            guard pigeon.contains(where: { run($0) != nil }) || brokers.contains(where: { brokerRun($0.results) != nil }) else { continue }
             for (name, percentile) in [("p50", \LatencySummary.p50Ms), ("p99", \LatencySummary.p99Ms)] {
                 table.add(
                     columns.figure(
                         "@\(rate)/s send → message.new \(name)", { run($0)?.toReceiver[keyPath: percentile] }, Self.milliseconds,
-                        mosquitto: mqttRun?.toReceiver[keyPath: percentile]
+                        broker: { brokerRun($0)?.toReceiver[keyPath: percentile] }
                     )
                 )
             }
-            for (name, percentile) in [("p50", \LatencySummary.p50Ms), ("p99", \LatencySummary.p99Ms)] {
+            for (name, percentile) in [("p50", \LatencySummary.p50Ms), ("p99", \LatencySummary.p99Ms)]
+            where pigeon.contains(where: { run($0)?.toDelivered != nil }) {
                 table.add(
-                    columns.figure(
-                        "@\(rate)/s send → ✓✓ \(name)", { run($0)?.toDelivered?[keyPath: percentile] }, Self.milliseconds, mosquitto: nil
-                    )
+                    columns.figure("@\(rate)/s send → ✓✓ \(name)", { run($0)?.toDelivered?[keyPath: percentile] }, Self.milliseconds)
                 )
             }
         }
         table.add(
             columns.text(
                 "RSS at start-up (per node)", { Self.perNode($0.residentBytesAtStartup, Format.mebibytes) },
-                mosquitto: mosquitto.map { Format.mebibytes($0.residentBytesIdle) }
+                broker: { Format.mebibytes($0.residentBytesIdle) }
             )
         )
-        if pigeon.contains(where: { !$0.peakResidentBytes.allSatisfy { $0 == nil } }) || mosquittoPeak != nil {
+        if pigeon.contains(where: { !$0.peakResidentBytes.allSatisfy { $0 == nil } }) || brokers.contains(where: { $0.results.peakResidentBytes != nil }) {
             table.add(
                 columns.text(
                     "RSS peak under load (per node)", { Self.perNode($0.peakResidentBytes, Format.mebibytes) },
-                    mosquitto: mosquitto.map { _ in Format.mebibytes(mosquittoPeak) }
+                    broker: { Format.mebibytes($0.peakResidentBytes) }
                 )
             )
         }
@@ -119,8 +173,7 @@ extension BenchReport {
                         results.idleStreams.map {
                             "\(Format.mebibytes($0.residentBytesWithStreams)), \(Format.bytes($0.bytesPerStreamSinceStartup))/stream"
                         } ?? ""
-                    },
-                    mosquitto: nil
+                    }
                 )
             )
         }
@@ -128,13 +181,14 @@ extension BenchReport {
             ("ws-throughput", { $0.wsThroughput?.load }), ("http-throughput", { $0.httpThroughput?.load }),
         ]
         for (scenario, load) in throughputLoads {
-            guard pigeon.contains(where: { load($0) != nil }) else { continue }
-            let mqttLoad = scenario == "ws-throughput" ? mosquitto?.throughput?.load : nil
+            let isWebSocket = scenario == "ws-throughput"
+            guard pigeon.contains(where: { load($0) != nil }) || (isWebSocket && brokerThroughput) else { continue }
+            func brokerLoad(_ results: BrokerResults) -> LoadSample? { isWebSocket ? results.throughput?.load : nil }
             table.add(
                 columns.text(
                     "CPU cores in \(scenario): server (per node)",
                     { load($0).map { Self.perNode($0.servers.map(\.cores), Format.cores) } ?? "" },
-                    mosquitto: mqttLoad.map { Self.perNode($0.servers.map(\.cores), Format.cores) }
+                    broker: { brokerLoad($0).map { Self.perNode($0.servers.map(\.cores), Format.cores) } }
                 )
             )
             if pigeon.contains(where: { load($0)?.serviceCores.isEmpty == false }) {
@@ -144,15 +198,14 @@ extension BenchReport {
                         { results in
                             guard let sample = load(results), !sample.serviceCores.isEmpty else { return "" }
                             return "\(Format.cores(sample.serviceCores["postgres"])) / \(Format.cores(sample.serviceCores["redis"]))"
-                        },
-                        mosquitto: nil
+                        }
                     )
                 )
             }
             table.add(
                 columns.text(
                     "CPU cores in \(scenario): bench", { load($0).map { Format.cores($0.benchCores) } ?? "" },
-                    mosquitto: mqttLoad.map { Format.cores($0.benchCores) }
+                    broker: { brokerLoad($0).map { Format.cores($0.benchCores) } }
                 )
             )
         }
@@ -164,13 +217,37 @@ extension BenchReport {
         if pigeon.contains(where: { $0.deployment == Backend.production2.rawValue }) {
             print("\(Backend.production2.rawValue): \(Backend.production2.summary)")
         }
+        if !brokers.isEmpty {
+            print(
+                "CPU per accepted msg: the process's CPU time in the measured window divided by the messages accepted in it "
+                    + "(with their delivery to the receivers)."
+            )
+        }
         if mosquitto != nil {
             print(
                 """
                 note: mosquitto's PUBACK means the broker holds the message in memory (its persistence is a periodic \
                 snapshot), Pigeon's accept means it is durable on disk. The MQTT runs include delivery to a consuming \
-                subscriber per topic; the Pigeon throughput runs have no receiver connected.
+                subscriber per topic.
                 """
+            )
+        }
+        if nats != nil {
+            print(
+                """
+                note: a JetStream PubAck means the message is written to the stream's files through the OS page cache; \
+                nats-server fsyncs them periodically (every 2 minutes by default), not per message. Its runs include \
+                the duplicate check of a Nats-Msg-Id per message and delivery to a durable push consumer per subject \
+                with an explicit ack per message.
+                """
+            )
+        }
+        if !brokers.isEmpty, pigeon.contains(where: { $0.wsThroughput != nil }) {
+            print(
+                settings.throughputReceivers
+                    ? "The Pigeon throughput runs include delivery to the receiver device of every conversation, which "
+                        + "sends delivered receipts (gathered over \(settings.receiptDelayMilliseconds) ms; 0: one per message)."
+                    : "The Pigeon throughput runs had no receiver connected (--no-throughput-receivers)."
             )
         }
         for check in targets {
@@ -178,9 +255,10 @@ extension BenchReport {
         }
     }
 
-    private var mosquittoPeak: UInt64? {
-        guard let mosquitto else { return nil }
-        return ([mosquitto.throughput?.load.peakResidentBytes] + mosquitto.latency.map(\.load.peakResidentBytes)).compactMap { $0 }.max()
+    /// "got / missing / duplicates" of a throughput run's receivers, or "no receivers".
+    private static func receiverCounts(_ counts: ReceiverCounts?) -> String {
+        guard let counts else { return "no receivers" }
+        return "\(Format.count(counts.received)) / \(Format.count(counts.missing)) / \(Format.count(counts.duplicates))"
     }
 
     private static func milliseconds(_ value: Double?) -> String {
@@ -193,19 +271,36 @@ extension BenchReport {
     }
 }
 
+extension BrokerResults {
+    /// The broker's highest resident set size over its load scenarios.
+    var peakResidentBytes: UInt64? {
+        ([throughput?.load.peakResidentBytes] + latency.map(\.load.peakResidentBytes)).compactMap { $0 }.max()
+    }
+}
+
 /// The columns of the summary table: one per deployment, a ratio to the embedded mode after each other deployment,
-/// and mosquitto with the ratio of the reference deployment (the embedded one if it ran) to it.
+/// and each reference broker with the ratio of the reference deployment (the embedded one if it ran) to it.
 private struct SummaryColumns {
+    /// A reference broker's column.
+    struct Broker {
+        let title: String
+        /// Its name in the ratio column's title.
+        let shortName: String
+        /// What its accepted/s count, e.g. "MQTT: PUBACKs".
+        let acceptAnswer: String
+        let results: BrokerResults
+    }
+
     let runs: [PigeonResults]
-    let mosquitto: MosquittoResults?
+    let brokers: [Broker]
     /// The embedded mode's results, which the ratios divide by.
     let baseline: PigeonResults?
-    /// The deployment compared with mosquitto.
+    /// The deployment compared with the brokers.
     let reference: PigeonResults?
 
-    init(runs: [PigeonResults], mosquitto: MosquittoResults?) {
+    init(runs: [PigeonResults], brokers: [Broker]) {
         self.runs = runs
-        self.mosquitto = mosquitto
+        self.brokers = brokers
         baseline = runs.first { $0.deployment == Backend.embedded.rawValue }
         reference = baseline ?? runs.first
     }
@@ -220,34 +315,40 @@ private struct SummaryColumns {
             header.append(results.deployment == PigeonDeployment.givenServerLabel ? "pigeon (--url)" : results.deployment)
             if hasRatio(results) { header.append("× embedded") }
         }
-        if mosquitto != nil {
-            header += ["mosquitto (QoS 1)", "\(reference?.deployment ?? "pigeon") / mosquitto"]
+        for broker in brokers {
+            header += [broker.title, "\(reference?.deployment ?? "pigeon") / \(broker.shortName)"]
         }
         return header
     }
 
-    /// A row of a number each deployment measured, with ratios.
-    func figure(_ metric: String, _ value: (PigeonResults) -> Double?, _ format: (Double?) -> String, mosquitto mqtt: Double?) -> [String] {
+    /// A row of a number each deployment (and, where `broker` gives one, each broker) measured, with ratios.
+    func figure(
+        _ metric: String,
+        _ value: (PigeonResults) -> Double?,
+        _ format: (Double?) -> String,
+        broker: (BrokerResults) -> Double? = { _ in nil }
+    ) -> [String] {
         var row = [metric]
         for results in runs {
             row.append(format(value(results)))
             if hasRatio(results) { row.append(Format.ratio(value(results), baseline.flatMap(value))) }
         }
-        if mosquitto != nil {
-            row += mqtt == nil ? ["", ""] : [format(mqtt), Format.ratio(reference.flatMap(value), mqtt)]
+        for column in brokers {
+            let brokerValue = broker(column.results)
+            row += brokerValue == nil ? ["", ""] : [format(brokerValue), Format.ratio(reference.flatMap(value), brokerValue)]
         }
         return row
     }
 
     /// A row of text without ratios.
-    func text(_ metric: String, _ cell: (PigeonResults) -> String, mosquitto mqtt: String?) -> [String] {
+    func text(_ metric: String, _ cell: (PigeonResults) -> String, broker: (BrokerResults) -> String? = { _ in nil }) -> [String] {
         var row = [metric]
         for results in runs {
             row.append(cell(results))
             if hasRatio(results) { row.append("") }
         }
-        if mosquitto != nil {
-            row += [mqtt ?? "", ""]
+        for column in brokers {
+            row += [broker(column.results) ?? "", ""]
         }
         return row
     }

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The result of one throughput run (Pigeon over WebSocket or HTTP, or MQTT QoS 1).
+/// The result of one throughput run (Pigeon over WebSocket or HTTP, MQTT QoS 1, or NATS JetStream).
 struct ThroughputResult: Codable, Sendable {
     var connections: Int
     /// Sends in flight per connection; `nil` for HTTP, which has one request in flight per connection.
@@ -16,7 +16,7 @@ struct ThroughputResult: Codable, Sendable {
     /// Sends that had no answer when the run gave up waiting.
     var unanswered: Int
     /// Seconds from the last answer until every accepted message was stored (Pigeon) or had reached its subscriber
-    /// (MQTT); `nil` if that did not happen within the drain timeout.
+    /// or consumer (MQTT, NATS); `nil` if that did not happen within the drain timeout.
     var drainSeconds: Double?
     /// The server's memory and CPU, and the benchmark's CPU.
     var load: LoadSample
@@ -24,6 +24,29 @@ struct ThroughputResult: Codable, Sendable {
     /// rate the server sustains from accept to store (a processor that falls behind the accepts shows here); `nil`
     /// for MQTT, or if the drain timed out.
     var storedPerSecond: Double? = nil
+    /// What the consuming receivers got, when the run had a receiver per sender; `nil` without receivers.
+    var receivers: ReceiverCounts? = nil
+
+    /// The server's CPU time (all nodes) in the measured window per message accepted in it, in microseconds.
+    var serverCPUMicrosecondsPerAccepted: Double? {
+        perAccepted(load.serverCores)
+    }
+
+    /// The backing services' CPU time (PostgreSQL and Redis with their children) in the measured window per
+    /// message accepted in it, in microseconds; `nil` without backing services.
+    var serviceCPUMicrosecondsPerAccepted: Double? {
+        load.serviceCores.isEmpty ? nil : perAccepted(load.serviceCores.values.reduce(0, +))
+    }
+
+    /// The benchmark's own CPU time in the measured window per message accepted in it, in microseconds.
+    var benchCPUMicrosecondsPerAccepted: Double? {
+        perAccepted(load.benchCores)
+    }
+
+    private func perAccepted(_ cores: Double?) -> Double? {
+        guard let cores, acceptedInWindow > 0 else { return nil }
+        return cores * measuredSeconds / Double(acceptedInWindow) * 1_000_000
+    }
 }
 
 /// The result of one paced latency run at one rate.
@@ -139,8 +162,8 @@ struct PigeonResults: Codable, Sendable {
     }
 }
 
-/// mosquitto's results, for comparison.
-struct MosquittoResults: Codable, Sendable {
+/// A reference broker's results (mosquitto, NATS JetStream), for comparison.
+struct BrokerResults: Codable, Sendable {
     var version: String?
     var residentBytesIdle: UInt64?
     var throughput: ThroughputResult?
@@ -152,7 +175,8 @@ struct BenchReport: Codable, Sendable {
     var settings: BenchSettings
     /// One entry per deployment measured, in the order they ran.
     var pigeon: [PigeonResults] = []
-    var mosquitto: MosquittoResults?
+    var mosquitto: BrokerResults?
+    var nats: BrokerResults?
     /// The scale-out scenario's runs and figures, when it ran.
     var scaleOut: ScaleOutResults?
     /// The production mode's targets, where this run measured what they need (see ``ProductionTarget``).

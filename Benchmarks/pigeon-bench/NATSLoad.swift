@@ -1,0 +1,189 @@
+import Foundation
+import NIOCore
+
+/// The Pigeon load shapes against NATS JetStream, the same as ``MQTTLoad``'s: each publisher has its own subject of
+/// the file-stored stream, and a durable push consumer with explicit acknowledgements on that subject is being
+/// consumed (every message acknowledged) before publishing starts. A publish is accepted when its PubAck comes back.
+/// Publishes carry a `Nats-Msg-Id` header, so that JetStream checks them for duplicates as Pigeon checks its
+/// `clientMessageId`s.
+struct NATSLoad {
+    let broker: NATSBroker
+    let settings: BenchSettings
+
+    /// Pipelined publishing: each publisher keeps `settings.window` publishes in flight, publishing the next one
+    /// whenever a PubAck (or an error) answers one; counts PubAcks per second, then waits until the consumers have
+    /// every acknowledged message.
+    func throughput() async throws -> ThroughputResult {
+        let pairs = settings.connections
+        let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
+        let tally = ThroughputTally(window: window)
+        let ledgers = (0..<pairs).map { _ in ReceivedMessages() }
+        let ((answers, drain), load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
+            try await withConsumingReceivers(
+                count: pairs,
+                window: window,
+                receiver: { index, ready in
+                    try await consume(durable: "tput-\(index)", subject: "bench.tput.\(index)", ready: ready) { message in
+                        guard let delivery = message.replyTo.flatMap(NATSJetStream.delivery(ofReplySubject:)) else { return }
+                        ledgers[index].record(delivery.streamSeq)
+                    }
+                }
+            ) { failures in
+                let answers = try await runSenders(count: pairs, window: window, answerTimeout: settings.drainTimeout) { index in
+                    try await publishPipelined(name: "tput-pub-\(index)", subject: "bench.tput.\(index)", window: window, tally: tally)
+                }
+                let drain = try await waitUntilReceived(ledgers, answers: answers, timeout: settings.drainTimeout, failures: failures)
+                return (answers, drain)
+            }
+        }
+        return ThroughputResult(
+            connections: pairs,
+            window: settings.window,
+            measuredSeconds: window.seconds,
+            acceptedInWindow: tally.acceptedInWindow,
+            acceptedPerSecond: tally.acceptedPerSecond,
+            acceptedTotal: answers.reduce(0) { $0 + $1.accepted },
+            errors: tally.errors,
+            unanswered: answers.reduce(0) { $0 + $1.unanswered },
+            drainSeconds: drain?.seconds,
+            load: load,
+            receivers: ReceiverCounts(ledgers, answers: answers, allReceivedAfter: drain)
+        )
+    }
+
+    /// Paced publishing at `rate` messages/s in total; measures publish → consumer receive. Each payload starts with
+    /// a UUID that identifies the message (so payloads are at least 36 bytes).
+    func latency(rate: Int) async throws -> LatencyResult {
+        let toReceiver = LatencyRecorder()
+        let trackers = (0..<settings.connections).map { _ in DeliveryTracker(toReceiver: toReceiver, toDelivered: nil) }
+        let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
+        let run = PacedLatencyRun(rate: rate, window: window, grace: settings.grace, trackers: trackers)
+        let (progress, load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
+            try await run.run(
+                receiver: { index, ready in
+                    try await consume(durable: "lat\(rate)-\(index)", subject: "bench.lat\(rate).\(index)", ready: ready) { message in
+                        if let id = message.payload.getString(at: message.payload.readerIndex, length: Self.idLength) {
+                            trackers[index].received(id, at: .now)
+                        }
+                    }
+                },
+                sender: { index, schedule in
+                    try await publishPaced(
+                        name: "lat\(rate)-pub-\(index)",
+                        subject: "bench.lat\(rate).\(index)",
+                        schedule: schedule,
+                        window: window,
+                        tracker: trackers[index]
+                    )
+                }
+            )
+        }
+        return LatencyResult(
+            rate: rate,
+            measuredSeconds: window.seconds,
+            progress: progress,
+            toReceiver: toReceiver.summary,
+            toDelivered: nil,
+            load: load
+        )
+    }
+
+    private static let idLength = 36
+
+    /// Creates the durable push consumer `durable` on `subject`, delivering to a subject of this connection;
+    /// increments `ready` once it exists, then hands every delivered message to `onMessage` and acknowledges it,
+    /// until cancelled.
+    private func consume(durable: String, subject: String, ready: Counter, onMessage: (NATSMessage) -> Void) async throws {
+        try await NATSClient.withConnection(port: broker.port, name: durable) { inbound, writer in
+            let deliverSubject = "_DELIVER.\(durable)"
+            try await writer.subscribe(deliverSubject, sid: "deliver")
+            try await NATSJetStream.createPushConsumer(
+                durable: durable,
+                filterSubject: subject,
+                deliverSubject: deliverSubject,
+                inbound: &inbound,
+                writer: writer
+            )
+            ready.increment()
+            while let message = try await inbound.next() {
+                guard message.sid == "deliver", message.status == nil, let replyTo = message.replyTo else { continue }
+                onMessage(message)
+                try await writer.publish(replyTo, payload: NATSJetStream.acknowledgement)
+            }
+        }
+    }
+
+    private func publishPipelined(name: String, subject: String, window: MeasurementWindow, tally: ThroughputTally) async throws -> ConnectionAnswers {
+        let payload = ByteBuffer(repeating: UInt8(ascii: "x"), count: settings.bodySize)
+        let depth = settings.window
+        return try await NATSClient.withConnection(port: broker.port, name: name) { inbound, writer in
+            let inbox = NATSClient.makeInbox()
+            try await writer.subscribe(inbox, sid: "acks")
+            var answers = ConnectionAnswers()
+            var inFlight = 0
+            for _ in 0..<depth {
+                try await writer.publish(subject, replyTo: inbox, headers: Self.messageIdHeader(), payload: payload)
+                inFlight += 1
+            }
+            while let message = try await inbound.next() {
+                guard message.sid == "acks" else { continue }
+                let now = ContinuousClock.now
+                switch NATSJetStream.publishAnswer(message) {
+                case .accepted:
+                    answers.accepted += 1
+                    tally.recordAccepted(at: now)
+                case .refused(let error):
+                    tally.recordError(error)
+                }
+                inFlight -= 1
+                if now < window.end {
+                    try await writer.publish(subject, replyTo: inbox, headers: Self.messageIdHeader(), payload: payload)
+                    inFlight += 1
+                } else if inFlight == 0 {
+                    break
+                }
+            }
+            answers.unanswered = inFlight
+            return answers
+        }
+    }
+
+    /// Publishes at every instant of `schedule`, each with a reply subject of its own so that a refusal names the
+    /// message.
+    private func publishPaced(
+        name: String,
+        subject: String,
+        schedule: PacedSchedule,
+        window: MeasurementWindow,
+        tracker: DeliveryTracker
+    ) async throws {
+        let padding = max(0, settings.bodySize - Self.idLength)
+        try await NATSClient.withConnection(port: broker.port, name: name) { inbound, writer in
+            let inbox = NATSClient.makeInbox()
+            try await writer.subscribe(inbox + ".*", sid: "acks")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for instant in schedule {
+                        try await Task.sleep(until: instant)
+                        let id = UUID().uuidString.lowercased()
+                        var payload = ByteBuffer(string: id)
+                        payload.writeRepeatingByte(UInt8(ascii: "x"), count: padding)
+                        let now = ContinuousClock.now
+                        tracker.sent(id, at: now, measured: window.contains(now))
+                        try await writer.publish(subject, replyTo: "\(inbox).\(id)", headers: [("Nats-Msg-Id", id)], payload: payload)
+                    }
+                }
+                while let message = try await inbound.next() {
+                    guard message.sid == "acks", case .refused(let error) = NATSJetStream.publishAnswer(message) else { continue }
+                    tracker.refused(message.subject.split(separator: ".").last.map(String.init), code: error)
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    /// A fresh `Nats-Msg-Id`, the message's idempotency key in the stream's duplicate window.
+    private static func messageIdHeader() -> [(String, String)] {
+        [("Nats-Msg-Id", UUID().uuidString.lowercased())]
+    }
+}
