@@ -85,8 +85,8 @@ struct PigeonBench: AsyncParsableCommand {
     @Option(help: "Idle streams to open.")
     var streams = 10_000
 
-    @Option(help: "Devices the idle streams are spread over.")
-    var streamDevices = 100
+    @Option(help: "Devices the idle streams are spread over (the server keeps at most 8 open streams per device by default, so at least streams ÷ 8).")
+    var streamDevices = 2_000
 
     @Option(help: "Idle streams being opened at the same time.")
     var openConcurrency = 200

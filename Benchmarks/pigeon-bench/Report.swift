@@ -53,6 +53,9 @@ extension IdleStreamsResult {
                 + "(\(Format.count(failed)) failed, \(Format.count(closedByServer)) closed by the server)"
         )
         if let firstError { print("  first failure: \(firstError)") }
+        if closedByServer > 0 {
+            print("  warning:   the server closed \(Format.count(closedByServer)) streams (more per device than it allows? raise --stream-devices): the memory figure is not for \(Format.count(streams)) open streams")
+        }
         print(
             "  RSS:       \(Format.mebibytes(residentBytesAtStartup)) at start-up, "
                 + "\(Format.mebibytes(residentBytesBefore)) before opening, "
