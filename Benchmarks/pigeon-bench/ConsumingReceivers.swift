@@ -81,3 +81,27 @@ func waitUntilReceived(
     }
     return done ? .now - start : nil
 }
+
+extension ThroughputResult {
+    /// A broker's pipelined run (mosquitto, NATS): `connections` publishers with `inFlight` each, their answers, what
+    /// their consuming receivers got, and how long after the last answer the receivers had everything (`nil`: not
+    /// within the drain timeout).
+    init(
+        pipelined window: MeasurementWindow, connections: Int, inFlight: Int, tally: ThroughputTally, answers: [ConnectionAnswers],
+        ledgers: [ReceivedMessages], drain: Duration?, load: LoadSample
+    ) {
+        self.init(
+            connections: connections,
+            window: inFlight,
+            measuredSeconds: window.seconds,
+            acceptedInWindow: tally.acceptedInWindow,
+            acceptedPerSecond: tally.acceptedPerSecond,
+            acceptedTotal: answers.reduce(0) { $0 + $1.accepted },
+            errors: tally.errors,
+            unanswered: answers.reduce(0) { $0 + $1.unanswered },
+            drainSeconds: drain?.seconds,
+            load: load,
+            receivers: ReceiverCounts(ledgers, answers: answers, allReceivedAfter: drain)
+        )
+    }
+}

@@ -37,18 +37,8 @@ struct NATSLoad {
             }
         }
         return ThroughputResult(
-            connections: pairs,
-            window: settings.window,
-            measuredSeconds: window.seconds,
-            acceptedInWindow: tally.acceptedInWindow,
-            acceptedPerSecond: tally.acceptedPerSecond,
-            acceptedTotal: answers.reduce(0) { $0 + $1.accepted },
-            errors: tally.errors,
-            unanswered: answers.reduce(0) { $0 + $1.unanswered },
-            drainSeconds: drain?.seconds,
-            load: load,
-            receivers: ReceiverCounts(ledgers, answers: answers, allReceivedAfter: drain)
-        )
+            pipelined: window, connections: pairs, inFlight: settings.window, tally: tally, answers: answers, ledgers: ledgers,
+            drain: drain, load: load)
     }
 
     /// Paced publishing at `rate` messages/s in total; measures publish → consumer receive. Each payload starts with

@@ -37,6 +37,38 @@ import Testing
         #expect((try? ClientOperationParser.parse(text)) == decoded)
     }
 
+    static let sendBodies: [String] = [
+        #"{"clientMessageId":"m","type":"text","body":"hi","clientTimestamp":1763700000000}"#,
+        #" { "clientMessageId" : "m" , "type":"text","body":"héllo 🕊️","clientTimestamp":-5 } "#,
+        #"{"clientMessageId":"m","type":"text","body":"with \"quote\" and \u00e9","clientTimestamp":1}"#,
+        #"{"clientMessageId":"m","type":"text","body":"x","clientTimestamp":1.5}"#,
+        #"{"clientMessageId":"m","type":"text","body":"x","clientTimestamp":"1"}"#,
+        #"{"clientMessageId":"m","type":"text","body":"x"}"#,
+        #"{"clientMessageId":"m","type":"text","body":"x","clientTimestamp":1,"extra":true}"#,
+        #"{"clientMessageId":"m","type":"text","body":"x","clientTimestamp":1,"extra":{"a":[1,2]}}"#,
+        #"{"clientMessageId":"m","clientMessageId":"n","type":"text","body":"x","clientTimestamp":1}"#,
+        #"{"clientMessageId":"m","type":"text","body":null,"clientTimestamp":1}"#,
+        #"{"clientMessageId":"m","type":"text","body":"x","clientTimestamp":99999999999999999999}"#,
+        #"[]"#, "", #"{"clientMessageId":"m""#, #"{"clientMessageId":"m","type":"text","body":"x","clientTimestamp":1} x"#,
+    ]
+
+    /// The HTTP send body's fast path agrees with the decoder, and a body it does not take gets the decoder's answer
+    /// (a key given twice included: refused, not silently resolved).
+    @Test(arguments: sendBodies)
+    func sendBodyAgreesWithTheDecoder(_ text: String) {
+        let decoded = try? JSONBody.decode(SendMessageRequest.self, from: Data(text.utf8))
+        if let fast = ClientOperationParser.fastSendPath(text) {
+            #expect(fast == decoded, "fast path accepted \(text) differently")
+        }
+        #expect((try? ClientOperationParser.parseSend(text)) == decoded)
+    }
+
+    @Test func theCommonSendBodyTakesTheFastPath() {
+        #expect(ClientOperationParser.fastSendPath(Self.sendBodies[0]) != nil)
+        #expect(ClientOperationParser.fastSendPath(Self.sendBodies[1]) != nil)
+        #expect(ClientOperationParser.fastSendPath(Self.sendBodies[2]) == nil, "escapes go to the decoder")
+    }
+
     @Test func theCommonShapeTakesTheFastPath() {
         #expect(ClientOperationParser.fastPath(Self.inputs[0]) != nil)
         #expect(ClientOperationParser.fastPath(Self.inputs[10]) != nil)

@@ -7,13 +7,25 @@ import PigeonProtocol
 /// JSON in and out, with API.md's errors for bodies that are too large or malformed.
 enum JSONBody {
     static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int) async throws -> T {
-        let buffer: ByteBuffer
+        try decode(type, from: Data(try await collect(request, limit: limit).readableBytesView))
+    }
+
+    /// A send's body: the common shape without `JSONDecoder` (``ClientOperationParser/parseSend(_:)``).
+    static func decodeSend(from request: Request, limit: Int) async throws -> SendMessageRequest {
+        let buffer = try await collect(request, limit: limit)
+        // Bytes that are not UTF-8 go to the decoder, which refuses them as it always did.
+        guard let text = String(validating: buffer.readableBytesView, as: UTF8.self) else {
+            return try decode(SendMessageRequest.self, from: Data(buffer.readableBytesView))
+        }
+        return try ClientOperationParser.parseSend(text)
+    }
+
+    private static func collect(_ request: Request, limit: Int) async throws -> ByteBuffer {
         do {
-            buffer = try await request.body.collect(upTo: limit)
+            return try await request.body.collect(upTo: limit)
         } catch is NIOTooManyBytesError {
             throw PigeonError(.payloadTooLarge, "request body is larger than \(limit) bytes")
         }
-        return try decode(type, from: Data(buffer.readableBytesView))
     }
 
     /// Decodes `data`; malformed JSON, a wrong field and a key given twice in one object are `400 invalid_request`.

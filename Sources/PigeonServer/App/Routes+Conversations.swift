@@ -46,7 +46,7 @@ extension PigeonCore {
 
         router.post("/v1/conversations/:id/messages") { request, context -> Response in
             let device = try await self.authenticate(request)
-            let body = try await JSONBody.decode(SendMessageRequest.self, from: request, limit: limit)
+            let body = try await JSONBody.decodeSend(from: request, limit: limit)
             let accepted = try await self.ingest.send(body, from: device, to: context.parameters.get("id") ?? "")
             return try JSONBody.response(accepted.response, status: accepted.created ? .accepted : .ok)
         }

@@ -1,13 +1,19 @@
 import Foundation
 import PigeonProtocol
 
-/// Decodes WebSocket operations: a fast path for the common shape (a flat JSON object whose strings have no
-/// escapes and whose numbers are plain integers), and Foundation's `JSONDecoder` for everything else, so the
-/// answer, and every error message, is the same as the decoder's.
+/// Decodes WebSocket operations and HTTP send bodies: a fast path for the common shape (a flat JSON object whose
+/// strings have no escapes and whose numbers are plain integers), and Foundation's `JSONDecoder` for everything else,
+/// so the answer, and every error message, is the same as the decoder's.
 enum ClientOperationParser {
     static func parse(_ text: String) throws -> ClientOperation {
         if let operation = fastPath(text) { return operation }
         return try JSONBody.decode(ClientOperation.self, from: Data(text.utf8))
+    }
+
+    /// The body of `POST /v1/conversations/{id}/messages`.
+    static func parseSend(_ text: String) throws -> SendMessageRequest {
+        if let request = fastSendPath(text) { return request }
+        return try JSONBody.decode(SendMessageRequest.self, from: Data(text.utf8))
     }
 
     private enum Value {
@@ -18,8 +24,19 @@ enum ClientOperationParser {
 
     /// `nil` whenever the input is anything but the simple case; the decoder then has the final word.
     static func fastPath(_ text: String) -> ClientOperation? {
+        flatObject(text).flatMap(operation)
+    }
+
+    /// The fast path of ``parseSend(_:)``: `nil` unless the body is the simple case.
+    static func fastSendPath(_ text: String) -> SendMessageRequest? {
+        flatObject(text).flatMap(sendRequest)
+    }
+
+    /// The fields of a flat object of strings without escapes, plain integers and booleans, each key once; `nil` for
+    /// anything else.
+    private static func flatObject(_ text: String) -> [String: Value]? {
         var text = text
-        return text.withUTF8 { bytes -> ClientOperation? in
+        return text.withUTF8 { bytes -> [String: Value]? in
             var fields: [String: Value] = [:]
             var index = 0
             func skipWhitespace() {
@@ -90,8 +107,16 @@ enum ClientOperationParser {
             }
             skipWhitespace()
             guard index == bytes.count else { return nil }
-            return operation(fields)
+            return fields
         }
+    }
+
+    private static func sendRequest(_ fields: [String: Value]) -> SendMessageRequest? {
+        func string(_ key: String) -> String? { if case .string(let value) = fields[key] { value } else { nil } }
+        guard let clientMessageId = string("clientMessageId"), let type = string("type"), let body = string("body"),
+            case .integer(let clientTimestamp) = fields["clientTimestamp"]
+        else { return nil }
+        return SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp)
     }
 
     private static func operation(_ fields: [String: Value]) -> ClientOperation? {
@@ -100,12 +125,8 @@ enum ClientOperationParser {
         guard let op = string("op"), let conversationId = string("conversationId") else { return nil }
         switch op {
         case "send":
-            guard let clientMessageId = string("clientMessageId"), let type = string("type"), let body = string("body"),
-                let clientTimestamp = integer("clientTimestamp")
-            else { return nil }
-            return .send(
-                conversationId: conversationId,
-                SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp))
+            guard let request = sendRequest(fields) else { return nil }
+            return .send(conversationId: conversationId, request)
         case "receipt":
             guard let kindName = string("kind"), let kind = ReceiptKind(rawValue: kindName), let upToSeq = integer("upToSeq") else {
                 return nil
