@@ -66,8 +66,12 @@ public enum AppendOutcome: Sendable, Equatable {
 /// - ``append(_:completion:)`` calls its completion with `.accepted` (or `.stored`) only once the message is durable:
 ///   a crash of the server or of the buffer after that loses nothing. Appends submitted one after the
 ///   other by one caller become durable, and are handed to the processor, in that order.
-/// - De-duplication: a second append with the same (senderDeviceId, clientMessageId) appends nothing and
-///   answers `.duplicate` with the original's serverId, at any later time, also after processing.
+/// - De-duplication: a second append with the same (senderId, senderDeviceId, clientMessageId) appends nothing and
+///   answers `.duplicate` with the original's serverId, also after processing, for as long as the buffer keeps its
+///   records: the embedded buffers for ever (``StoreIngestBuffer`` asks the store's unique index), the Redis buffer
+///   for its `dedupe_hours` (7 days by default). A resend after that window is appended again under a new serverId;
+///   the store recognises it by (sender, device, clientMessageId) and does not store it twice (`.alreadyStored`), but
+///   the resend's answer names the new serverId.
 /// - Entries are handed out at least once: an entry not acknowledged (the processor crashed) is handed
 ///   out again after a restart, so the store must be idempotent by serverId.
 public protocol IngestBuffer: Sendable {

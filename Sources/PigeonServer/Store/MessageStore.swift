@@ -148,8 +148,13 @@ public protocol MessageStore: Sendable {
     /// Registers a device of `userId`, atomically checking `rule` against the user's devices at that moment
     /// (two concurrent registrations of a new user cannot both count as its first).
     func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity
+    /// The device whose opaque token hashes to `tokenHash`, or `nil`: the only way a device token is checked (the
+    /// store never sees a token itself).
     func device(tokenHash: String) async throws -> DeviceIdentity?
 
+    /// Creates a conversation of `creator` and `members` (the creator always included, repeats dropped; the routes
+    /// validate the list first) and, in the same transaction, a `conversation.created` event for every member, whose
+    /// payload is stored once; its id is time-ordered.
     func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation
     /// A page of `userId`'s conversations, newest `updatedAt` first (ties: greater id first), starting after
     /// `before` (nil: the newest), at most `limit`.
@@ -160,6 +165,13 @@ public protocol MessageStore: Sendable {
     func members(of conversationId: String) async throws -> [String]?
 
     /// Processes a batch in buffer order, in one transaction; one result per item, in the same order.
+    ///
+    /// Each message is stored with the next seq of its conversation and its events (`message.new` for every member,
+    /// except the sender's sending device; `message.stored` for that device), or recognised as stored already (by
+    /// serverId or by (sender, device, clientMessageId)). A message that fails fails alone: the others of the batch are
+    /// stored; later messages of its conversation in the batch are `.deferred` (order), and one whose item is its final
+    /// attempt, or whose failure is permanent, is dead-lettered with `message.failed` to its sender. A fault of the
+    /// whole store (unreachable, disk full) throws, and nothing of the batch is written.
     func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult]
 
     /// Where an accepted message is: `.stored` with its seq, `.failed` if dead-lettered, `nil` while still queued.
@@ -169,6 +181,10 @@ public protocol MessageStore: Sendable {
     /// neither: the newest page.
     func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage
 
+    /// Moves `userId`'s delivered (or read, which moves delivered too) watermark in the conversation up to `upToSeq`,
+    /// clamped to the conversation's last seq; a watermark never moves down. For each watermark that moved, a `receipt`
+    /// event goes to every member, in the same transaction. Answers the watermarks as they are after the call (also
+    /// when nothing moved: a repeated receipt is harmless); `not_found` when `userId` is not a member.
     func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome
 
     /// Events of `device`'s stream after `after`, at most `limit`: in each partition the next ones in offset order
@@ -182,13 +198,17 @@ public protocol MessageStore: Sendable {
     @discardableResult
     func pruneEvents(olderThan cutoff: Int64) async throws -> Int
 
+    /// Dead letters, oldest failure first, at most `limit`, each with the error that ended it.
     func deadLetters(limit: Int) async throws -> [DeadLetter]
     /// The dead-lettered message with this serverId, as it was accepted.
     func deadLetter(serverId: String) async throws -> BufferedMessage?
     /// Forgets a dead letter (after it was requeued).
     func removeDeadLetter(serverId: String) async throws
+    /// How many dead letters there are (the `pigeon_dead_letters` gauge).
     func deadLetterCount() async throws -> Int
 
+    /// Whether the store answers now (for `/readyz`): a cheap read, and after a disk fault a tiny write, so readiness
+    /// comes back once the disk takes writes again.
     func isReady() async -> Bool
     /// Whether the store's disk refused its last write (full, or failing): `/readyz` names it.
     var isDiskFull: Bool { get }
