@@ -57,19 +57,19 @@ final class TmuxSession: Sendable {
             (try? tmux.screen())?.split(separator: "\n").map(String.init).first { $0.contains(text) }
         }
         func waitForLine(_ text: String, endingWith suffix: String, _ what: String) async throws {
-            try await eventually(what, describe: { (try? tmux.screen()) ?? "" }) {
+            try await waitUntil(what, describe: { (try? tmux.screen()) ?? "" }) {
                 screenLine(containing: text)?.trimmingCharacters(in: .whitespaces).hasSuffix(suffix) == true
             }
         }
 
-        try await eventually("the chat is online", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "● online") != nil }
+        try await waitUntil("the chat is online", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "● online") != nil }
         try tmux.type("hello from the terminal")
         try tmux.press("Enter")
         try await waitForLine("hello from the terminal", endingWith: "✓", "the message shows ✓")
         #expect(try await cli.run(["sync"], profile: "bob").status == 0)
         try await waitForLine("hello from the terminal", endingWith: "✓✓", "bob's sync turns it ✓✓")
         #expect(try await cli.run(["read", conversation], profile: "bob").status == 0)
-        try await eventually("bob's read turns ✓✓ blue", describe: { (try? tmux.screen(escapes: true)) ?? "" }) {
+        try await waitUntil("bob's read turns ✓✓ blue", describe: { (try? tmux.screen(escapes: true)) ?? "" }) {
             let coloured = (try? tmux.screen(escapes: true))?.split(separator: "\n").first { $0.contains("hello from the terminal") }
             return coloured.map { $0.contains("94m✓✓") || $0.contains("94;1m✓✓") || $0.contains("1;94m✓✓") } ?? false
         }
@@ -77,7 +77,7 @@ final class TmuxSession: Sendable {
         // /offline: the banner, and a message that waits (⏰) until /online sends it.
         try tmux.type("/offline")
         try tmux.press("Enter")
-        try await eventually("the offline banner shows", describe: { (try? tmux.screen()) ?? "" }) {
+        try await waitUntil("the offline banner shows", describe: { (try? tmux.screen()) ?? "" }) {
             screenLine(containing: "No connection - messages will send when online") != nil
         }
         try tmux.type("written while offline")
@@ -92,7 +92,7 @@ final class TmuxSession: Sendable {
 
         // Bob answers from his shell: it appears live, with his name.
         #expect(try await cli.run(["send", conversation, "hi alice, got it", "--wait", "20"], profile: "bob").status == 0)
-        try await eventually("bob's answer appears", describe: { (try? tmux.screen()) ?? "" }) {
+        try await waitUntil("bob's answer appears", describe: { (try? tmux.screen()) ?? "" }) {
             screenLine(containing: "hi alice, got it")?.contains("bob") == true
         }
 
@@ -100,12 +100,12 @@ final class TmuxSession: Sendable {
         try tmux.press("C-f")
         try tmux.type("offline")
         try tmux.press("Enter")
-        try await eventually("the search finds the message", describe: { (try? tmux.screen()) ?? "" }) {
+        try await waitUntil("the search finds the message", describe: { (try? tmux.screen()) ?? "" }) {
             screenLine(containing: "Search \"offline\": 1 result") != nil
         }
         try tmux.press("Escape")
         try tmux.press("C-c")
-        try await eventually("pigeon chat exits", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "EXITED:0") != nil }
+        try await waitUntil("pigeon chat exits", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "EXITED:0") != nil }
         try await server.stop()
     }
 }

@@ -24,140 +24,140 @@ struct CrashAndPersistenceTests {
     }
 
     @Test func appKilledWhileSendingResumesAndSendsEachOnce() async throws {
-        let server = try await KitTestServer.start()
-        defer { Task { await server.stop() } }
-        let alice = try await TestDevice.register("alice", on: server.url)
-        let bob = try await TestDevice.register("bob", on: server.url)
-        bob.client.start()
-        try await bob.waitUntilOnline()
-        let conversation = try await makeConversation([alice, bob])
-        let databasePath = alice.databasePath
-        let credentials = alice.credentials
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url)
+            let bob = try await TestDevice.register("bob", on: server.url)
+            bob.client.start()
+            try await bob.waitUntilOnline()
+            let conversation = try await makeConversation([alice, bob])
+            let databasePath = alice.databasePath
+            let credentials = alice.credentials
 
-        let output = makeTemporaryDirectory() + "/helper.log"
-        let pid = try Command.spawn([
-            Self.helperPath, "--server", server.url.absoluteString, "--db", databasePath, "--user", credentials.userId,
-            "--device", credentials.deviceId, "--token", credentials.token, "--conversation", conversation, "--count", "200",
-        ], outputPath: output)
-        // Kill it once everything is saved locally, while acks are still coming in.
-        try await eventually("the helper saved 200 messages", timeout: .seconds(30)) {
-            (try? String(contentsOfFile: output, encoding: .utf8))?.contains("all saved") == true
-        }
-        kill(pid, SIGKILL)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        let acceptedBeforeKill = try await server.history(conversationId: conversation, token: credentials.token).count
-        #expect(acceptedBeforeKill < 200, "the kill came before everything was stored (\(acceptedBeforeKill)); the test needs that")
+            let output = makeTemporaryDirectory() + "/helper.log"
+            let pid = try Command.spawn([
+                Self.helperPath, "--server", server.url.absoluteString, "--db", databasePath, "--user", credentials.userId,
+                "--device", credentials.deviceId, "--token", credentials.token, "--conversation", conversation, "--count", "200",
+            ], outputPath: output)
+            // Kill it once everything is saved locally, while acks are still coming in.
+            try await waitUntil("the helper saved 200 messages", timeout: .seconds(30)) {
+                (try? String(contentsOfFile: output, encoding: .utf8))?.contains("all saved") == true
+            }
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            let acceptedBeforeKill = try await server.history(conversationId: conversation, token: credentials.token).count
+            #expect(acceptedBeforeKill < 200, "the kill came before everything was stored (\(acceptedBeforeKill)); the test needs that")
 
-        let reopened = try TestDevice.open(credentials: credentials, serverURL: server.url, databasePath: databasePath)
-        let unsent = try reopened.client.unsentMessages()
-        #expect(!unsent.isEmpty || acceptedBeforeKill == 200)
-        reopened.client.start()
-        try await eventually("every message is stored", timeout: .seconds(30)) {
-            try reopened.allMessages(in: conversation).filter { $0.seq != nil }.count == 200
+            let reopened = try TestDevice.open(credentials: credentials, serverURL: server.url, databasePath: databasePath)
+            let unsent = try reopened.client.unsentMessages()
+            #expect(!unsent.isEmpty || acceptedBeforeKill == 200)
+            reopened.client.start()
+            try await waitUntil("every message is stored", timeout: .seconds(30)) {
+                try reopened.allMessages(in: conversation).filter { $0.seq != nil }.count == 200
+            }
+            let history = try await server.history(conversationId: conversation, token: credentials.token)
+            #expect(history.map(\.body) == (0..<200).map { "message \($0)" }, "each stored once, in sending order")
+            #expect(try reopened.client.unsentMessages().isEmpty)
+            try await waitUntil("bob has all 200") { bob.received.count == 200 }
+            #expect(Set(bob.received.map(\.serverId)).count == 200)
+            await reopened.client.stop()
+            await bob.client.stop()
         }
-        let history = try await server.history(conversationId: conversation, token: credentials.token)
-        #expect(history.map(\.body) == (0..<200).map { "message \($0)" }, "each stored once, in sending order")
-        #expect(try reopened.client.unsentMessages().isEmpty)
-        try await eventually("bob has all 200") { bob.received.count == 200 }
-        #expect(Set(bob.received.map(\.serverId)).count == 200)
-        await reopened.client.stop()
-        await bob.client.stop()
     }
 
     @Test func forceQuitKeepsQueuedMessagesAndCachedHistoryReadsOffline() async throws {
-        let server = try await KitTestServer.start()
-        defer { Task { await server.stop() } }
-        let alice = try await TestDevice.register("alice", on: server.url)
-        let bob = try await TestDevice.register("bob", on: server.url)
-        try await startAll(alice, bob)
-        let conversation = try await makeConversation([alice, bob])
-        for index in 0..<3 { try bob.client.send("from bob \(index)", to: conversation) }
-        try await eventually("alice has bob's messages") { alice.received.count == 3 }
-        alice.client.setNetworkEnabled(false)
-        let queued = try alice.client.send("written offline, app then quit", to: conversation)
-        await alice.client.stop()
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url)
+            let bob = try await TestDevice.register("bob", on: server.url)
+            try await startAll(alice, bob)
+            let conversation = try await makeConversation([alice, bob])
+            for index in 0..<3 { try bob.client.send("from bob \(index)", to: conversation) }
+            try await waitUntil("alice has bob's messages") { alice.received.count == 3 }
+            alice.client.setNetworkEnabled(false)
+            let queued = try alice.client.send("written offline, app then quit", to: conversation)
+            await alice.client.stop()
 
-        // The server is gone too: the app reopens with no network at all.
-        await server.stop()
-        let reopened = try TestDevice.open(credentials: alice.credentials, serverURL: server.url, databasePath: alice.databasePath)
-        let page = try reopened.client.messages(in: conversation)
-        #expect(page.messages.map(\.body) == ["from bob 0", "from bob 1", "from bob 2", "written offline, app then quit"])
-        #expect(try reopened.client.unsentMessages().map(\.clientMessageId) == [queued.clientMessageId])
-        #expect(try reopened.client.search("bob").count == 3)
-        #expect(try reopened.client.conversations().first?.unreadCount == 3)
+            // The server is gone too: the app reopens with no network at all.
+            await server.stop()
+            let reopened = try TestDevice.open(credentials: alice.credentials, serverURL: server.url, databasePath: alice.databasePath)
+            let page = try reopened.client.messages(in: conversation)
+            #expect(page.messages.map(\.body) == ["from bob 0", "from bob 1", "from bob 2", "written offline, app then quit"])
+            #expect(try reopened.client.unsentMessages().map(\.clientMessageId) == [queued.clientMessageId])
+            #expect(try reopened.client.search("bob").count == 3)
+            #expect(try reopened.client.conversations().first?.unreadCount == 3)
 
-        try await server.start()
-        reopened.client.start()
-        try await reopened.waitForStatus(queued.localId, atLeast: .delivered)
-        await reopened.client.stop()
-        await bob.client.stop()
+            try await server.start()
+            reopened.client.start()
+            try await reopened.waitForStatus(queued.localId, atLeast: .delivered)
+            await reopened.client.stop()
+            await bob.client.stop()
+        }
     }
 
     @Test func unreadableDatabaseIsMovedAsideAndRebuiltFromTheServer() async throws {
-        let server = try await KitTestServer.start()
-        defer { Task { await server.stop() } }
-        let alice = try await TestDevice.register("alice", on: server.url)
-        let bob = try await TestDevice.register("bob", on: server.url)
-        try await startAll(alice, bob)
-        let conversation = try await makeConversation([alice, bob])
-        for index in 0..<5 { try bob.client.send("history \(index)", to: conversation) }
-        try await eventually("alice has the history") { alice.received.count == 5 }
-        alice.client.setNetworkEnabled(false)
-        _ = try alice.client.send("unsent when the disk broke", to: conversation)
-        await alice.client.stop()
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url)
+            let bob = try await TestDevice.register("bob", on: server.url)
+            try await startAll(alice, bob)
+            let conversation = try await makeConversation([alice, bob])
+            for index in 0..<5 { try bob.client.send("history \(index)", to: conversation) }
+            try await waitUntil("alice has the history") { alice.received.count == 5 }
+            alice.client.setNetworkEnabled(false)
+            _ = try alice.client.send("unsent when the disk broke", to: conversation)
+            await alice.client.stop()
 
-        // Garbage over the header: SQLite no longer recognises the file.
-        let handle = try #require(FileHandle(forWritingAtPath: alice.databasePath))
-        try handle.write(contentsOf: Data(repeating: 0x5A, count: 4096))
-        try handle.close()
-        try? FileManager.default.removeItem(atPath: alice.databasePath + "-wal")
+            // Garbage over the header: SQLite no longer recognises the file.
+            let handle = try #require(FileHandle(forWritingAtPath: alice.databasePath))
+            try handle.write(contentsOf: Data(repeating: 0x5A, count: 4096))
+            try handle.close()
+            try? FileManager.default.removeItem(atPath: alice.databasePath + "-wal")
 
-        let rebuilt = try TestDevice.open(credentials: alice.credentials, serverURL: server.url, databasePath: alice.databasePath)
-        let recovery = try #require(rebuilt.client.localDatabaseRecovery)
-        #expect(FileManager.default.fileExists(atPath: recovery.movedTo))
-        #expect(recovery.recoveredOutboxItems == 0)
-        #expect(recovery.lostOutboxItems == nil, "an unreadable outbox is reported as an unknown loss, never as none")
-        rebuilt.client.start()
-        try await eventually("the history is back") { try rebuilt.allMessages(in: conversation).map(\.body) == (0..<5).map { "history \($0)" } }
-        #expect(rebuilt.events.contains { if case .localDatabaseRebuilt = $0 { return true } else { return false } })
-        await rebuilt.client.stop()
-        await bob.client.stop()
+            let rebuilt = try TestDevice.open(credentials: alice.credentials, serverURL: server.url, databasePath: alice.databasePath)
+            let recovery = try #require(rebuilt.client.localDatabaseRecovery)
+            #expect(FileManager.default.fileExists(atPath: recovery.movedTo))
+            #expect(recovery.recoveredOutboxItems == 0)
+            #expect(recovery.lostOutboxItems == nil, "an unreadable outbox is reported as an unknown loss, never as none")
+            rebuilt.client.start()
+            try await waitUntil("the history is back") { try rebuilt.allMessages(in: conversation).map(\.body) == (0..<5).map { "history \($0)" } }
+            #expect(rebuilt.events.contains { if case .localDatabaseRebuilt = $0 { return true } else { return false } })
+            await rebuilt.client.stop()
+            await bob.client.stop()
+        }
     }
 
     @Test func databaseFromANewerVersionKeepsItsOutboxWhenRebuilt() async throws {
-        let server = try await KitTestServer.start()
-        defer { Task { await server.stop() } }
-        let alice = try await TestDevice.register("alice", on: server.url)
-        let bob = try await TestDevice.register("bob", on: server.url)
-        try await startAll(alice, bob)
-        let conversation = try await makeConversation([alice, bob])
-        alice.client.setNetworkEnabled(false)
-        let unsent = try alice.client.send("queued before the downgrade", to: conversation)
-        await alice.client.stop()
-        let queue = try DatabaseQueue(path: alice.databasePath)
-        try await queue.write { try $0.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('v99-from-the-future')") }
-        try queue.close()
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url)
+            let bob = try await TestDevice.register("bob", on: server.url)
+            try await startAll(alice, bob)
+            let conversation = try await makeConversation([alice, bob])
+            alice.client.setNetworkEnabled(false)
+            let unsent = try alice.client.send("queued before the downgrade", to: conversation)
+            await alice.client.stop()
+            let queue = try DatabaseQueue(path: alice.databasePath)
+            try await queue.write { try $0.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('v99-from-the-future')") }
+            try queue.close()
 
-        let rebuilt = try TestDevice.open(credentials: alice.credentials, serverURL: server.url, databasePath: alice.databasePath)
-        let recovery = try #require(rebuilt.client.localDatabaseRecovery)
-        #expect(recovery.recoveredOutboxItems == 1 && recovery.lostOutboxItems == 0)
-        rebuilt.client.start()
-        let resent = try #require(try rebuilt.client.unsentMessages().first { $0.clientMessageId == unsent.clientMessageId } ?? rebuilt.allMessages(in: conversation).first)
-        try await rebuilt.waitForStatus(resent.localId, atLeast: .stored)
-        let history = try await server.history(conversationId: conversation, token: alice.credentials.token)
-        #expect(history.map(\.body) == ["queued before the downgrade"])
-        await rebuilt.client.stop()
-        await bob.client.stop()
+            let rebuilt = try TestDevice.open(credentials: alice.credentials, serverURL: server.url, databasePath: alice.databasePath)
+            let recovery = try #require(rebuilt.client.localDatabaseRecovery)
+            #expect(recovery.recoveredOutboxItems == 1 && recovery.lostOutboxItems == 0)
+            rebuilt.client.start()
+            let resent = try #require(try rebuilt.client.unsentMessages().first { $0.clientMessageId == unsent.clientMessageId } ?? rebuilt.allMessages(in: conversation).first)
+            try await rebuilt.waitForStatus(resent.localId, atLeast: .stored)
+            let history = try await server.history(conversationId: conversation, token: alice.credentials.token)
+            #expect(history.map(\.body) == ["queued before the downgrade"])
+            await rebuilt.client.stop()
+            await bob.client.stop()
+        }
     }
 
     @Test func wrongCredentialsForADatabaseAreRefused() async throws {
-        let server = try await KitTestServer.start()
-        defer { Task { await server.stop() } }
-        let alice = try await TestDevice.register("alice", on: server.url)
-        let other = try await PigeonClient.registerDevice(serverURL: server.url, userId: "mallory")
-        #expect {
-            _ = try TestDevice.open(credentials: other, serverURL: server.url, databasePath: alice.databasePath)
-        } throws: { ($0 as? PigeonClientError)?.code == .wrongDatabase }
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url)
+            let other = try await PigeonClient.registerDevice(serverURL: server.url, userId: "mallory")
+            #expect {
+                _ = try TestDevice.open(credentials: other, serverURL: server.url, databasePath: alice.databasePath)
+            } throws: { ($0 as? PigeonClientError)?.code == .wrongDatabase }
+        }
     }
 }

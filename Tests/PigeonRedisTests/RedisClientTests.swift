@@ -135,7 +135,7 @@ import Testing
         try await server.restart()
         // Loaded before the new connections carried anything: EVALSHA works without the EVAL fallback. (Until the
         // client notices the old connections are gone, commands fail.)
-        try await eventually(timeout: .seconds(30)) {
+        try await waitUntil("the condition holds", timeout: .seconds(30)) {
             (try? await client.send(RESPCommand("SCRIPT", "EXISTS", script.sha1))) == .array([.integer(1)])
         }
         #expect(try await client.send(RESPCommand("EVALSHA", script.sha1, 0)).string == "loaded")
@@ -279,7 +279,7 @@ import Testing
         }
         #expect(ContinuousClock.now - started < .seconds(5))
         let client = RedisClient(configuration: configuration, connectionCount: 1, logger: logger)
-        try await eventually(timeout: .seconds(10)) { listener.accepted >= 3 }
+        try await waitUntil("the condition holds", timeout: .seconds(10)) { listener.accepted >= 3 }
         #expect(!client.isConnected)
         await client.shutdown()
     }
@@ -310,7 +310,7 @@ import Testing
         }
         await blocking.close()
         // While Redis is down, commands fail at once.
-        try await eventually(timeout: .seconds(30)) { !client.isConnected }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { !client.isConnected }
         await #expect {
             _ = try await client.send(RESPCommand("GET", "before"))
         } throws: { error in
@@ -319,7 +319,7 @@ import Testing
         }
 
         try await server.restart()
-        try await eventually(timeout: .seconds(30)) { (try? await client.send(RESPCommand("GET", "before")))?.string == "1" }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { (try? await client.send(RESPCommand("GET", "before")))?.string == "1" }
         try await client.waitUntilConnected(timeout: .seconds(30))
         // Every INCR that answered is in the AOF (appendfsync always); others may or may not have run.
         let burstCount = try await client.send(RESPCommand("GET", "burst")).int ?? 0
@@ -358,20 +358,20 @@ import Testing
         #expect(try await client.publish("events", "hello") == 1)
         #expect(try await client.publish("other", ByteBuffer(string: "bytes")) == 1)
         #expect(try await client.publish("nobody-listens", "x") == 0)
-        try await eventually(timeout: .seconds(30)) { received.withLockedValue { $0.count } == 2 }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { received.withLockedValue { $0.count } == 2 }
         #expect(received.withLockedValue { $0 } == [message("events", "hello"), message("other", "bytes")])
 
         try await server.restart()
-        try await eventually(timeout: .seconds(30)) { received.withLockedValue { $0.count } == 3 }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { received.withLockedValue { $0.count } == 3 }
         #expect(received.withLockedValue { $0.last } == .resubscribed)
         // (Until the client notices its old connections are gone, publishing fails.)
-        try await eventually(timeout: .seconds(30)) { (try? await client.publish("events", "after restart")) == 1 }
-        try await eventually(timeout: .seconds(30)) { received.withLockedValue { $0.contains(message("events", "after restart")) } }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { (try? await client.publish("events", "after restart")) == 1 }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { received.withLockedValue { $0.contains(message("events", "after restart")) } }
         #expect(received.withLockedValue { Array($0[3...]) }.allSatisfy { $0 == message("events", "after restart") })
 
         await subscription.close()
         try await withDeadline(.seconds(30)) { await consumer.value }
-        try await eventually(timeout: .seconds(30)) { (try? await client.publish("events", "gone")) == 0 }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { (try? await client.publish("events", "gone")) == 0 }
         await client.shutdown()
         await server.stop()
     }
@@ -387,10 +387,10 @@ import Testing
             }
             return received
         }
-        try await eventually(timeout: .seconds(30)) { (try? await client.publish("events", "1")) == 1 }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { (try? await client.publish("events", "1")) == 1 }
         consumer.cancel()
         _ = try await withDeadline(.seconds(30)) { await consumer.value }
-        try await eventually(timeout: .seconds(30)) { (try? await client.publish("events", "2")) == 0 }
+        try await waitUntil("the condition holds", timeout: .seconds(30)) { (try? await client.publish("events", "2")) == 0 }
         await client.shutdown()
         await server.stop()
     }
@@ -400,15 +400,6 @@ import Testing
 func withDeadline<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
     // Not a task group: that would wait for a body that ignores cancellation (an EventLoopFuture's `get()` does).
     try await withTimeLimit(timeout, "the Redis operation", body)
-}
-
-func eventually(timeout: Duration, _ condition: () async throws -> Bool) async throws {
-    let clock = ContinuousClock()
-    let deadline = clock.now + timeout
-    while try await !condition() {
-        guard clock.now < deadline else { throw TestFailure("condition not met within \(timeout)") }
-        try await Task.sleep(for: .milliseconds(20))
-    }
 }
 
 extension Array {

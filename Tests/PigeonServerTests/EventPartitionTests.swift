@@ -182,7 +182,7 @@ import Testing
         defer { Task { try? await TestPostgres.execute("DROP SCHEMA IF EXISTS \(schema) CASCADE") } }
         try await Self.withPostgresStore(schema: schema, partitions: 4, nodeId: "node-running") { store, _ in
             // The running node's heartbeat is written within a moment of start.
-            let beating = try await eventually(within: 10) {
+            let beating = try await eventually(within: .seconds(10)) {
                 var count = 0
                 for try await value in try await store.client.query("SELECT COUNT(*) FROM nodes WHERE node_id = 'node-running'").decode(Int.self) {
                     count = value

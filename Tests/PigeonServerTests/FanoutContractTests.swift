@@ -110,13 +110,13 @@ import Testing
             let bobSession = Self.connect(bob, to: nodes.last!.hub)
             let carolSession = Self.connect(carol, to: nodes.last!.hub)
             for node in nodes {
-                let seen = await eventually(within: 10) { node.fanout.onlineDevices(of: ["bob", "carol", "dave"]) == [bob, carol] }
+                let seen = await eventually(within: .seconds(10)) { node.fanout.onlineDevices(of: ["bob", "carol", "dave"]) == [bob, carol] }
                 #expect(seen, "\(node.fanout.onlineDevices(of: ["bob", "carol", "dave"]))")
                 #expect(node.fanout.onlineDeviceCount(of: ["bob", "carol"], excluding: bob) == 1)
             }
             nodes.last!.hub.unregister(bobSession)
             for node in nodes {
-                let gone = await eventually(within: 10) { node.fanout.onlineDevices(of: ["bob", "carol"]) == [carol] }
+                let gone = await eventually(within: .seconds(10)) { node.fanout.onlineDevices(of: ["bob", "carol"]) == [carol] }
                 #expect(gone, "\(node.fanout.onlineDevices(of: ["bob", "carol"]))")
             }
             nodes.last!.hub.unregister(carolSession)

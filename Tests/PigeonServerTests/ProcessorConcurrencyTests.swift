@@ -213,14 +213,6 @@ import Testing
         try outcome.get()
     }
 
-    static func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while try await !condition() {
-            guard ContinuousClock.now < deadline else { throw TestFailure("\(what): not within \(timeout)") }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
-
     /// A batch held in the store (a slow transaction, a lock wait) holds up its own partition only: the conversation
     /// of another partition is stored meanwhile, and the held conversation's later message waits its turn.
     @Test func aHeldBatchOfOnePartitionDoesNotHoldUpAnother() async throws {
@@ -228,20 +220,20 @@ import Testing
             let held = try await setup.conversation { _ in true }
             let other = try await setup.conversation { $0 != held.partition }
             try await setup.append(held.id, "hold")
-            try await Self.eventually("the held batch reaches the store") { setup.store.isHolding }
+            try await waitUntil("the held batch reaches the store") { setup.store.isHolding }
             try await setup.append(held.id, "after")
             for n in 0..<5 { try await setup.append(other.id, "m\(n)", device: "alice-laptop") }
 
-            try await Self.eventually("the other partition's messages are stored while the batch is held") {
+            try await waitUntil("the other partition's messages are stored while the batch is held") {
                 try await setup.bodies(other.id).count == 5
             }
             #expect(try await setup.bodies(other.id) == ["m0", "m1", "m2", "m3", "m4"])
             #expect(try await setup.bodies(held.id).isEmpty, "the held conversation waits for its batch")
 
             setup.store.release()
-            try await Self.eventually("the held conversation is stored once released") { try await setup.bodies(held.id).count == 2 }
+            try await waitUntil("the held conversation is stored once released") { try await setup.bodies(held.id).count == 2 }
             #expect(try await setup.bodies(held.id) == ["hold", "after"])
-            try await Self.eventually("every entry is acknowledged and deleted") { try await setup.streamLength() == 0 }
+            try await waitUntil("every entry is acknowledged and deleted") { try await setup.streamLength() == 0 }
             #expect(setup.store.partitionOverlaps.isEmpty)
         }
     }
@@ -277,7 +269,7 @@ import Testing
                 }
                 try await group.waitForAll()
             }
-            try await Self.eventually("every message is stored", timeout: .seconds(60)) {
+            try await waitUntil("every message is stored", timeout: .seconds(60)) {
                 var total = 0
                 for conversation in conversations { total += try await setup.bodies(conversation).count }
                 return total == conversations.count * perConversation
@@ -290,7 +282,7 @@ import Testing
             #expect(setup.store.mostInFlight > 1, "batches of several partitions were stored together")
             #expect(setup.store.mostInFlight <= 8)
             #expect(setup.store.partitionOverlaps.isEmpty, "never two batches of one partition")
-            try await Self.eventually("every entry is acknowledged and deleted") { try await setup.streamLength() == 0 }
+            try await waitUntil("every entry is acknowledged and deleted") { try await setup.streamLength() == 0 }
         }
     }
 }

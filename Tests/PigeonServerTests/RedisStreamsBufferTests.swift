@@ -77,14 +77,6 @@ import Testing
         return entries
     }
 
-    static func eventually(_ what: String, timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while try await !condition() {
-            guard ContinuousClock.now < deadline else { throw TestFailure("\(what): not within \(timeout)") }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-    }
-
     /// The number of entries in all partition streams.
     static func streamLength(_ client: RedisClient, partitions: Int = 16) async throws -> Int64 {
         var total: Int64 = 0
@@ -193,7 +185,7 @@ import Testing
             Self.message(conversation: conversations[index % 2], device: "device-\(index % 2)", body: "\(index / 2)")
         }
         let outcomes = Self.appendWithoutWaiting(node.buffer, messages)
-        try await Self.eventually("every append answered") { outcomes.withLockedValue { $0.count } == messages.count }
+        try await waitUntil("every append answered", timeout: .seconds(30)) { outcomes.withLockedValue { $0.count } == messages.count }
         #expect(outcomes.withLockedValue { $0.values.allSatisfy { (try? $0.get()) == .accepted } })
 
         let entries = try await Self.collect(node.buffer, count: messages.count, acknowledge: true)
@@ -215,7 +207,7 @@ import Testing
         let node = try await Node(server, nodeId: "a", leaseTTL: .seconds(60))
         node.start()
         // A partition is read once its lease is taken (on a loaded machine that can come after the appends below).
-        try await Self.eventually("every partition leased") { node.buffer.ownedPartitions.count == 16 }
+        try await waitUntil("every partition leased", timeout: .seconds(30)) { node.buffer.ownedPartitions.count == 16 }
         var conversations: [(id: String, partition: Int)] = []
         while conversations.count < 3 {
             let id = newId()
@@ -240,7 +232,7 @@ import Testing
         try await node.buffer.acknowledge(entryIds: (first + rest).map(\.id))
         #expect(try await Self.streamLength(node.client) == 0)
         // The depth is an estimate between heartbeats (an append racing the XLEN refresh counts twice until the next).
-        try await Self.eventually("the depth comes back to 0") { node.buffer.depth == 0 }
+        try await waitUntil("the depth comes back to 0", timeout: .seconds(30)) { node.buffer.depth == 0 }
         #expect(try await node.buffer.nextBatch(max: 10, wait: .milliseconds(100)).isEmpty)
         await node.shutdown()
         await server.stop()
@@ -252,14 +244,14 @@ import Testing
         let b = try await Node(server, nodeId: "b")
         a.start()
         b.start()
-        try await Self.eventually("the nodes split the partitions") {
+        try await waitUntil("the nodes split the partitions", timeout: .seconds(30)) {
             a.buffer.ownedPartitions.count == 8 && b.buffer.ownedPartitions.count == 8
         }
         #expect(Set(a.buffer.ownedPartitions).isDisjoint(with: b.buffer.ownedPartitions))
 
         let messages = (0..<600).map { Self.message(conversation: "conversation-\($0 % 60)", device: "device-\($0 % 7)", body: "\($0)") }
         let outcomes = Self.appendWithoutWaiting(a.buffer, messages)
-        try await Self.eventually("every append answered") { outcomes.withLockedValue { $0.count } == messages.count }
+        try await waitUntil("every append answered", timeout: .seconds(30)) { outcomes.withLockedValue { $0.count } == messages.count }
 
         let handedOut = NIOLockedValueBox<[String: [BufferEntry]]>([:])
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -314,7 +306,7 @@ import Testing
         for message in later { #expect(try await a.buffer.append(message) == .accepted) }
         let b = try await Node(server, nodeId: "b", leaseTTL: .seconds(2))
         b.start()
-        try await Self.eventually("b takes every partition over once a's leases expire") { b.buffer.ownedPartitions.count == 16 }
+        try await waitUntil("b takes every partition over once a's leases expire", timeout: .seconds(30)) { b.buffer.ownedPartitions.count == 16 }
 
         let entries = try await Self.collect(b.buffer, count: 7, acknowledge: true)
         #expect(entries.map(\.message.body) == ["1", "2", "3", "4", "5", "6", "7"])
@@ -340,7 +332,7 @@ import Testing
         b.start()
         await a.shutdown()
         #expect(await !a.buffer.isReady())
-        try await Self.eventually("b owns every partition", timeout: .seconds(60)) { b.buffer.ownedPartitions.count == 16 }
+        try await waitUntil("b owns every partition", timeout: .seconds(60)) { b.buffer.ownedPartitions.count == 16 }
         // What a handed out and did not acknowledge goes to b.
         let entries = try await Self.collect(b.buffer, count: 1, acknowledge: true)
         #expect(entries.map(\.id) == handedOut.map(\.id))
@@ -384,10 +376,10 @@ import Testing
         }
         // Redis dies with part of the burst answered and part in flight; the rest is sent while it is down.
         send(0..<2_000)
-        try await Self.eventually("a good part accepted") { outcomes.withLockedValue { $0.count } > 300 }
+        try await waitUntil("a good part accepted", timeout: .seconds(30)) { outcomes.withLockedValue { $0.count } > 300 }
         await server.kill()
         send(2_000..<4_000)
-        try await Self.eventually("every append answered") { outcomes.withLockedValue { $0.count } == messages.count }
+        try await waitUntil("every append answered", timeout: .seconds(30)) { outcomes.withLockedValue { $0.count } == messages.count }
         let accepted = outcomes.withLockedValue { outcomes in
             Set(outcomes.compactMap { index, result in (try? result.get()) == .accepted ? messages[index].serverId : nil })
         }
@@ -402,7 +394,7 @@ import Testing
         }
 
         try await server.restart()
-        try await Self.eventually("ready again") { await node.buffer.isReady() }
+        try await waitUntil("ready again", timeout: .seconds(30)) { await node.buffer.isReady() }
         let stored = try await Self.streamLength(node.client)
         let entries = try await Self.collect(node.buffer, count: Int(stored), acknowledge: true)
         let serverIds = entries.map(\.message.serverId)
@@ -429,13 +421,13 @@ import Testing
             guard let error = error as? PigeonError else { return false }
             return error.code == .overloaded && error.retryAfter != nil
         }
-        try await Self.eventually("not ready") { await !node.buffer.isReady() }
+        try await waitUntil("not ready", timeout: .seconds(30)) { await !node.buffer.isReady() }
         #expect(try await node.buffer.nextBatch(max: 10, wait: .milliseconds(50)).isEmpty)
 
         try await server.restart()
-        try await Self.eventually("ready again") { await node.buffer.isReady() }
+        try await waitUntil("ready again", timeout: .seconds(30)) { await node.buffer.isReady() }
         let message = Self.message(conversation: newId())
-        try await Self.eventually("an append is accepted again") { (try? await node.buffer.append(message)) != nil }
+        try await waitUntil("an append is accepted again", timeout: .seconds(30)) { (try? await node.buffer.append(message)) != nil }
         let entries = try await Self.collect(node.buffer, count: 1, acknowledge: true)
         #expect(entries.map(\.message) == [message])
         await node.shutdown()
@@ -455,7 +447,7 @@ import Testing
         }
 
         try await server.restart()
-        try await Self.eventually("ready") { await node.buffer.isReady() }
+        try await waitUntil("ready", timeout: .seconds(30)) { await node.buffer.isReady() }
         #expect(node.buffer.ownedPartitions.count == 16)
         let message = Self.message(conversation: newId())
         #expect(try await node.buffer.append(message) == .accepted)

@@ -42,7 +42,7 @@ import Testing
             }
             #expect(proxy.openConnections == 10)
             for client in clients { await client.close() }
-            #expect(try await eventually { proxy.openConnections == 0 })
+            #expect(await eventually(within: .seconds(5), every: .milliseconds(5)) { proxy.openConnections == 0 })
             #expect(proxy.acceptedConnections == 11)
         }
     }
@@ -58,7 +58,7 @@ import Testing
             try? await first.send([2])
             #expect(try await first.waitUntilClosed())
             #expect(echo.receivedBytes == 1)
-            #expect(try await eventually { proxy.openConnections == 0 })
+            #expect(await eventually(within: .seconds(5), every: .milliseconds(5)) { proxy.openConnections == 0 })
             #expect(proxy.mode == .forward)
 
             let second = try await TestClient.connect(port: proxy.port)
@@ -86,8 +86,8 @@ import Testing
                 #expect(try await refused.waitUntilClosed(within: .seconds(2)))
                 #expect(refused.received.isEmpty)
             }
-            #expect(try await eventually { proxy.acceptedConnections == 2 })
-            #expect(try await eventually { proxy.openConnections == 0 })
+            #expect(await eventually(within: .seconds(5), every: .milliseconds(5)) { proxy.acceptedConnections == 2 })
+            #expect(await eventually(within: .seconds(5), every: .milliseconds(5)) { proxy.openConnections == 0 })
 
             proxy.setMode(.forward)
             let restored = try await TestClient.connect(port: proxy.port)
@@ -139,7 +139,7 @@ import Testing
                     #expect(try await client.receive(count: 1) == [UInt8(cycle)])
                 } else {
                     // Cut as soon as the proxy has the connection, possibly before its upstream connection is up.
-                    #expect(try await eventually { proxy.acceptedConnections == cycle + 1 })
+                    #expect(await eventually(within: .seconds(5), every: .milliseconds(5)) { proxy.acceptedConnections == cycle + 1 })
                 }
                 proxy.cutConnections()
                 let closed = try await client.waitUntilClosed()
@@ -147,7 +147,7 @@ import Testing
                 if !closed { break }
             }
             #expect(proxy.acceptedConnections == 50)
-            #expect(try await eventually { proxy.openConnections == 0 })
+            #expect(await eventually(within: .seconds(5), every: .milliseconds(5)) { proxy.openConnections == 0 })
 
             let last = try await TestClient.connect(port: proxy.port)
             try await last.send([9])
@@ -178,7 +178,7 @@ import Testing
         let proxy = try await FaultProxy.start(upstreamPort: try freePort())
         let client = try await TestClient.connect(port: proxy.port)
         #expect(try await client.waitUntilClosed())
-        #expect(try await eventually { proxy.openConnections == 0 })
+        #expect(await eventually(within: .seconds(5), every: .milliseconds(5)) { proxy.openConnections == 0 })
         #expect(proxy.acceptedConnections == 1)
         await proxy.stop()
     }
@@ -205,16 +205,6 @@ private func withEchoBehindProxy(_ body: (FaultProxy, EchoServer) async throws -
     }
     await proxy.stop()
     await echo.stop()
-}
-
-/// Whether `condition` becomes true within `timeout` (polled).
-private func eventually(within timeout: Duration = .seconds(5), _ condition: () -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-    return condition()
 }
 
 /// A value behind a lock.
@@ -329,7 +319,7 @@ private final class TestClient: Sendable {
 
     /// Waits until `count` bytes have arrived and takes them; after `timeout`, takes what there is.
     func receive(count: Int, within timeout: Duration = .seconds(5)) async throws -> [UInt8] {
-        _ = try await eventually(within: timeout) { buffer.withLock { $0.count >= count } }
+        _ = await eventually(within: timeout, every: .milliseconds(5)) { buffer.withLock { $0.count >= count } }
         return buffer.withLock { bytes in
             let taken = Array(bytes.prefix(count))
             bytes.removeFirst(taken.count)
@@ -339,7 +329,7 @@ private final class TestClient: Sendable {
 
     /// Whether the connection closes (the peer's EOF or reset closes it) within `timeout`.
     func waitUntilClosed(within timeout: Duration = .seconds(5)) async throws -> Bool {
-        try await eventually(within: timeout) { !channel.isActive }
+        await eventually(within: timeout, every: .milliseconds(5)) { !channel.isActive }
     }
 
     func closeOutput() async throws {

@@ -134,25 +134,6 @@ final class PigeonServerProcess: @unchecked Sendable {
     }
 }
 
-func makeTemporaryDirectory(_ prefix: String) -> String {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString.prefix(8))").path
-    try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
-
-/// Polls `condition` until it holds; fails after `timeout` with `what` and the last value `describe` gives.
-func eventually(
-    _ what: String, timeout: Duration = .seconds(20), describe: () async -> String = { "" }, _ condition: () async throws -> Bool
-) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-    if try await condition() { return }
-    throw TestFailure("timed out after \(timeout) waiting until \(what)\n\(await describe())")
-}
-
 /// Waits for `pid` to exit and returns its exit status (128 + n for a signal); SIGKILLs it after `timeout`.
 func waitForExit(_ pid: pid_t, timeout: Duration, what: String) async throws -> Int32 {
     let deadline = ContinuousClock.now + timeout

@@ -37,7 +37,7 @@ final class KitTestServer: Sendable {
 
     func start() async throws {
         try await server.start()
-        try await eventually("the server answers /healthz", timeout: .seconds(20)) {
+        try await waitUntil("the server answers /healthz", timeout: .seconds(20)) {
             let request = HTTPClientRequest(url: self.url.absoluteString + "/healthz")
             let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(1))
             return response?.status == .ok
@@ -72,22 +72,18 @@ final class KitTestServer: Sendable {
     }
 }
 
-func makeTemporaryDirectory() -> String {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("pigeonkit-test-\(UUID().uuidString)").path
-    try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
-
-/// Polls `condition` until it holds, failing after `timeout` with `what`.
-func eventually(
-    _ what: @autoclosure () -> String, timeout: Duration = .seconds(20), interval: Duration = .milliseconds(20),
-    _ condition: () async throws -> Bool
-) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: interval)
+/// Runs `body` with a fresh ``KitTestServer`` and stops it (gracefully, awaited) when `body` returns or throws, so a
+/// test's server never outlives the test.
+func withKitTestServer<T>(
+    configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }, _ body: (KitTestServer) async throws -> T
+) async throws -> T {
+    let server = try await KitTestServer.start(configure: configure)
+    do {
+        let result = try await body(server)
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
     }
-    if try await condition() { return }
-    throw TestFailure("timed out after \(timeout) waiting until \(what())")
 }

@@ -106,11 +106,11 @@ final class TestDevice: Sendable {
     }
 
     func waitUntilOnline(timeout: Duration = .seconds(20)) async throws {
-        try await eventually("\(userId) is online", timeout: timeout) { self.client.connectionState == .online }
+        try await waitUntil("\(userId) is online", timeout: timeout) { self.client.connectionState == .online }
     }
 
     func waitForStatus(_ localId: Int64, atLeast status: MessageStatus, timeout: Duration = .seconds(20)) async throws {
-        try await eventually("message \(localId) of \(userId) is \(status)", timeout: timeout) {
+        try await waitUntil("message \(localId) of \(userId) is \(status)", timeout: timeout) {
             let current = try self.message(localId).status
             return current != .failed && current >= status
         }
@@ -130,7 +130,7 @@ func makeConversation(_ devices: [TestDevice]) async throws -> String {
     let others = Array(Set(devices.dropFirst().map(\.userId)).subtracting([creator.userId])).sorted()
     let conversation = try await creator.client.createConversation(members: others)
     for device in devices.dropFirst() where device.client.connectionState == .online {
-        try await eventually("\(device.userId) has the conversation") {
+        try await waitUntil("\(device.userId) has the conversation") {
             if try device.client.conversation(id: conversation.id) != nil { return true }
             if device.client.connectionState == .online { try? await device.client.catchUp() }
             return false

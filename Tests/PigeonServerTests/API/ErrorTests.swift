@@ -433,7 +433,7 @@ import Testing
             #expect(error?.error.code == .overloaded)
             // The Redis buffer's depth is an estimate refreshed with its heartbeat (an append racing the refresh may
             // count twice until the next): wait for it rather than read it once.
-            let depthIsOne = try await eventually(within: 10) { try await client.metric("pigeon_buffer_depth") == 1 }
+            let depthIsOne = try await eventually(within: .seconds(10)) { try await client.metric("pigeon_buffer_depth") == 1 }
             #expect(depthIsOne)
             #expect(try await client.metric("pigeon_messages_accepted_total") == 1)
 
@@ -441,7 +441,7 @@ import Testing
             let messages = try await client.waitForCount(alice, conversation.id, 1)
             #expect(messages.map(\.serverId) == [accepted.serverId])
             // Room again once the stored message's entry is acknowledged and the depth says so.
-            let emptied = try await eventually(within: 10) { try await client.metric("pigeon_buffer_depth") == 0 }
+            let emptied = try await eventually(within: .seconds(10)) { try await client.metric("pigeon_buffer_depth") == 0 }
             #expect(emptied)
             // The refused ids were never accepted: sending them now creates them (202, not a 200 resend).
             let retried = try await client.send(alice, to: conversation.id, body: "refused", clientMessageId: refusedId)
@@ -449,7 +449,7 @@ import Testing
             _ = try await client.waitForCount(alice, conversation.id, 2)
             // Room again for the second one too (the Redis buffer's depth estimate can lag its acknowledgement until
             // the next heartbeat: CI's production pass got 503 here).
-            let emptiedAgain = try await eventually(within: 10) { try await client.metric("pigeon_buffer_depth") == 0 }
+            let emptiedAgain = try await eventually(within: .seconds(10)) { try await client.metric("pigeon_buffer_depth") == 0 }
             #expect(emptiedAgain)
             let retriedWs = try await client.send(alice, to: conversation.id, body: "refused ws", clientMessageId: wsId)
             #expect(retriedWs.status == 202, "\(retriedWs.text)")

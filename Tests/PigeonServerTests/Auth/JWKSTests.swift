@@ -2,6 +2,7 @@ import Foundation
 import PigeonProtocol
 import PigeonServer
 import Testing
+import PigeonTestSupport
 
 /// Keys from an identity provider's JWKS (an HTTP server on loopback, or a file): rotation while clients are
 /// connected, a provider that is down at start, failed refreshes keeping the last good set, and unknown kids that
@@ -85,12 +86,12 @@ import Testing
                 for (body, status) in [("down", 503), (#"{"keys":42}"#, 200), (#"{"keys":[]}"#, 200), ("{", 200)] {
                     endpoint.serve(body, status: status)
                     let seen = endpoint.fetches
-                    let refreshed = await eventually { endpoint.fetches >= seen + 2 }
+                    let refreshed = await eventually(within: .seconds(15)) { endpoint.fetches >= seen + 2 }
                     #expect(refreshed, "no refresh while serving \(body)")
                     #expect(try await Self.status(client, try old.token("alice", "d")) == 200, "after \(body)")
                 }
                 endpoint.serve(TestSigningKey.jwks([new]))
-                let accepted = try await eventually { try await Self.status(client, try new.token("alice", "d")) == 200 }
+                let accepted = try await eventually(within: .seconds(15)) { try await Self.status(client, try new.token("alice", "d")) == 200 }
                 #expect(accepted)
                 #expect(try await Self.status(client, try old.token("alice", "d")) == 401)
             }
@@ -108,12 +109,12 @@ import Testing
             try await withTestServer(configure: { configure(&$0); $0.openRegistration = true }) { client in
                 let opaque = try await client.register("carol")
                 #expect(try await Self.status(client, opaque.token) == 200)
-                let fetched = await eventually { endpoint.fetches >= 1 }
+                let fetched = await eventually(within: .seconds(15)) { endpoint.fetches >= 1 }
                 #expect(fetched)
                 expectError(try await client.request(.GET, "/v1/conversations", token: try key.token("alice", "d")), 401, .unauthorized)
                 endpoint.serve(TestSigningKey.jwks([key]))
                 // Retried with backoff: accepted without a restart (unknown kids may not fetch: the minimum interval is an hour).
-                let accepted = try await eventually { try await Self.status(client, try key.token("alice", "d")) == 200 }
+                let accepted = try await eventually(within: .seconds(15)) { try await Self.status(client, try key.token("alice", "d")) == 200 }
                 #expect(accepted)
                 #expect(try await Self.status(client, opaque.token) == 200)
             }

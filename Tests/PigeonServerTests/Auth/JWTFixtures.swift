@@ -6,6 +6,7 @@ import HummingbirdTesting
 import JWTKit
 import NIOConcurrencyHelpers
 import NIOCore
+import PigeonTestSupport
 
 /// A key the tests sign device tokens with, as an identity provider or an app backend would hold it.
 struct TestSigningKey: Sendable {
@@ -161,16 +162,6 @@ final class JWKSEndpoint: Sendable {
             try await body("http://127.0.0.1:\(client.port!)/jwks.json")
         }
     }
-}
-
-/// Polls `condition` until it holds or `seconds` pass; whether it held.
-func eventually(within seconds: Double = 15, _ condition: @Sendable () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return try await condition()
 }
 
 /// HMAC with a secret of any length (jwt-kit's signer asserts on short ones in debug builds).

@@ -4,6 +4,7 @@ import JWTKit
 import PigeonProtocol
 import PigeonServer
 import Testing
+import PigeonTestSupport
 
 /// Device tokens signed with every accepted algorithm, from a secret and PEM public key files; tokens that must be
 /// refused (algorithm, key, claims, out-of-range dates) get 401 and change nothing.

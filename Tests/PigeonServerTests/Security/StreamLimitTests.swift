@@ -19,16 +19,6 @@ import Testing
         try await client.metric("pigeon_open_streams{transport=\"\(transport)\"}") ?? 0
     }
 
-    /// Polls `condition` until it holds or `timeout` passes; whether it held.
-    static func eventually(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return try await condition()
-    }
-
     /// Sends `frame` over `socket` as fast as the server reads it, until `done` or `timeout`.
     static func flood(_ socket: RawStreamSocket, frame: [UInt8], timeout: Duration = .seconds(20), until done: () async throws -> Bool) async throws {
         let batch = Array((0..<256).map { _ in frame }.joined())
@@ -70,7 +60,7 @@ import Testing
             let code = victim.readUntilClosed(timeout: .seconds(10))
             #expect(code == 4008 || code == 0, "victim not disconnected: \(String(describing: code))")
             // The flooder's own stream is still served.
-            #expect(try await Self.eventually { try await Self.openStreams(client, "ws") == 1 })
+            #expect(try await eventually { try await Self.openStreams(client, "ws") == 1 })
         }
     }
 
@@ -91,14 +81,14 @@ import Testing
                 try await client.sendAccepted(alice, to: conversation.id, body: "\(sent)-" + body)
                 sent += 1
             }
-            #expect(try await Self.eventually { try await Self.hits(client, "stream_outbound_bytes") == 3 }, "after \(sent) messages")
+            #expect(try await eventually { try await Self.hits(client, "stream_outbound_bytes") == 3 }, "after \(sent) messages")
             let grown = ProcessUsage.residentBytes - before
             #expect(grown < Self.memoryMargin, "resident memory grew by \(grown >> 20) MiB")
             for socket in sockets {
                 let code = socket.readUntilClosed(timeout: .seconds(10))
                 #expect(code == 4008 || code == 0, "not disconnected: \(String(describing: code))")
             }
-            #expect(try await Self.eventually { try await Self.openStreams(client, "ws") == 0 })
+            #expect(try await eventually { try await Self.openStreams(client, "ws") == 0 })
 
             let resumed = try await TestWebSocket.connect(port: client.port, token: bob.token, cursor: cursor)
             var received: [String] = []
@@ -127,15 +117,15 @@ import Testing
             let victim = transport == "ws"
                 ? try RawStreamSocket.webSocket(port: client.port, token: bob.token)
                 : try RawStreamSocket.serverSentEvents(port: client.port, token: bob.token)
-            #expect(try await Self.eventually { try await Self.openStreams(client, transport) == 1 })
+            #expect(try await eventually { try await Self.openStreams(client, transport) == 1 })
             let body = String(repeating: "y", count: 60_000)
             var sent = 0
             while try await Self.hits(client, "stream_write_timeout") < 1, sent < 300 {
                 try await client.sendAccepted(alice, to: conversation.id, body: body)
                 sent += 1
             }
-            #expect(try await Self.eventually { try await Self.hits(client, "stream_write_timeout") == 1 }, "after \(sent) messages")
-            #expect(try await Self.eventually { try await Self.openStreams(client, transport) == 0 })
+            #expect(try await eventually { try await Self.hits(client, "stream_write_timeout") == 1 }, "after \(sent) messages")
+            #expect(try await eventually { try await Self.openStreams(client, transport) == 0 })
             #expect(victim.readUntilClosed(timeout: .seconds(15)) != nil, "the victim's connection is still open")
             #expect(try await Self.hits(client, "stream_outbound_bytes") == 0)
         }
@@ -200,14 +190,14 @@ import Testing
             #expect(try await Self.hits(client, "streams_per_device") == 0)
 
             let ninth = try await TestWebSocket.connect(port: client.port, token: bob.token)
-            #expect(try await Self.eventually { oldestSSE.events.isClosed }, "the oldest (SSE) stream was not ended")
+            #expect(try await eventually { oldestSSE.events.isClosed }, "the oldest (SSE) stream was not ended")
             let tenth = try await TestWebSocket.connect(port: client.port, token: bob.token)
-            #expect(try await Self.eventually { sockets[0].inbox.isClosed }, "the oldest WebSocket was not closed")
+            #expect(try await eventually { sockets[0].inbox.isClosed }, "the oldest WebSocket was not closed")
             let close = sockets[0].closeFrame.withLockedValue { $0 }
             #expect(close?.code == 4009, "close \(String(describing: close))")
             #expect(close?.reason == "replaced by a newer stream of this device")
             #expect(try await Self.hits(client, "streams_per_device") == 2)
-            #expect(try await Self.eventually { try await Self.openStreams(client, "ws") == 9 })
+            #expect(try await eventually { try await Self.openStreams(client, "ws") == 9 })
 
             try await client.sendAccepted(alice, to: conversation.id, body: "still here")
             for socket in [other, ninth, tenth] + sockets.dropFirst() {

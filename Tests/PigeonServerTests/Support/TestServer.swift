@@ -72,12 +72,6 @@ enum TestHTTPClients {
     static func client(for port: Int) -> HTTPClient { clients.withLockedValue { $0[port] } ?? .shared }
 }
 
-func makeTemporaryDirectory() -> String {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-test-\(UUID().uuidString)").path
-    try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
-
 /// A raw HTTP answer.
 struct HTTPAnswer: Sendable {
     var status: Int
