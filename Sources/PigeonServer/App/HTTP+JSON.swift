@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 import PigeonProtocol
 
@@ -91,14 +92,16 @@ enum JSONBody {
     }
 }
 
-/// Turns every error into API.md's `{"error": {"code", "message"}}` body.
-struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        do {
-            return try await next(request, context)
-        } catch let error as PigeonError {
-            return JSONBody.errorResponse(error)
-        } catch let error as HTTPError {
+/// The one mapping of an error to API.md's wire error, for HTTP answers and WebSocket `error` frames alike.
+enum WireError {
+    /// The wire error of `error`: a ``PigeonError`` as it is, Hummingbird's HTTP errors and a body over the limit by
+    /// their meaning; anything else is logged with `what` failed and answered as a generic `internal_error` (its
+    /// text stays in the log, never on the wire).
+    static func of(_ error: any Error, logger: Logger, what: @autoclosure () -> String) -> PigeonError {
+        switch error {
+        case let error as PigeonError:
+            return error
+        case let error as HTTPError:
             let code: ErrorCode =
                 switch error.status {
                 case .notFound: .notFound
@@ -108,12 +111,23 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 case .badRequest: .invalidRequest
                 default: .internalError
                 }
-            return JSONBody.errorResponse(PigeonError(code, error.body ?? (code == .notFound ? "no such route" : "\(error.status)")))
-        } catch is NIOTooManyBytesError {
-            return JSONBody.errorResponse(PigeonError(.payloadTooLarge, "request body too large"))
+            return PigeonError(code, error.body ?? (code == .notFound ? "no such route" : "\(error.status)"))
+        case is NIOTooManyBytesError:
+            return PigeonError(.payloadTooLarge, "request body too large")
+        default:
+            logger.error("\(what()) failed", metadata: ["error": "\(error)"])
+            return PigeonError(.internalError, "internal error")
+        }
+    }
+}
+
+/// Turns every error into API.md's `{"error": {"code", "message"}}` body (``WireError``).
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
         } catch {
-            context.logger.error("request failed", metadata: ["error": "\(error)", "path": "\(request.uri.path)"])
-            return JSONBody.errorResponse(PigeonError(.internalError, "internal error"))
+            return JSONBody.errorResponse(WireError.of(error, logger: context.logger, what: "request \(request.method) \(request.uri.path)"))
         }
     }
 }

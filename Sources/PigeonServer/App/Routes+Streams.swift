@@ -129,7 +129,7 @@ extension PigeonCore {
                                     _ = try await self.recordReceipt(
                                         ReceiptRequest(kind: key.kind, upToSeq: upToSeq), conversationId: key.conversationId, device: device)
                                 } catch {
-                                    session.send(type: "error", json: Self.errorFrame(nil, error as? PigeonError ?? PigeonError(.internalError, "receipt failed")))
+                                    session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: self.logger, what: "a receipt")))
                                 }
                             }
                         }
@@ -205,7 +205,7 @@ extension PigeonCore {
                     }
                 }
             } catch {
-                session.send(type: "error", json: Self.errorFrame(request.clientMessageId, error as? PigeonError ?? PigeonError(.internalError, "send failed")))
+                session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a send")))
             }
         case .receipt(let conversationId, let request):
             receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq)
@@ -213,7 +213,7 @@ extension PigeonCore {
             do {
                 try await recordTyping(active: active, conversationId: conversationId, device: device)
             } catch {
-                session.send(type: "error", json: Self.errorFrame(nil, error as? PigeonError ?? PigeonError(.internalError, "typing failed")))
+                session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a typing update")))
             }
         }
     }

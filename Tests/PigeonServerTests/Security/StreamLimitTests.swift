@@ -190,9 +190,9 @@ import Testing
             #expect(try await Self.hits(client, "streams_per_device") == 0)
 
             let ninth = try await TestWebSocket.connect(port: client.port, token: bob.token)
-            #expect(try await eventually { oldestSSE.events.isClosed }, "the oldest (SSE) stream was not ended")
+            #expect(await eventually { oldestSSE.events.isClosed }, "the oldest (SSE) stream was not ended")
             let tenth = try await TestWebSocket.connect(port: client.port, token: bob.token)
-            #expect(try await eventually { sockets[0].inbox.isClosed }, "the oldest WebSocket was not closed")
+            #expect(await eventually { sockets[0].inbox.isClosed }, "the oldest WebSocket was not closed")
             let close = sockets[0].closeFrame.withLockedValue { $0 }
             #expect(close?.code == 4009, "close \(String(describing: close))")
             #expect(close?.reason == "replaced by a newer stream of this device")
