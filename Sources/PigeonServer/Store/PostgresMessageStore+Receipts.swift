@@ -82,7 +82,7 @@ extension PostgresMessageStore {
 
     /// A member's watermarks, and the conversation's last seq (nil: not known; the receipts are then not clamped and
     /// the write checks that the conversation has reached each of them).
-    typealias Watermarks = (delivered: Int64, read: Int64, lastSeq: Int64?)
+    typealias KnownWatermarks = (delivered: Int64, read: Int64, lastSeq: Int64?)
 
     /// Writes a group of receipts: in one statement when this node knows every member's watermarks from its own
     /// earlier receipt groups (``writeReceiptsTrusting(_:cached:)``), else, or when that statement fails, in a
@@ -110,7 +110,7 @@ extension PostgresMessageStore {
     func writeReceiptsTrusting(_ group: [PendingReceipt], cached: [WatermarkKey: (delivered: Int64, read: Int64)]) async throws -> (
         [ReceiptOutcome], [StoredEvent], [DeliveredMove]
     )? {
-        let watermarks = cached.mapValues { Watermarks($0.delivered, $0.read, nil) }
+        let watermarks = cached.mapValues { KnownWatermarks($0.delivered, $0.read, nil) }
         var (outcomes, batch, moves, final) = try planReceipts(group, watermarks: watermarks)
         guard !batch.watermarks.userIds.isEmpty else { return nil }
         batch.expectedWatermarks = cached
@@ -129,7 +129,7 @@ extension PostgresMessageStore {
             .sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }
         let (outcomes, committed, moves, final) = try await transaction {
             connection -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove], [WatermarkKey: (delivered: Int64, read: Int64)]) in
-            var watermarks: [WatermarkKey: Watermarks] = [:]
+            var watermarks: [WatermarkKey: KnownWatermarks] = [:]
             for try await (conversationId, userId, delivered, read, lastSeq) in try await connection.query(
                 """
                 SELECT m.conversation_id, m.user_id, m.delivered_seq, m.read_seq, c.last_seq
@@ -152,7 +152,7 @@ extension PostgresMessageStore {
     /// The receipts applied in arrival order to `watermarks` (a member missing there is no longer one: its receipt
     /// changes nothing): each one's outcome, the write (watermarks that moved and their `receipt` events), the
     /// delivered watermarks that moved, and every member's final watermarks.
-    func planReceipts(_ group: [PendingReceipt], watermarks start: [WatermarkKey: Watermarks]) throws -> (
+    func planReceipts(_ group: [PendingReceipt], watermarks start: [WatermarkKey: KnownWatermarks]) throws -> (
         [ReceiptOutcome], BatchWrite, [DeliveredMove], [WatermarkKey: (delivered: Int64, read: Int64)]
     ) {
         var watermarks = start
@@ -168,19 +168,14 @@ extension PostgresMessageStore {
                 outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: 0, readSeq: 0), deliveredMessageStoredAt: nil))
                 continue
             }
-            let target = lastSeq.map { min(receipt.upToSeq, $0) } ?? receipt.upToSeq
-            let delivered = max(oldDelivered, target)
-            let read = receipt.kind == .read ? max(oldRead, target) : oldRead
-            outcomes.append(ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: delivered, readSeq: read), deliveredMessageStoredAt: nil))
-            guard delivered != oldDelivered || read != oldRead else { continue }
-            watermarks[key] = (delivered, read, lastSeq)
+            let old = Watermarks(delivered: oldDelivered, read: oldRead)
+            let new = old.applying(receipt.kind, upTo: receipt.upToSeq, lastSeq: lastSeq)
+            outcomes.append(ReceiptOutcome(watermarks: new.response, deliveredMessageStoredAt: nil))
+            let moved = new.moves(from: old)
+            guard !moved.isEmpty else { continue }
+            watermarks[key] = (new.delivered, new.read, lastSeq)
             changed.insert(key)
-            var moved: [(ReceiptKind, Int64)] = []
-            if delivered != oldDelivered {
-                moved.append((.delivered, delivered))
-                moves.append((outcomes.count - 1, key.conversationId, key.userId, delivered))
-            }
-            if read != oldRead { moved.append((.read, read)) }
+            if new.delivered != old.delivered { moves.append((outcomes.count - 1, key.conversationId, key.userId, new.delivered)) }
             for (movedKind, seq) in moved {
                 let payload = try payloads.receipt(
                     ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))

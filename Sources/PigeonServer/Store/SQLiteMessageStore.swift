@@ -447,21 +447,16 @@ public final class SQLiteMessageStore: MessageStore {
                                 """),
                         arguments: [conversationId, userId])
                 else { throw PigeonError.conversationNotFound }
-                let (oldDelivered, oldRead, lastSeq): (Int64, Int64, Int64) = (row[0], row[1], row[2])
-                let target = min(upToSeq, lastSeq)
-                let delivered = max(oldDelivered, target)
-                let read = kind == .read ? max(oldRead, target) : oldRead
-                var result = ReceiptWrite(
-                    outcome: ReceiptOutcome(watermarks: ReceiptResponse(deliveredSeq: delivered, readSeq: read), deliveredMessageStoredAt: nil),
-                    events: [])
-                guard delivered != oldDelivered || read != oldRead else { return result }
+                let old = Watermarks(delivered: row[0], read: row[1])
+                let new = old.applying(kind, upTo: upToSeq, lastSeq: row[2])
+                let (delivered, read) = (new.delivered, new.read)
+                var result = ReceiptWrite(outcome: ReceiptOutcome(watermarks: new.response, deliveredMessageStoredAt: nil), events: [])
+                let moved = new.moves(from: old)
+                guard !moved.isEmpty else { return result }
                 try db.cachedStatement(sql: "UPDATE members SET delivered_seq = ?, read_seq = ? WHERE conversation_id = ? AND user_id = ?")
                     .execute(arguments: [delivered, read, conversationId, userId])
                 let now = WallClock.nowMillis()
                 let payloads = EventPayload()
-                var moved: [(ReceiptKind, Int64)] = []
-                if delivered != oldDelivered { moved.append((.delivered, delivered)) }
-                if read != oldRead { moved.append((.read, read)) }
                 for (movedKind, seq) in moved {
                     let payload = try payloads.receipt(
                         ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: seq, at: now))
@@ -473,7 +468,7 @@ public final class SQLiteMessageStore: MessageStore {
                                 payloadId: payloadId))
                     }
                 }
-                if delivered != oldDelivered,
+                if delivered != old.delivered,
                     let message = try Row.fetchOne(
                         db.cachedStatement(sql: "SELECT stored_at, sender_id FROM messages WHERE conversation_id = ? AND seq = ?"),
                         arguments: [conversationId, delivered]),
