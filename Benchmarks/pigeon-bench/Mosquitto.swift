@@ -106,37 +106,19 @@ struct MQTTLoad {
     /// Paced publishing at `rate` messages/s in total; measures publish → subscriber receive. Each payload starts
     /// with a UUID that identifies the message (so payloads are at least 36 bytes).
     func latency(rate: Int) async throws -> LatencyResult {
-        let toReceiver = LatencyRecorder()
-        let trackers = (0..<settings.connections).map { _ in DeliveryTracker(toReceiver: toReceiver, toDelivered: nil) }
-        let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
-        let run = PacedLatencyRun(rate: rate, window: window, grace: settings.grace, trackers: trackers)
-        let (progress, load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
-            try await run.run(
-                receiver: { index, ready in
-                    try await subscribe(clientId: "lat\(rate)-sub-\(index)", topic: "bench/lat\(rate)/\(index)", ready: ready) { payload in
-                        if let id = payload.getString(at: payload.readerIndex, length: Self.idLength) {
-                            trackers[index].received(id, at: .now)
-                        }
+        try await PacedLatencyRun.brokerLatency(
+            rate: rate, settings: settings, brokerPid: broker.pid,
+            receiver: { index, ready, tracker in
+                try await subscribe(clientId: "lat\(rate)-sub-\(index)", topic: "bench/lat\(rate)/\(index)", ready: ready) { payload in
+                    if let id = payload.getString(at: payload.readerIndex, length: Self.idLength) {
+                        tracker.received(id, at: .now)
                     }
-                },
-                sender: { index, schedule in
-                    try await publishPaced(
-                        clientId: "lat\(rate)-pub-\(index)",
-                        topic: "bench/lat\(rate)/\(index)",
-                        schedule: schedule,
-                        window: window,
-                        tracker: trackers[index]
-                    )
                 }
-            )
-        }
-        return LatencyResult(
-            rate: rate,
-            measuredSeconds: window.seconds,
-            progress: progress,
-            toReceiver: toReceiver.summary,
-            toDelivered: nil,
-            load: load
+            },
+            sender: { index, schedule, window, tracker in
+                try await publishPaced(
+                    clientId: "lat\(rate)-pub-\(index)", topic: "bench/lat\(rate)/\(index)", schedule: schedule, window: window, tracker: tracker)
+            }
         )
     }
 

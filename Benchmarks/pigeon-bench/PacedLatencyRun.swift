@@ -1,3 +1,5 @@
+import Foundation
+
 /// One paced latency measurement, the same for Pigeon and for MQTT: receivers connect first, then every sender sends on
 /// its ``PacedSchedule`` through the warm-up and the measured window; afterwards the run waits up to `grace` for the
 /// measured messages to arrive (and to be delivered) before it ends every connection.
@@ -35,6 +37,30 @@ struct PacedLatencyRun {
             group.cancelAll()
         }
         return trackers.map(\.progress).reduce(DeliveryTracker.Progress(), +)
+    }
+}
+
+extension PacedLatencyRun {
+    /// A broker's paced run (mosquitto, NATS): `settings.connections` publisher/receiver pairs, measured publish →
+    /// receive only (brokers have no delivered receipt), with the broker's load over the window.
+    static func brokerLatency(
+        rate: Int, settings: BenchSettings, brokerPid: pid_t,
+        receiver: @escaping @Sendable (_ index: Int, _ ready: Counter, _ tracker: DeliveryTracker) async throws -> Void,
+        sender: @escaping @Sendable (_ index: Int, _ schedule: PacedSchedule, _ window: MeasurementWindow, _ tracker: DeliveryTracker) async throws
+            -> Void
+    ) async throws -> LatencyResult {
+        let toReceiver = LatencyRecorder()
+        let trackers = (0..<settings.connections).map { _ in DeliveryTracker(toReceiver: toReceiver, toDelivered: nil) }
+        let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
+        let run = PacedLatencyRun(rate: rate, window: window, grace: settings.grace, trackers: trackers)
+        let (progress, load) = try await LoadMonitor.measure(servers: [brokerPid], window: window) {
+            try await run.run(
+                receiver: { index, ready in try await receiver(index, ready, trackers[index]) },
+                sender: { index, schedule in try await sender(index, schedule, window, trackers[index]) }
+            )
+        }
+        return LatencyResult(
+            rate: rate, measuredSeconds: window.seconds, progress: progress, toReceiver: toReceiver.summary, toDelivered: nil, load: load)
     }
 }
 

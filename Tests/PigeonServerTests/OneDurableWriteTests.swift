@@ -153,6 +153,29 @@ import Testing
         }
     }
 
+    /// The accepts waiting for their commit are bounded by `maxBufferedMessages` on the one-write path too: past it a new
+    /// send is `503 overloaded` with nothing stored, and a resend is still answered with its original.
+    @Test(.enabled(if: TestBackend.current == .embedded, "the embedded store and buffer only"))
+    func acceptsWaitingForTheirCommitAreBounded() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (alice, conversationId, original) = try await withTestServer(dataDirectory: directory) { client in
+            let alice = try await client.register("alice")
+            let conversation = try await client.createConversation(alice, members: ["bob"])
+            let clientMessageId = newId()
+            let original = try await client.sendAccepted(alice, to: conversation.id, body: "first", clientMessageId: clientMessageId)
+            return (alice, conversation.id, (original, clientMessageId))
+        }
+        // No room at all: every new send is over the bound.
+        try await withTestServer(dataDirectory: directory, configure: { $0.maxBufferedMessages = 0 }) { client in
+            expectError(try await client.send(alice, to: conversationId, body: "refused"), 503, .overloaded, "over the bound")
+            let resend = try await client.send(alice, to: conversationId, body: "first", clientMessageId: original.1)
+            #expect(resend.status == 200, "\(resend.text)")
+            #expect(try resend.decode(SendMessageResponse.self).serverId == original.0.serverId)
+            #expect(try await client.allMessages(alice, conversationId).map(\.body) == ["first"])
+        }
+    }
+
     /// A data directory of a server that ran with `--separate-buffer` and stopped with messages buffered: the default
     /// server drains them into the store (and sends new ones straight to it).
     @Test(.enabled(if: TestBackend.current == .embedded, "the embedded store and buffer only"))
