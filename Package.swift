@@ -127,10 +127,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "PigeonBenchSupport",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "Benchmarks/BenchSupport",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "pigeon-bench",
             dependencies: [
                 "PigeonProtocol",
+                "PigeonBenchSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -149,6 +159,7 @@ let package = Package(
             dependencies: [
                 "PigeonKit",
                 "PigeonServer",
+                "PigeonBenchSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import PigeonBenchSupport
 
 /// `pigeon-bench`: the load generator that measures a Pigeon server against the targets of DESIGN.md (accepted
 /// messages per second, send → ✓✓ latency, memory per open stream), with mosquitto and NATS JetStream under the same

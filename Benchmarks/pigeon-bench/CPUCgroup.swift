@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// A server process this run started (pigeon-server or mosquitto), its output going to a log file.
 /// Whoever launches one stops it with ``stop()``.

@@ -1,3 +1,4 @@
+import PigeonBenchSupport
 import Synchronization
 
 /// What one consuming receiver of a throughput run got, keyed by a number unique among its sender's messages (the

@@ -1,3 +1,4 @@
+import PigeonBenchSupport
 import Synchronization
 
 /// The errors of the connections that failed during a scenario. Connections run as child tasks until the

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// A command-line tool run to completion (`psql`, `redis-cli`), its output captured.
 enum ExternalCommand {

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// Rows of text printed in aligned columns.
 struct Table {
@@ -22,18 +23,8 @@ struct Table {
     }
 }
 
-/// How numbers are shown: thousands separators, fixed units, "n/a" for what was not measured.
-enum Format {
-    static func count(_ value: Int) -> String {
-        let digits = String(value.magnitude)
-        var grouped = ""
-        for (offset, digit) in digits.enumerated() {
-            if offset > 0, (digits.count - offset) % 3 == 0 { grouped.append(",") }
-            grouped.append(digit)
-        }
-        return value < 0 ? "-" + grouped : grouped
-    }
-
+/// pigeon-bench's figures (``Format`` has the counts and memory sizes both benchmarks show).
+extension Format {
     static func rate(_ perSecond: Double?) -> String {
         guard let perSecond else { return "n/a" }
         return "\(count(Int(perSecond.rounded()))) msg/s"
@@ -50,11 +41,6 @@ enum Format {
 
     static func milliseconds(_ value: Double) -> String {
         String(format: "%.2f ms", value)
-    }
-
-    static func mebibytes(_ bytes: UInt64?) -> String {
-        guard let bytes else { return "n/a" }
-        return String(format: "%.1f MiB", Double(bytes) / 1_048_576)
     }
 
     static func bytes(_ value: Double?) -> String {

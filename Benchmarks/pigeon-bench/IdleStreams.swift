@@ -1,3 +1,4 @@
+import PigeonBenchSupport
 import PigeonProtocol
 import Synchronization
 

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// What a ``LoadMonitor`` saw of one server process (a Pigeon node, or the broker).
 struct ServerLoad: Codable, Sendable {

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import PigeonBenchSupport
 
 /// A minimal MQTT 3.1.1 client on SwiftNIO for the benchmark's QoS 1 publishers and subscribers: one session per TCP
 /// connection, no keep-alive pings and no retransmission (runs are short and stay on loopback).

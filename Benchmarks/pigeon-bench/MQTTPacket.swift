@@ -1,4 +1,5 @@
 import NIOCore
+import PigeonBenchSupport
 
 /// The MQTT 3.1.1 control packets the benchmark's client exchanges with a broker: just enough for QoS 1 publishing
 /// and subscribing on persistent sessions (no QoS 2, no will, no authentication).

@@ -1,10 +1,7 @@
-extension Duration {
-    /// The duration as fractional seconds.
-    var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
+import PigeonBenchSupport
 
+
+extension Duration {
     /// The duration in whole microseconds, rounded down and never negative (the histograms' unit).
     var microseconds: UInt64 {
         let (seconds, attoseconds) = components

@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import PigeonBenchSupport
 
 /// A mosquitto broker this run started on a free loopback port: anonymous, persistent (sessions and queued messages
 /// are saved in its directory), without limits on queued or in-flight messages, and with `TCP_NODELAY` like the

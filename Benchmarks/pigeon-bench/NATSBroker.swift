@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// A nats-server this run started on a free loopback port with JetStream on and its file storage in the run's
 /// directory, holding the benchmark's stream (see ``NATSJetStream/createStream(inbound:writer:)``).

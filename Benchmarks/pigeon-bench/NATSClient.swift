@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import PigeonBenchSupport
 
 /// A minimal NATS client on SwiftNIO for the benchmark's JetStream publishers and consumers: one connection per
 /// session, headers and no-responders on, no verbose `+OK`s, no reconnection (runs are short and stay on loopback).

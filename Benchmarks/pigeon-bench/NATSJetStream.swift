@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOFoundationCompat
+import PigeonBenchSupport
 
 /// The JetStream API calls and answers the benchmark uses: requests to `$JS.API.…` on a NATS connection, the PubAck
 /// that answers a publish to a stream's subject, and the acknowledgement of a consumed message.

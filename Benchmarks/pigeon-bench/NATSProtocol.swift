@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import PigeonBenchSupport
 
 /// A message a NATS server sends (the client protocol's server operations).
 enum NATSServerOperation: Sendable {

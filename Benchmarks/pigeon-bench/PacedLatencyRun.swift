@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// One paced latency measurement, the same for Pigeon and for MQTT: receivers connect first, then every sender sends on
 /// its ``PacedSchedule`` through the warm-up and the measured window; afterwards the run waits up to `grace` for the

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
+import PigeonBenchSupport
 import PigeonProtocol
 
 /// The HTTP calls of the wire contract that the scenarios make, on AsyncHTTPClient.

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import PigeonBenchSupport
 
 /// The Pigeon server(s) a set of scenarios runs against: one node, or several nodes of one service (same store and
 /// buffer). Scenarios spread their connections over the nodes in turn.

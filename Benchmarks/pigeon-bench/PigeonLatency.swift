@@ -1,3 +1,4 @@
+import PigeonBenchSupport
 import PigeonProtocol
 
 /// The latency scenario: paced sends at a total rate over `settings.connections` sender WebSockets, each sender's

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import PigeonBenchSupport
 
 /// One Pigeon server process under test: a node this run spawned, or a server already running.
 struct PigeonServer: Sendable {

@@ -1,3 +1,5 @@
+import PigeonBenchSupport
+
 /// The Pigeon throughput scenarios: one sender device per conversation pair sends as fast as its transport allows
 /// for the measured window, then the run waits until the server has stored every accepted message. With several
 /// nodes the senders alternate between them. The transports are in `PigeonThroughput+WebSocket.swift` and

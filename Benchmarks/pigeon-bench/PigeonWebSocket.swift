@@ -3,6 +3,7 @@ import HummingbirdWSClient
 import Logging
 import NIOCore
 import NIOFoundationCompat
+import PigeonBenchSupport
 import PigeonProtocol
 import Synchronization
 

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// Samples what PostgreSQL's client backends wait for while a measured window runs: `pg_stat_activity` every
 /// ``interval``, through one `psql` connection (one process, one backend, one short query and a `pg_sleep` per

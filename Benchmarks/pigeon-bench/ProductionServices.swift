@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// The PostgreSQL and Redis the production backends run on. Each backend's run gets a namespace of its own: a fresh
 /// name used as the PostgreSQL schema (`?schema=`) and as the Redis key prefix (`?prefix=`), removed afterwards, so

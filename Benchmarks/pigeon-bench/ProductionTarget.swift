@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// The production mode's throughput targets: on one node it accepts at least 0.75× the embedded rate over
 /// WebSocket, and two nodes accept more than one.

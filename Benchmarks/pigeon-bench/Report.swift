@@ -1,3 +1,5 @@
+import PigeonBenchSupport
+
 extension ThroughputResult {
     /// `accepted` names the answer counted ("acks", "202s", "PUBACKs"); `drained` what the drain waited for.
     func printLines(accepted: String, drained: String) {

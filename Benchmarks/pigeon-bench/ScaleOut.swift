@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import PigeonBenchSupport
 
 /// The scale-out scenario: how accepted/s and stored/s grow with the number of nodes when every node gets the same
 /// small CPU share, as if each ran on a machine of its own and PostgreSQL, Redis and the load generator were not the

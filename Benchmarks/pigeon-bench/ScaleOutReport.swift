@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 extension ScaleOutRun {
     /// The run's figures, its nodes' CPU and throttling, and the lock waits seen, most frequent first.

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// How many messages a namespace's PostgreSQL store held at one instant: the rows of its `messages` table that were
 /// committed when the counting statement started, with that statement's start on PostgreSQL's clock. Two counts

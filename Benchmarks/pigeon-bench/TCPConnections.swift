@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// The TCP connections a process holds, read from Linux's `/proc` (empty where it is unavailable).
 enum TCPConnections {

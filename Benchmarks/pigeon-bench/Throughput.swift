@@ -1,3 +1,4 @@
+import PigeonBenchSupport
 import Synchronization
 
 /// What one sender connection of a throughput run got back for its sends (refusals are counted by the run's

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PigeonBenchSupport
 
 /// The receiving device's measurements in a process of its own, which `pigeonkit-bench` starts (see ``DeviceProcess``).
 struct ClientOnly: AsyncParsableCommand {

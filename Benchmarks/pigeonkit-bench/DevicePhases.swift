@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PigeonBenchSupport
 import PigeonKit
 import Synchronization
 
@@ -65,7 +66,7 @@ enum DevicePhases {
 
         let counter = ReceivedCounter(target: job.messages)
         client.addListener(counter)
-        let cpuAtStart = ProcessCPU.seconds
+        let cpuAtStart = ProcessStats.cpuSecondsOfThisProcess
         let start = clock.now
         client.start()
         let deadline = start + .seconds(120)
@@ -158,7 +159,7 @@ final class ReceivedCounter: PigeonListener {
             state.count += 1
             if state.count == target {
                 state.finishedAt = now
-                state.cpuSecondsAtFinish = ProcessCPU.seconds
+                state.cpuSecondsAtFinish = ProcessStats.cpuSecondsOfThisProcess
             }
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 
 /// Runs a ``DeviceJob`` in a child process (this executable's `client-only` command), so that the memory it
 /// reports is the client's without the in-process server. The job goes to the child's standard input as JSON (the

@@ -1,7 +1,9 @@
 import ArgumentParser
 import Foundation
 import Logging
+import PigeonBenchSupport
 import PigeonKit
+import PigeonServer
 
 /// Sends the process's log output to standard error (the `client-only` command's standard output carries its report).
 let loggingToStandardError: Void = LoggingSystem.bootstrap { label in
@@ -84,10 +86,10 @@ struct PigeonKitBench: AsyncParsableCommand {
         say("receiving device: \(inProcess ? "in this process (--in-process)" : "a child process (client-only)")")
         say("this process's RSS at start-up: \(Format.memory(memoryAtStartup))")
 
-        let workspace = try temporaryDirectory("pigeonkit-bench")
+        let workspace = try LocalEnvironment.makeTemporaryDirectory(prefix: "pigeonkit-bench")
         defer { try? FileManager.default.removeItem(atPath: workspace) }
         let settings = self
-        try await EmbeddedServer.run(durable: true) { url in
+        try await InProcessServer.run(durable: true) { url in
             say("this process's RSS with the server started: \(Format.memory(.now))")
             let results = try await settings.measure(serverURL: url, workspace: workspace)
             results.printSummary(messages: settings.messages, inProcess: settings.inProcess)
@@ -154,9 +156,9 @@ struct PigeonKitBench: AsyncParsableCommand {
             serverURL: serverURL.absoluteString, databasePath: receiverPath, userId: alice.userId, deviceId: alice.deviceId,
             token: alice.token, conversationId: conversationId, messages: messages, loads: loads, pageSize: 50,
             flushEveryWrite: flushEveryWrite)
-        let serverCPUAtStart = ProcessCPU.seconds
+        let serverCPUAtStart = ProcessStats.cpuSecondsOfThisProcess
         let device = inProcess ? try await DevicePhases.run(job, memoryAtStartup: nil) : try await DeviceProcess.run(job)
-        let serverCPU = ProcessCPU.seconds - serverCPUAtStart
+        let serverCPU = ProcessStats.cpuSecondsOfThisProcess - serverCPUAtStart
         say("    database opened in \(Format.seconds(device.openSeconds)); start() → \(Format.count(device.received)) messages"
             + " persisted and announced: \(Format.seconds(device.catchUpSeconds)); contiguousSeq \(device.contiguousSeq)")
         if !inProcess {

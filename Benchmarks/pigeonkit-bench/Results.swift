@@ -1,3 +1,5 @@
+import PigeonBenchSupport
+
 /// Every figure with its target.
 struct Results {
     var send: SendLatency.Result

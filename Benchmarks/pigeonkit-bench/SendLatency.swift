@@ -1,4 +1,5 @@
 import Foundation
+import PigeonBenchSupport
 import PigeonKit
 
 /// Measurement 1: `send` on a client that never went online, so only the local path runs: validation, the

@@ -7,28 +7,41 @@ import Darwin
 #endif
 
 /// Resource figures of a process, read from Linux's `/proc` (`nil` where it is unavailable).
-enum ProcessStats {
+public enum ProcessStats {
     /// The resident set size (`VmRSS` of `/proc/PID/status`) in bytes.
-    static func residentBytes(of pid: pid_t) -> UInt64? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-            guard fields.count >= 2, let kibibytes = UInt64(fields[1]) else { return nil }
-            return kibibytes * 1024
-        }
-        return nil
+    public static func residentBytes(of pid: pid_t) -> UInt64? {
+        statusBytes(of: "\(pid)")?["VmRSS"]
     }
 
-    /// User plus system CPU time consumed so far (`utime` + `stime` of `/proc/PID/stat`), in seconds.
-    static func cpuSeconds(of pid: pid_t) -> Double? {
+    /// The figures in kB of `/proc/<process>/status` (`VmRSS`, `RssAnon`, `VmHWM`, …), in bytes, by name;
+    /// `process` is a pid or `self`.
+    static func statusBytes(of process: String) -> [String: UInt64]? {
+        guard let status = try? String(contentsOfFile: "/proc/\(process)/status", encoding: .utf8) else { return nil }
+        var fields: [String: UInt64] = [:]
+        for line in status.split(separator: "\n") {
+            let parts = line.split(whereSeparator: { $0 == ":" || $0 == " " || $0 == "\t" })
+            if parts.count == 3, parts[2] == "kB", let kibibytes = UInt64(parts[1]) { fields[String(parts[0])] = kibibytes * 1024 }
+        }
+        return fields
+    }
+
+    /// User plus system CPU time consumed so far (`utime` + `stime` of `/proc/PID/stat`), in seconds (to the clock tick).
+    public static func cpuSeconds(of pid: pid_t) -> Double? {
         guard let fields = statFields(of: pid), let user = Double(fields[utime]), let system = Double(fields[stime]) else { return nil }
         return (user + system) / clockTicksPerSecond
+    }
+
+    /// CPU time this process has used so far (every thread, user and system), in seconds, to the nanosecond.
+    public static var cpuSecondsOfThisProcess: Double {
+        var time = timespec()
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
     /// CPU time of `pid` and its children so far, in seconds: its own, that of the children it has waited for
     /// (`cutime` + `cstime`), and that of its live children. The difference of two readings counts a service that
     /// forks a process per connection (PostgreSQL) fully, whether the children exit in between or not.
-    static func cpuSecondsWithChildren(of pid: pid_t) -> Double? {
+    public static func cpuSecondsWithChildren(of pid: pid_t) -> Double? {
         guard let fields = statFields(of: pid) else { return nil }
         var ticks = 0.0
         for field in [utime, stime, cutime, cstime] {
@@ -46,12 +59,12 @@ enum ProcessStats {
     }
 
     /// The process's command name (`/proc/PID/comm`, e.g. `postgres`), or `nil` if there is no such process.
-    static func commandName(of pid: pid_t) -> String? {
+    public static func commandName(of pid: pid_t) -> String? {
         (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// The parent's process id (`ppid` of `/proc/PID/stat`).
-    static func parentPID(of pid: pid_t) -> pid_t? {
+    public static func parentPID(of pid: pid_t) -> pid_t? {
         statFields(of: pid).flatMap { pid_t($0[parentPID]) }
     }
 
@@ -76,7 +89,7 @@ enum ProcessStats {
 
     /// The whole text of a file of `/proc` or `/sys`, or `nil` if it cannot be read. Such files report a size of 0
     /// and hand out their text over several reads; `String(contentsOfFile:)` can stop after the first (4 KiB).
-    static func kernelFileText(_ path: String) -> String? {
+    public static func kernelFileText(_ path: String) -> String? {
         guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
         defer { try? handle.close() }
         do {
@@ -87,11 +100,11 @@ enum ProcessStats {
     }
 
     /// This process's id.
-    static var currentPID: pid_t { getpid() }
+    public static var currentPID: pid_t { getpid() }
 
     /// Raises this process's soft limit on open files to its hard limit, so that it (and any server it spawns,
     /// which inherits the limit) can hold thousands of sockets. Returns the new soft limit.
-    static func raiseOpenFileLimit() throws -> UInt64 {
+    public static func raiseOpenFileLimit() throws -> UInt64 {
         var limit = rlimit()
         guard getrlimit(resourceOpenFiles, &limit) == 0 else { throw BenchError.system("getrlimit", errno) }
         if limit.rlim_cur < limit.rlim_max {
@@ -106,4 +119,23 @@ enum ProcessStats {
     #else
     private static let resourceOpenFiles = RLIMIT_NOFILE
     #endif
+}
+
+/// This process's memory, from Linux's `/proc/self/status` (`nil` elsewhere: on Darwin the figures are skipped).
+public struct MemorySnapshot: Codable, Sendable {
+    /// The resident set size (`VmRSS`), in bytes.
+    public var resident: UInt64
+    /// Its anonymous part (`RssAnon`: heap, stacks) and its file-backed part (`RssFile`: the executable's and the
+    /// libraries' pages that were touched).
+    public var residentAnonymous: UInt64
+    public var residentFile: UInt64
+    /// The largest resident set size so far (`VmHWM`).
+    public var peak: UInt64
+
+    public static var now: MemorySnapshot? {
+        guard let fields = ProcessStats.statusBytes(of: "self"), let resident = fields["VmRSS"] else { return nil }
+        return MemorySnapshot(
+            resident: resident, residentAnonymous: fields["RssAnon"] ?? 0, residentFile: fields["RssFile"] ?? 0,
+            peak: fields["VmHWM"] ?? resident)
+    }
 }

@@ -1,8 +1,0 @@
-/// A benchmark step that could not be carried out.
-struct BenchError: Error, CustomStringConvertible {
-    var description: String
-
-    init(_ description: String) {
-        self.description = description
-    }
-}
