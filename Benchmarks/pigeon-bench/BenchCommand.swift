@@ -233,10 +233,10 @@ struct PigeonBench: AsyncParsableCommand {
                 .run()
             }
             if let mosquitto {
-                report.mosquitto = try await runMosquitto(binary: mosquitto, workDirectory: workDirectory, settings: settings)
+                report.mosquitto = try await runBroker(MosquittoBroker.self, binary: mosquitto, workDirectory: workDirectory, settings: settings)
             }
             if let nats {
-                report.nats = try await runNATS(binary: nats, workDirectory: workDirectory, settings: settings)
+                report.nats = try await runBroker(NATSBroker.self, binary: nats, workDirectory: workDirectory, settings: settings)
             }
         } catch {
             try? await http.shutdown()
@@ -405,50 +405,26 @@ struct PigeonBench: AsyncParsableCommand {
         return results
     }
 
-    private func runMosquitto(binary: String, workDirectory: String, settings: BenchSettings) async throws -> BrokerResults {
-        try await MosquittoBroker.withBroker(binary: binary, workDirectory: workDirectory) { broker in
+    private func runBroker<B: Broker>(_: B.Type, binary: String, workDirectory: String, settings: BenchSettings) async throws -> BrokerResults {
+        let labels = B.labels
+        return try await B.withBroker(binary: binary, workDirectory: workDirectory) { broker in
             var results = BrokerResults(version: broker.version, residentBytesIdle: ProcessStats.residentBytes(of: broker.pid))
             print(
-                "\nmosquitto \(broker.version ?? "(unknown version)") at 127.0.0.1:\(broker.port), pid \(broker.pid), "
-                    + "RSS \(Format.mebibytes(results.residentBytesIdle)) at start"
+                "\n\(labels.executable) \(broker.version ?? "(unknown version)") at 127.0.0.1:\(broker.port), pid \(broker.pid), "
+                    + "RSS \(Format.mebibytes(results.residentBytesIdle)) \(labels.residentWhen)"
             )
-            let load = MQTTLoad(broker: broker, settings: settings)
+            let load = broker.load(settings: settings)
             print(
-                "\n== mosquitto throughput: \(connections) publishers × \(window) QoS 1 publishes in flight, "
-                    + "a consuming subscriber per topic =="
+                "\n== \(labels.name) throughput: \(connections) publishers × \(window) \(labels.inFlight) in flight, "
+                    + "\(labels.throughputReceivers) =="
             )
             let throughput = try await load.throughput()
-            throughput.printLines(accepted: "PUBACKs", drained: "all at their subscribers")
+            throughput.printLines(accepted: labels.acks, drained: "all at their \(labels.receiver)s")
             results.throughput = throughput
             for rate in settings.rates {
-                print("\n== mosquitto latency at \(rate) msg/s: \(connections) publishers, each with its subscriber ==")
+                print("\n== \(labels.name) latency at \(rate) msg/s: \(connections) publishers, each with its \(labels.receiver) ==")
                 let result = try await load.latency(rate: rate)
-                result.printLines(receiverLabel: "publish → subscriber")
-                results.latency.append(result)
-            }
-            return results
-        }
-    }
-
-    private func runNATS(binary: String, workDirectory: String, settings: BenchSettings) async throws -> BrokerResults {
-        try await NATSBroker.withBroker(binary: binary, workDirectory: workDirectory) { broker in
-            var results = BrokerResults(version: broker.version, residentBytesIdle: ProcessStats.residentBytes(of: broker.pid))
-            print(
-                "\nnats-server \(broker.version ?? "(unknown version)") at 127.0.0.1:\(broker.port), pid \(broker.pid), "
-                    + "RSS \(Format.mebibytes(results.residentBytesIdle)) with the stream created; JetStream file storage"
-            )
-            let load = NATSLoad(broker: broker, settings: settings)
-            print(
-                "\n== NATS JetStream throughput: \(connections) publishers × \(window) publishes in flight, "
-                    + "a consumer per subject acknowledging every message =="
-            )
-            let throughput = try await load.throughput()
-            throughput.printLines(accepted: "PubAcks", drained: "all at their consumers")
-            results.throughput = throughput
-            for rate in settings.rates {
-                print("\n== NATS JetStream latency at \(rate) msg/s: \(connections) publishers, each with its consumer ==")
-                let result = try await load.latency(rate: rate)
-                result.printLines(receiverLabel: "publish → consumer")
+                result.printLines(receiverLabel: "publish → \(labels.receiver)")
                 results.latency.append(result)
             }
             return results

@@ -65,9 +65,19 @@ struct MosquittoBroker: Sendable {
     }
 }
 
+extension MosquittoBroker: Broker {
+    static let labels = BrokerLabels(
+        executable: "mosquitto", residentWhen: "at start", name: "mosquitto", inFlight: "QoS 1 publishes",
+        throughputReceivers: "a consuming subscriber per topic", acks: "PUBACKs", receiver: "subscriber")
+
+    func load(settings: BenchSettings) -> MQTTLoad {
+        MQTTLoad(broker: self, settings: settings)
+    }
+}
+
 /// The Pigeon load shapes against an MQTT broker at QoS 1. Each publisher has its own topic, and a persistent-session
 /// subscriber on that topic is connected and consuming (acknowledging every message) before publishing starts.
-struct MQTTLoad {
+struct MQTTLoad: BrokerLoad {
     let broker: MosquittoBroker
     let settings: BenchSettings
 
@@ -76,32 +86,19 @@ struct MQTTLoad {
     /// Each payload starts with the publisher's count of messages so far (8 bytes, so payloads are at least 8 bytes),
     /// by which the subscriber tells a redelivery from a new message.
     func throughput() async throws -> ThroughputResult {
-        let pairs = settings.connections
-        let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
-        let tally = ThroughputTally(window: window)
-        let ledgers = (0..<pairs).map { _ in ReceivedMessages() }
-        let ((answers, drain), load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
-            try await withConsumingReceivers(
-                count: pairs,
-                window: window,
-                receiver: { index, ready in
-                    try await subscribe(clientId: "tput-sub-\(index)", topic: "bench/tput/\(index)", ready: ready) { payload in
-                        if let number = payload.getInteger(at: payload.readerIndex, as: Int64.self) {
-                            ledgers[index].record(number)
-                        }
+        try await ThroughputResult.brokerThroughput(
+            settings: settings, brokerPid: broker.pid,
+            receiver: { index, ready, ledger in
+                try await subscribe(clientId: "tput-sub-\(index)", topic: "bench/tput/\(index)", ready: ready) { payload in
+                    if let number = payload.getInteger(at: payload.readerIndex, as: Int64.self) {
+                        ledger.record(number)
                     }
                 }
-            ) { failures in
-                let answers = try await runSenders(count: pairs, window: window, answerTimeout: settings.drainTimeout) { index in
-                    try await publishPipelined(clientId: "tput-pub-\(index)", topic: "bench/tput/\(index)", window: window, tally: tally)
-                }
-                let drain = try await waitUntilReceived(ledgers, answers: answers, timeout: settings.drainTimeout, failures: failures)
-                return (answers, drain)
+            },
+            sender: { index, window, tally in
+                try await publishPipelined(clientId: "tput-pub-\(index)", topic: "bench/tput/\(index)", window: window, tally: tally)
             }
-        }
-        return ThroughputResult(
-            pipelined: window, connections: pairs, inFlight: settings.window, tally: tally, answers: answers, ledgers: ledgers,
-            drain: drain, load: load)
+        )
     }
 
     /// Paced publishing at `rate` messages/s in total; measures publish → subscriber receive. Each payload starts

@@ -1,12 +1,23 @@
 import Foundation
 import NIOCore
 
+extension NATSBroker: Broker {
+    static let labels = BrokerLabels(
+        executable: "nats-server", residentWhen: "with the stream created; JetStream file storage", name: "NATS JetStream",
+        inFlight: "publishes", throughputReceivers: "a consumer per subject acknowledging every message", acks: "PubAcks",
+        receiver: "consumer")
+
+    func load(settings: BenchSettings) -> NATSLoad {
+        NATSLoad(broker: self, settings: settings)
+    }
+}
+
 /// The Pigeon load shapes against NATS JetStream, the same as ``MQTTLoad``'s: each publisher has its own subject of
 /// the file-stored stream, and a durable push consumer with explicit acknowledgements on that subject is being
 /// consumed (every message acknowledged) before publishing starts. A publish is accepted when its PubAck comes back.
 /// Publishes carry a `Nats-Msg-Id` header, so that JetStream checks them for duplicates as Pigeon checks its
 /// `clientMessageId`s.
-struct NATSLoad {
+struct NATSLoad: BrokerLoad {
     let broker: NATSBroker
     let settings: BenchSettings
 
@@ -14,31 +25,18 @@ struct NATSLoad {
     /// whenever a PubAck (or an error) answers one; counts PubAcks per second, then waits until the consumers have
     /// every acknowledged message.
     func throughput() async throws -> ThroughputResult {
-        let pairs = settings.connections
-        let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
-        let tally = ThroughputTally(window: window)
-        let ledgers = (0..<pairs).map { _ in ReceivedMessages() }
-        let ((answers, drain), load) = try await LoadMonitor.measure(servers: [broker.pid], window: window) {
-            try await withConsumingReceivers(
-                count: pairs,
-                window: window,
-                receiver: { index, ready in
-                    try await consume(durable: "tput-\(index)", subject: "bench.tput.\(index)", ready: ready) { message in
-                        guard let delivery = message.replyTo.flatMap(NATSJetStream.delivery(ofReplySubject:)) else { return }
-                        ledgers[index].record(delivery.streamSeq)
-                    }
+        try await ThroughputResult.brokerThroughput(
+            settings: settings, brokerPid: broker.pid,
+            receiver: { index, ready, ledger in
+                try await consume(durable: "tput-\(index)", subject: "bench.tput.\(index)", ready: ready) { message in
+                    guard let delivery = message.replyTo.flatMap(NATSJetStream.delivery(ofReplySubject:)) else { return }
+                    ledger.record(delivery.streamSeq)
                 }
-            ) { failures in
-                let answers = try await runSenders(count: pairs, window: window, answerTimeout: settings.drainTimeout) { index in
-                    try await publishPipelined(name: "tput-pub-\(index)", subject: "bench.tput.\(index)", window: window, tally: tally)
-                }
-                let drain = try await waitUntilReceived(ledgers, answers: answers, timeout: settings.drainTimeout, failures: failures)
-                return (answers, drain)
+            },
+            sender: { index, window, tally in
+                try await publishPipelined(name: "tput-pub-\(index)", subject: "bench.tput.\(index)", window: window, tally: tally)
             }
-        }
-        return ThroughputResult(
-            pipelined: window, connections: pairs, inFlight: settings.window, tally: tally, answers: answers, ledgers: ledgers,
-            drain: drain, load: load)
+        )
     }
 
     /// Paced publishing at `rate` messages/s in total; measures publish → consumer receive. Each payload starts with

@@ -1,3 +1,4 @@
+import Foundation
 import PigeonBenchSupport
 import Synchronization
 
@@ -71,4 +72,38 @@ final class ThroughputTally: Sendable {
     var acceptedInWindow: Int { counts.withLock { $0.acceptedInWindow } }
     var errors: [String: Int] { counts.withLock { $0.errors } }
     var acceptedPerSecond: Double { Double(acceptedInWindow) / window.seconds }
+}
+
+extension ThroughputResult {
+    /// A broker's pipelined run (mosquitto, NATS): `settings.connections` publisher/receiver pairs. Every
+    /// `receiver(index, ready, ledger)` consumes (recording each message in its ledger) before publishing starts;
+    /// every `sender(index, window, tally)` keeps `settings.window` publishes in flight until the window ends. Then
+    /// the run waits up to the drain timeout until the receivers have every accepted message. The broker's load is
+    /// measured over the window.
+    static func brokerThroughput(
+        settings: BenchSettings, brokerPid: pid_t,
+        receiver: @escaping @Sendable (_ index: Int, _ ready: Counter, _ ledger: ReceivedMessages) async throws -> Void,
+        sender: @escaping @Sendable (_ index: Int, _ window: MeasurementWindow, _ tally: ThroughputTally) async throws -> ConnectionAnswers
+    ) async throws -> ThroughputResult {
+        let pairs = settings.connections
+        let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
+        let tally = ThroughputTally(window: window)
+        let ledgers = (0..<pairs).map { _ in ReceivedMessages() }
+        let ((answers, drain), load) = try await LoadMonitor.measure(servers: [brokerPid], window: window) {
+            try await withConsumingReceivers(
+                count: pairs,
+                window: window,
+                receiver: { index, ready in try await receiver(index, ready, ledgers[index]) }
+            ) { failures in
+                let answers = try await runSenders(count: pairs, window: window, answerTimeout: settings.drainTimeout) { index in
+                    try await sender(index, window, tally)
+                }
+                let drain = try await waitUntilReceived(ledgers, answers: answers, timeout: settings.drainTimeout, failures: failures)
+                return (answers, drain)
+            }
+        }
+        return ThroughputResult(
+            pipelined: window, connections: pairs, inFlight: settings.window, tally: tally, answers: answers, ledgers: ledgers,
+            drain: drain, load: load)
+    }
 }
