@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "PigeonKit", targets: ["PigeonKit"]),
         .library(name: "PigeonFaultProxy", targets: ["PigeonFaultProxy"]),
         .executable(name: "pigeon", targets: ["pigeon"]),
+        .executable(name: "pigeon-demo", targets: ["pigeon-demo"]),
         .executable(name: "pigeon-server", targets: ["pigeon-server"]),
         .executable(name: "pigeon-bench", targets: ["pigeon-bench"]),
         .executable(name: "pigeonkit-bench", targets: ["pigeonkit-bench"]),
@@ -105,8 +106,6 @@ let package = Package(
             dependencies: [
                 "PigeonKit",
                 "PigeonProtocol",
-                "PigeonServer",
-                "PigeonFaultProxy",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -116,6 +115,25 @@ let package = Package(
         .executableTarget(
             name: "pigeon",
             dependencies: ["PigeonTerminal"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PigeonDemo",
+            dependencies: [
+                "PigeonTerminal",
+                "PigeonKit",
+                "PigeonProtocol",
+                "PigeonServer",
+                "PigeonFaultProxy",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "pigeon-demo",
+            dependencies: ["PigeonDemo", "PigeonTerminal"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -231,6 +249,7 @@ let package = Package(
             name: "PigeonCLITests",
             dependencies: [
                 "pigeon",
+                "pigeon-demo",
                 "pigeon-server",
                 "PigeonTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -1,6 +1,5 @@
 import ArgumentParser
 import Foundation
-import Logging
 
 #if canImport(Glibc)
 import Glibc
@@ -26,35 +25,7 @@ public struct PigeonCommand: AsyncParsableCommand {
 
     /// Parses `arguments`, runs the command and returns the exit status; errors are printed as one line on stderr.
     public static func main(arguments: [String]) async -> Int32 {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = ProcessInfo.processInfo.environment["PIGEON_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-            return handler
-        }
-        var command: any ParsableCommand
-        do {
-            command = try parseAsRoot(arguments)
-        } catch {
-            let message = fullMessage(for: error)
-            let code = exitCode(for: error).rawValue
-            if !message.isEmpty {
-                let stream = code == 0 ? FileHandle.standardOutput : FileHandle.standardError
-                stream.write(Data((message + "\n").utf8))
-            }
-            return code
-        }
-        do {
-            if var asyncCommand = command as? any AsyncParsableCommand {
-                try await asyncCommand.run()
-            } else {
-                try command.run()
-            }
-            return 0
-        } catch {
-            let error = error as? CLIError ?? CLIError("\(error)")
-            FileHandle.standardError.write(Data("pigeon: \(error.message)\n".utf8))
-            return error.status.rawValue
-        }
+        await runCommand(Self.self, programName: "pigeon", arguments: arguments)
     }
 }
 
@@ -97,7 +68,7 @@ var standardOutputIsColorTerminal: Bool {
     isatty(STDOUT_FILENO) == 1 && ProcessInfo.processInfo.environment["NO_COLOR"].map(\.isEmpty) ?? true
 }
 
-func printLine(_ text: String = "") {
+package func printLine(_ text: String = "") {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 

@@ -146,13 +146,19 @@ import Testing
     }
 
     @Test func theDemoPlaysTheWholeStoryAndChecksIt() async throws {
-        let cli = PigeonCLI(server: "http://127.0.0.1:1")
         let started = ContinuousClock.now
-        let demo = try await cli.run(["demo", "--plain"], timeout: .seconds(120))
-        print("pigeon demo --plain took \(ContinuousClock.now - started)")
+        let demo = try await runBuiltProduct("pigeon-demo", ["--plain"], home: makeTemporaryDirectory("pigeon-demo-home"), timeout: .seconds(120))
+        print("pigeon-demo --plain took \(ContinuousClock.now - started)")
         #expect(demo.status == 0, "\(demo)")
         for step in 1...5 { #expect(demo.stdout.contains("== Step \(step)/5"), "\(demo)") }
         for tick in ["⏰ pending", "✓ sent", "✓✓ delivered", "✓✓ read", "⚠️ failed"] { #expect(demo.stdout.contains(tick), "\(tick)") }
         #expect(demo.stdout.contains("Nothing lost, nothing twice: 6 messages, seq 1…6 on both devices"))
+    }
+
+    @Test func pigeonDemoNamesTheProgramThatPlaysIt() async throws {
+        let cli = PigeonCLI(server: "http://127.0.0.1:1")
+        let result = try await cli.run(["demo", "--plain"])
+        #expect(result.status == 1, "\(result)")
+        #expect(result.stderr.contains("swift run pigeon-demo"), "\(result)")
     }
 }

@@ -13,11 +13,11 @@ nonisolated(unsafe) private var settingsToRestore = termios()
 
 /// The controlling terminal in full-screen mode: raw input (keys arrive as bytes, Ctrl-C included), the alternate
 /// screen (what was on the terminal comes back on exit), and its size.
-final class Terminal: Sendable {
+package final class Terminal: Sendable {
     private let original: termios
 
     /// Fails unless stdin and stdout are a terminal.
-    init() throws {
+    package init() throws {
         guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else {
             throw CLIError("this needs a terminal (stdin and stdout); scripts use `pigeon ls`, `send` and `sync`")
         }
@@ -26,7 +26,7 @@ final class Terminal: Sendable {
         original = settings
     }
 
-    func enterFullScreen() {
+    package func enterFullScreen() {
         var raw = original
         cfmakeraw(&raw)
         tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw)
@@ -43,21 +43,21 @@ final class Terminal: Sendable {
         }
     }
 
-    func restore() {
+    package func restore() {
         Self.write("\u{1B}[0m\u{1B}[?25h\u{1B}[?1049l")
         var settings = original
         tcsetattr(STDIN_FILENO, TCSAFLUSH, &settings)
     }
 
     /// Rows and columns (24 × 80 when the terminal does not say).
-    var size: (rows: Int, columns: Int) {
+    package var size: (rows: Int, columns: Int) {
         var size = winsize()
         guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_row > 0, size.ws_col > 0 else { return (24, 80) }
         return (Int(size.ws_row), Int(size.ws_col))
     }
 
     /// Draws `lines` over the whole screen and puts the cursor at (`cursorRow`, `cursorColumn`), in one write.
-    func draw(_ lines: [StyledLine], cursorRow: Int?, cursorColumn: Int, colors: Bool = true) {
+    package func draw(_ lines: [StyledLine], cursorRow: Int?, cursorColumn: Int, colors: Bool = true) {
         var out = "\u{1B}[?25l\u{1B}[H"
         for (index, line) in lines.enumerated() {
             out += line.ansi(colors: colors) + "\u{1B}[K"

@@ -1,46 +1,16 @@
 import ArgumentParser
-import Foundation
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 extension PigeonCommand {
-    struct Demo: AsyncParsableCommand {
+    /// `pigeon demo` as README once said: the demo runs a server in its own process, and `pigeon` links PigeonKit
+    /// only, so the demo is a program of its own; this says which.
+    struct Demo: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Play seed 000's story in under 30 seconds: a server in this process, alice and bob side by side.",
-            discussion: """
-                Online send ⏰ → ✓ → ✓✓ → blue ✓✓, an offline recipient, an offline sender, a black-holed network \
-                (⚠️ and retry), and a server restart that loses nothing. Each step is checked; exit status 1 says \
-                which did not happen. Needs no server and no login; leaves nothing behind.
-                """)
+            abstract: "The demo is a program of its own: swift run pigeon-demo.", shouldDisplay: false)
 
-        @Flag(help: "Print a log of every tick instead of the full-screen view (the default when stdout is not a terminal).")
-        var plain = false
-        @Option(help: "Pauses between steps are multiplied by this (0.5 is twice as fast).") var pace: Double = 1
+        @Argument(parsing: .allUnrecognized) var ignored: [String] = []
 
-        func validate() throws {
-            guard pace > 0, pace <= 10 else { throw ValidationError("--pace must be more than 0 and at most 10") }
-        }
-
-        func run() async throws {
-            let plain = plain || isatty(STDOUT_FILENO) != 1 || isatty(STDIN_FILENO) != 1
-            let started = ContinuousClock.now
-            let story: DemoStory
-            do {
-                story = try await DemoStory.make(plain: plain, pace: pace)
-            } catch {
-                throw CLIError("the demo could not start: \(error)")
-            }
-            do {
-                try await story.run()
-            } catch {
-                throw CLIError("the demo failed: \(error)")
-            }
-            let duration = ContinuousClock.now - started
-            printLine("Demo finished in \(duration.components.seconds).\(duration.components.attoseconds / 100_000_000_000_000_000) s: every tick arrived, nothing lost, nothing twice.")
+        func run() throws {
+            throw CLIError("the demo runs a server in its own process, so it is a program of its own: swift run pigeon-demo (`pigeon-demo --help`)")
         }
     }
 }

@@ -9,8 +9,8 @@ import Glibc
 import Darwin
 #endif
 
-/// Seconds as a `Duration`, for the commands' `--wait` options.
-func seconds(_ value: Double) -> Duration { .milliseconds(Int64(value * 1000)) }
+/// Seconds as a `Duration`, for the commands' `--wait` options and the demo's pauses.
+package func seconds(_ value: Double) -> Duration { .milliseconds(Int64(value * 1000)) }
 
 func validateWait(_ value: Double?) throws {
     if let value, !(value > 0 && value <= 86_400) { throw ValidationError("--wait takes seconds, more than 0 and at most 86400") }

@@ -19,7 +19,7 @@ func builtProduct(_ name: String) -> String {
     return executable.deletingLastPathComponent().appendingPathComponent(name).path
 }
 
-/// What one run of `pigeon` did.
+/// What one run of `pigeon` (or `pigeon-demo`) did.
 struct CLIResult: CustomStringConvertible {
     var status: Int32
     var stdout: String
@@ -50,30 +50,39 @@ struct PigeonCLI: Sendable {
     func run(_ arguments: [String], profile: String? = nil, stdin: String? = nil, timeout: Duration = .seconds(60)) async throws -> CLIResult {
         var all = ["--server", server]
         if let profile { all += ["--profile", "\(home)/\(profile)"] }
-        var environment = ProcessInfo.processInfo.environment
-        environment["PIGEON_HOME"] = home
-        environment["PIGEON_SERVER"] = nil
-        environment["PIGEON_PROFILE"] = nil
-        environment["PIGEON_LOG_LEVEL"] = nil
-        let outPath = "\(home)/.out-\(UUID().uuidString)"
-        let errPath = "\(home)/.err-\(UUID().uuidString)"
-        var inPath = "/dev/null"
-        if let stdin {
-            inPath = "\(home)/.in-\(UUID().uuidString)"
-            _ = FileManager.default.createFile(atPath: inPath, contents: Data(stdin.utf8))
-        }
-        defer {
-            unlink(outPath)
-            unlink(errPath)
-            if stdin != nil { unlink(inPath) }
-        }
-        let pid = try Command.spawn([Self.binaryPath] + all + arguments, environment: environment, stdin: inPath, stdout: outPath, stderr: errPath)
-        let status = try await waitForExit(pid, timeout: timeout, what: "pigeon \(arguments.joined(separator: " "))")
-        return CLIResult(
-            status: status,
-            stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
-            stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+        return try await runBuiltProduct(
+            "pigeon", all + arguments, home: home, stdin: stdin, timeout: timeout, what: "pigeon \(arguments.joined(separator: " "))")
     }
+}
+
+/// Runs a built executable of this package to its end (killed after `timeout`) with a home of its own
+/// (`PIGEON_HOME`) and none of the test environment's `PIGEON_SERVER`, `PIGEON_PROFILE` or `PIGEON_LOG_LEVEL`.
+func runBuiltProduct(
+    _ name: String, _ arguments: [String], home: String, stdin: String? = nil, timeout: Duration, what: String? = nil
+) async throws -> CLIResult {
+    var environment = ProcessInfo.processInfo.environment
+    environment["PIGEON_HOME"] = home
+    environment["PIGEON_SERVER"] = nil
+    environment["PIGEON_PROFILE"] = nil
+    environment["PIGEON_LOG_LEVEL"] = nil
+    let outPath = "\(home)/.out-\(UUID().uuidString)"
+    let errPath = "\(home)/.err-\(UUID().uuidString)"
+    var inPath = "/dev/null"
+    if let stdin {
+        inPath = "\(home)/.in-\(UUID().uuidString)"
+        _ = FileManager.default.createFile(atPath: inPath, contents: Data(stdin.utf8))
+    }
+    defer {
+        unlink(outPath)
+        unlink(errPath)
+        if stdin != nil { unlink(inPath) }
+    }
+    let pid = try Command.spawn([builtProduct(name)] + arguments, environment: environment, stdin: inPath, stdout: outPath, stderr: errPath)
+    let status = try await waitForExit(pid, timeout: timeout, what: what ?? "\(name) \(arguments.joined(separator: " "))")
+    return CLIResult(
+        status: status,
+        stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+        stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
 }
 
 /// The built `pigeon-server` binary on a fixed port and data directory, so it can be stopped and started again.

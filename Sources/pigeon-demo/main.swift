@@ -1,0 +1,4 @@
+import Foundation
+import PigeonDemo
+
+exit(await DemoCommand.main(arguments: Array(CommandLine.arguments.dropFirst())))
