@@ -74,17 +74,24 @@ final class TmuxSession: Sendable {
             return coloured.map { $0.contains("94m✓✓") || $0.contains("94;1m✓✓") || $0.contains("1;94m✓✓") } ?? false
         }
 
-        // /offline: the banner, and a message that waits (⏰) until /online sends it.
+        // /offline: the banner, and a message that waits (⏰) until /online sends it. The header's "offline (by
+        // you)" is the client's own word that its stream is closed, so the message is written after that; and bob's
+        // sync, a round trip through the server that starts once ⏰ shows, would have brought the message to bob's
+        // device had alice's client sent it.
         try tmux.type("/offline")
         try tmux.press("Enter")
-        try await waitUntil("the offline banner shows", describe: { (try? tmux.screen()) ?? "" }) {
-            screenLine(containing: "No connection - messages will send when online") != nil
+        try await waitUntil("the offline banner shows and the header says offline (by you)", describe: { (try? tmux.screen()) ?? "" }) {
+            screenLine(containing: "No connection - messages will send when online") != nil && screenLine(containing: "○ offline (by you)") != nil
         }
         try tmux.type("written while offline")
         try tmux.press("Enter")
         try await waitForLine("written while offline", endingWith: "⏰", "the offline message shows ⏰")
-        try await Task.sleep(for: .milliseconds(500))
+        #expect(try await cli.run(["sync"], profile: "bob").status == 0)
+        let bobsMessages = try await cli.run(["ls", conversation, "--json", "--local"], profile: "bob")
+        #expect(bobsMessages.status == 0 && bobsMessages.stdout.contains("hello from the terminal"), "\(bobsMessages)")
+        #expect(!bobsMessages.stdout.contains("written while offline"), "the server had the message while alice was offline: \(bobsMessages)")
         #expect(screenLine(containing: "written while offline")?.trimmingCharacters(in: .whitespaces).hasSuffix("⏰") == true)
+        #expect(screenLine(containing: "○ offline (by you)") != nil)
         try tmux.type("/online")
         try tmux.press("Enter")
         try await waitForLine("written while offline", endingWith: "✓", "/online sends it")
