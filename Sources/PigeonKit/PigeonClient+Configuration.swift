@@ -2,13 +2,20 @@ import Foundation
 import Logging
 
 extension PigeonClient {
-    /// A device's identity on the server: what ``PigeonClient/registerDevice(serverURL:userId:deviceName:)``
+    /// A device's identity on the server: what ``PigeonClient/registerDevice(serverURL:userId:deviceName:existingDevice:timeout:)``
     /// returns, or what the app's backend minted (a JWT with `sub` = userId and `did` = deviceId).
+    /// The token is a secret: store it as one (the Keychain on Apple platforms). A database opened with
+    /// credentials of another user or device throws ``PigeonClientError/Code-swift.struct/wrongDatabase``.
     public struct Credentials: Sendable, Equatable, Codable {
+        /// The user this device belongs to (the JWT's `sub`).
         public var userId: String
+        /// This device, as the server registered it (the JWT's `did`): its receipts, cursor and outbox are its own.
         public var deviceId: String
+        /// The bearer token of every request and stream. When the server no longer accepts it (401), messages stay
+        /// queued and ``PigeonClient/lastConnectionError`` says `unauthorized`.
         public var token: String
 
+        /// Credentials as the app's backend minted them, or as stored from an earlier ``PigeonClient/registerDevice(serverURL:userId:deviceName:existingDevice:timeout:)``.
         public init(userId: String, deviceId: String, token: String) {
             self.userId = userId
             self.deviceId = deviceId
@@ -20,7 +27,10 @@ extension PigeonClient {
     public enum StreamTransport: Sendable, Equatable {
         /// A WebSocket, falling back to server-sent events when the upgrade is refused.
         case automatic
+        /// A WebSocket only (`GET /v1/ws`): events in, sends and receipts out on the same socket. A refused upgrade
+        /// is a failed connection attempt, retried with backoff.
         case webSocket
+        /// Server-sent events only (`GET /v1/events`): events in; sends, receipts and typing go out as HTTP requests.
         case serverSentEvents
     }
 
@@ -30,8 +40,11 @@ extension PigeonClient {
         public var serverURL: URL
         /// The SQLite file of this device (created if missing; its `-wal` and `-shm` files sit beside it).
         public var databasePath: String
+        /// Who this device is; also what the database is checked against when it is opened.
         public var credentials: Credentials
+        /// ACK timeout, tries and backoff of the outbox (10 s, 3 tries, 1 s to 60 s by default).
         public var retryPolicy = RetryPolicy()
+        /// Which event stream to open (a WebSocket with fallback to server-sent events by default).
         public var streamTransport = StreamTransport.automatic
         /// How long opening the stream may take before the attempt counts as failed.
         public var connectTimeout = Duration.seconds(10)
@@ -41,6 +54,7 @@ extension PigeonClient {
         public var livenessInterval = Duration.seconds(15)
         /// Reconnection backoff: doubles from `reconnectBaseDelay` to `reconnectMaxDelay`, with jitter.
         public var reconnectBaseDelay = Duration.milliseconds(500)
+        /// The longest wait between two connection attempts (see ``reconnectBaseDelay``).
         public var reconnectMaxDelay = Duration.seconds(30)
         /// Period of the catch-up that covers a stream that stalled without closing.
         public var catchUpInterval = Duration.seconds(30)
@@ -53,8 +67,18 @@ extension PigeonClient {
         /// `true`: every local write is flushed to disk (survives a power loss; costs a disk flush per send).
         /// `false` (default): a write survives the app being killed or crashing, without a flush per send.
         public var flushEveryWrite = false
+        /// Where the client logs: connection failures and retries at `debug`, local database failures at `error`.
         public var logger = Logger(label: "PigeonKit")
+        /// The clock every wait of the network side runs on: ACK timeouts, retry and reconnection backoffs, the
+        /// receipt delay, gap-fetch retries and the catch-up period. Not public: tests inject a manual clock to move
+        /// time instead of sleeping. The transport's own timeouts (connecting, requests, liveness) and
+        /// ``PigeonClient/sync(timeout:)`` stay on real time: they bound real I/O.
+        package var clock: any Clock<Duration> = ContinuousClock()
+        /// The jitter of every backoff, a value in 0...1 for each draw (random by default). Not public: tests fix it
+        /// to make backoffs exact.
+        package var jitter: @Sendable () -> Double = { Double.random(in: 0...1) }
 
+        /// A configuration with the defaults above; nothing is opened until ``PigeonClient/init(configuration:)``.
         public init(serverURL: URL, databasePath: String, credentials: Credentials) {
             self.serverURL = serverURL
             self.databasePath = databasePath

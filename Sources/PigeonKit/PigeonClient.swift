@@ -21,6 +21,7 @@ import ServiceLifecycle
 /// let message = try client.send("hello", to: conversationId)   // ⏰ now, ✓ when the server has it
 /// ```
 public final class PigeonClient: Sendable, Service {
+    /// What the client was opened with.
     public let configuration: Configuration
     let store: LocalStore
     let engine: ClientEngine
@@ -77,7 +78,9 @@ public final class PigeonClient: Sendable, Service {
         return Credentials(userId: registration.userId, deviceId: registration.deviceId, token: registration.token)
     }
 
+    /// The user of this device (from the credentials).
     public var userId: String { configuration.credentials.userId }
+    /// This device (from the credentials).
     public var deviceId: String { configuration.credentials.deviceId }
 
     /// The writer's `PRAGMA synchronous` (1 NORMAL, 2 FULL): what ``Configuration-swift.struct/flushEveryWrite`` chose.
@@ -123,6 +126,7 @@ public final class PigeonClient: Sendable, Service {
         engine.setNetworkEnabled(enabled)
     }
 
+    /// Whether the event stream is open now; every change is also sent as ``PigeonEvent/connectionStateChanged(_:)``.
     public var connectionState: ConnectionState { engine.connectionState }
 
     /// Why the last connection attempt failed (`nil` while connected or before any attempt); a 401
@@ -141,6 +145,7 @@ public final class PigeonClient: Sendable, Service {
         hub.add(listener)
     }
 
+    /// Stops calling `listener`; events already being delivered may still reach it.
     public func removeListener(_ listener: any PigeonListener) {
         hub.remove(listener)
     }
@@ -149,6 +154,10 @@ public final class PigeonClient: Sendable, Service {
 
     /// Saves a message for sending and returns it (status ``MessageStatus/pending``, ⏰). It goes out as soon as
     /// the client is online, after the earlier messages of the same conversation.
+    ///
+    /// When it returns, the message and its outbox entry are committed in one transaction: they survive the app
+    /// being killed (and a power loss with ``Configuration-swift.struct/flushEveryWrite``), and the next client
+    /// opened on the database sends them. It never waits for the network.
     ///
     /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
     /// (a `type` outside `[a-z0-9._-]{1,32}`, an empty or oversized body, U+0000),
@@ -172,9 +181,9 @@ public final class PigeonClient: Sendable, Service {
         return message
     }
 
-    /// Sends a failed message (⚠️) again: back to ⏰ with fresh tries. Throws
+    /// Sends a failed message (⚠️) again: back to ⏰ with fresh tries, committed before it returns. Throws
     /// ``PigeonClientError/Code-swift.struct/notRetryable`` for a message that has not failed or was sent from
-    /// another device.
+    /// another device, ``PigeonClientError/Code-swift.struct/unknownMessage`` for no such message.
     @discardableResult
     public func retry(localId: Int64) throws -> PigeonMessage {
         let (message, item) = try store.markRetry(localId: localId)
@@ -183,8 +192,10 @@ public final class PigeonClient: Sendable, Service {
         return message
     }
 
-    /// Marks the conversation read up to `upToSeq` (default: every message on the device); the read receipt
-    /// goes out when online and turns the senders' ticks blue.
+    /// Marks the conversation read up to `upToSeq` (default: every message on the device; never past the
+    /// contiguous seq), committed before it returns; the read receipt goes out when online and turns the senders'
+    /// ticks blue. The watermark only moves up: a lower `upToSeq` changes nothing. Throws
+    /// ``PigeonClientError/Code-swift.struct/unknownConversation`` for a conversation not on this device.
     public func markRead(conversationId: String, upToSeq: Int64? = nil) throws {
         if let conversation = try store.markRead(conversationId: Validation.canonicalUUID(conversationId) ?? conversationId, upToSeq: upToSeq) {
             hub.emit(.conversationUpdated(conversation))
@@ -192,7 +203,8 @@ public final class PigeonClient: Sendable, Service {
         }
     }
 
-    /// Tells the other members this user is (or stopped) typing. Needs the network.
+    /// Tells the other members this user is (or stopped) typing: on the open stream, or over HTTP while there is
+    /// none. Ephemeral: never stored nor retried; throws the network's or the server's error.
     public func setTyping(_ active: Bool, in conversationId: String) async throws {
         try await engine.setTyping(conversationId: conversationId, active: active)
     }
@@ -205,7 +217,7 @@ public final class PigeonClient: Sendable, Service {
             throw PigeonClientError.invalid("\"\(member)\" is not a user id (1–64 characters of [A-Za-z0-9._@-])")
         }
         let conversation = try await engine.createConversation(CreateConversationRequest(members: members, name: name))
-        guard let local = try store.conversation(id: conversation.id) else {
+        guard let local = try await store.conversation(id: conversation.id) else {
             throw PigeonClientError(.localDatabase, "conversation \(conversation.id) was not saved")
         }
         return local
@@ -246,16 +258,16 @@ public final class PigeonClient: Sendable, Service {
         }) { self.engine.outbox.withLockedValue { queue in !queue.items.values.contains { !$0.isFailed } } }
         engine.receiptsChanged()
         try await waitUntil(deadline, timeout: timeout, { "receipts not yet confirmed by \(server)" }) {
-            try self.store.pendingReceipts().isEmpty
+            try await self.store.pendingReceipts().isEmpty
         }
         let failed = try unsentMessages().filter { $0.status == .failed }
         return SyncReport(failed: failed)
     }
 
     private func waitUntil(
-        _ deadline: ContinuousClock.Instant, timeout: Duration, _ what: @Sendable () -> String, _ condition: () throws -> Bool
+        _ deadline: ContinuousClock.Instant, timeout: Duration, _ what: @Sendable () -> String, _ condition: () async throws -> Bool
     ) async throws {
-        while try !condition() {
+        while try await !condition() {
             guard ContinuousClock.now < deadline else {
                 throw PigeonClientError(.timeout, "sync did not finish within \(timeout): \(what())")
             }
@@ -283,6 +295,7 @@ public final class PigeonClient: Sendable, Service {
         try store.conversations()
     }
 
+    /// One conversation from the local database, `nil` when it is not on this device.
     public func conversation(id: String) throws -> PigeonConversation? {
         try store.conversation(id: Validation.canonicalUUID(id) ?? id)
     }
@@ -296,6 +309,7 @@ public final class PigeonClient: Sendable, Service {
         return MessagePageResult(messages: page.messages, hasMore: page.hasMore)
     }
 
+    /// One message from the local database as it is now (its latest status), `nil` when there is none.
     public func message(localId: Int64) throws -> PigeonMessage? {
         try store.message(localId: localId)
     }

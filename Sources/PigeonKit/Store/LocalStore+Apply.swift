@@ -48,8 +48,8 @@ extension LocalStore {
     /// Writes a batch in one transaction: persist first (the caller announces after), de-duplicating by serverId and
     /// by this device's clientMessageId, then advances each touched conversation's contiguous seq and, with the
     /// last event's cursor, the stream position.
-    func apply(_ batch: [Incoming]) throws -> ApplyOutcome {
-        try pool.write { db in
+    func apply(_ batch: [Incoming]) async throws -> ApplyOutcome {
+        try await pool.write { db in
             var outcome = ApplyOutcome()
             var touched: Set<String> = []
             var watermarksMoved: Set<String> = []

@@ -4,6 +4,11 @@ import PigeonProtocol
 
 /// The SDK's local database: every message, conversation, outbox item and the stream cursor. Opening a chat reads
 /// from here; the network only updates it. All writes are short transactions on GRDB's single writer.
+///
+/// Following GRDB's concurrency guide, what the engine calls from its loops is `async` (GRDB's async `read` and
+/// `write`: the cooperative pool is never blocked on SQLite), and what ``PigeonClient``'s synchronous methods call
+/// is synchronous (`send` returns at once, with its message saved). Where both need the same access, it comes in
+/// both forms.
 final class LocalStore: Sendable {
     let pool: DatabasePool
     let userId: String
@@ -66,10 +71,10 @@ final class LocalStore: Sendable {
 
     /// Copies the write-ahead log back into the database (PASSIVE: never waits for, nor blocks, the writer or
     /// readers) once it holds more than `thresholdBytes`. The client's run loop calls it every second.
-    func checkpoint(thresholdBytes: Int = 1 << 20) throws {
+    func checkpoint(thresholdBytes: Int = 1 << 20) async throws {
         let size = (try? FileManager.default.attributesOfItem(atPath: walPath)[.size] as? Int) ?? 0
         guard size > thresholdBytes else { return }
-        try checkpointer.inDatabase { try $0.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+        try await checkpointer.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
     }
 
     /// The `synchronous` setting of the writer (1 = NORMAL, 2 = FULL).
@@ -119,21 +124,21 @@ final class LocalStore: Sendable {
     }
 
     /// The request to put on the wire for an outbox item.
-    func sendRequest(localId: Int64) throws -> SendMessageRequest? {
-        try pool.read { db in
+    func sendRequest(localId: Int64) async throws -> SendMessageRequest? {
+        try await pool.read { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT clientMessageId, type, body, clientTimestamp FROM messages WHERE localId = ?"), arguments: [localId])
                 .map { SendMessageRequest(clientMessageId: $0[0], type: $0[1], body: $0[2], clientTimestamp: $0[3]) }
         }
     }
 
     /// Applies `evidence` to an outgoing message; returns the message when its status changed.
-    func applyEvidence(_ evidence: StatusEvidence, localId: Int64, failure: ErrorDetail? = nil) throws -> PigeonMessage? {
-        try pool.write { db in try self.applyEvidence(db, evidence, localId: localId, failure: failure) }
+    func applyEvidence(_ evidence: StatusEvidence, localId: Int64, failure: ErrorDetail? = nil) async throws -> PigeonMessage? {
+        try await pool.write { db in try self.applyEvidence(db, evidence, localId: localId, failure: failure) }
     }
 
     /// The accept answer arrived: the item leaves the outbox and the message is at least ✓.
-    func markAccepted(localId: Int64, response: SendMessageResponse) throws -> PigeonMessage? {
-        try pool.write { db in
+    func markAccepted(localId: Int64, response: SendMessageResponse) async throws -> PigeonMessage? {
+        try await pool.write { db in
             try db.cachedStatement(sql: "DELETE FROM outbox WHERE localId = ?").execute(arguments: [localId])
             try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?), acceptedAt = coalesce(acceptedAt, ?) WHERE localId = ?")
                 .execute(arguments: [response.serverId, response.acceptedAt, localId])
@@ -146,15 +151,15 @@ final class LocalStore: Sendable {
     }
 
     /// Retries spent or refused: the item stays in the outbox as failed (so `retry` can restart it).
-    func markFailed(localId: Int64, reason: ErrorDetail, attempts: Int) throws -> PigeonMessage? {
-        try pool.write { db in
+    func markFailed(localId: Int64, reason: ErrorDetail, attempts: Int) async throws -> PigeonMessage? {
+        try await pool.write { db in
             try db.cachedStatement(sql: "UPDATE outbox SET failed = 1, attempts = ? WHERE localId = ?").execute(arguments: [attempts, localId])
             return try self.applyEvidence(db, .failedLocally, localId: localId, failure: reason)
         }
     }
 
-    func recordAttempts(localId: Int64, attempts: Int) throws {
-        try pool.write { db in
+    func recordAttempts(localId: Int64, attempts: Int) async throws {
+        try await pool.write { db in
             try db.cachedStatement(sql: "UPDATE outbox SET attempts = ? WHERE localId = ?").execute(arguments: [attempts, localId])
         }
     }
@@ -265,8 +270,8 @@ final class LocalStore: Sendable {
         try pool.read { try self.message($0, localId: localId) }
     }
 
-    func message(clientMessageId: String) throws -> PigeonMessage? {
-        try pool.read { db in
+    func message(clientMessageId: String) async throws -> PigeonMessage? {
+        try await pool.read { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE senderDeviceId = ? AND clientMessageId = ?"),
                 arguments: [deviceId, clientMessageId]
             ).map(Self.message(from:))
@@ -330,6 +335,10 @@ final class LocalStore: Sendable {
         try pool.read { try self.conversation($0, id: id) }
     }
 
+    func conversation(id: String) async throws -> PigeonConversation? {
+        try await pool.read { try self.conversation($0, id: id) }
+    }
+
     func conversation(_ db: Database, id: String) throws -> PigeonConversation? {
         guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq FROM conversations WHERE id = ?"), arguments: [id])
         else { return nil }
@@ -377,8 +386,8 @@ final class LocalStore: Sendable {
 
     /// Watermarks this device owes the server: delivered up to the contiguous seq, read up to the local read
     /// watermark, where the server's record of this user is lower.
-    func pendingReceipts() throws -> [(conversationId: String, kind: ReceiptKind, upToSeq: Int64)] {
-        try pool.read { db in
+    func pendingReceipts() async throws -> [(conversationId: String, kind: ReceiptKind, upToSeq: Int64)] {
+        try await pool.read { db in
             var out: [(String, ReceiptKind, Int64)] = []
             let rows = try Row.fetchAll(
                 db,
@@ -397,20 +406,28 @@ final class LocalStore: Sendable {
         }
     }
 
-    func syncState() throws -> (cursor: String?, needsFullSync: Bool) {
-        try pool.read { db in
+    func syncState() async throws -> (cursor: String?, needsFullSync: Bool) {
+        try await pool.read { db in
             let row = try Row.fetchOne(db, sql: "SELECT streamCursor, needsFullSync FROM device WHERE id = 1")
             return (row?[0], row?[1] ?? true)
         }
     }
 
     func setNeedsFullSync(_ value: Bool) throws {
-        try pool.write { try $0.execute(sql: "UPDATE device SET needsFullSync = ? WHERE id = 1", arguments: [value]) }
+        try pool.write { try Self.setNeedsFullSync($0, value) }
+    }
+
+    func setNeedsFullSync(_ value: Bool) async throws {
+        try await pool.write { try Self.setNeedsFullSync($0, value) }
+    }
+
+    private static func setNeedsFullSync(_ db: Database, _ value: Bool) throws {
+        try db.execute(sql: "UPDATE device SET needsFullSync = ? WHERE id = 1", arguments: [value])
     }
 
     /// Conversations whose known last seq is beyond what is on the device.
-    func gaps() throws -> [(conversationId: String, after: Int64)] {
-        try pool.read { db in
+    func gaps() async throws -> [(conversationId: String, after: Int64)] {
+        try await pool.read { db in
             try Row.fetchAll(db, sql: "SELECT id, contiguousSeq FROM conversations WHERE lastSeq > contiguousSeq ORDER BY id").map { ($0[0], $0[1]) }
         }
     }

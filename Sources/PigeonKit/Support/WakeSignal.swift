@@ -1,13 +1,19 @@
 import NIOConcurrencyHelpers
 
-/// Wakes one waiting loop. Signals coalesce: any number of signals while the loop is busy wake it once.
+/// Wakes one waiting loop. Signals coalesce: any number of signals while the loop is busy wake it once. Timed waits
+/// run on the engine's clock.
 final class WakeSignal: Sendable {
     private struct State {
         var pending = false
         var waiter: CheckedContinuation<Void, Never>?
     }
 
+    private let clock: EngineClock
     private let state = NIOLockedValueBox(State())
+
+    init(clock: EngineClock) {
+        self.clock = clock
+    }
 
     func signal() {
         let waiter = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
@@ -28,9 +34,16 @@ final class WakeSignal: Sendable {
             state.withLockedValue { $0.pending = false }
             return
         }
+        await wait(until: clock.now.advanced(by: timeout))
+    }
+
+    /// Returns at the next signal (at once if one is pending), when the clock reaches `deadline` when given, or on
+    /// cancellation.
+    func wait(until deadline: EngineClock.Instant?) async {
+        guard let deadline else { return await waitForSignal() }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.waitForSignal() }
-            group.addTask { try? await Task.sleep(for: timeout) }
+            group.addTask { try? await self.clock.sleep(until: deadline) }
             await group.next()
             group.cancelAll()
         }

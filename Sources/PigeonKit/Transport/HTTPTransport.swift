@@ -140,7 +140,8 @@ package struct HTTPTransport: PigeonTransport {
                 url: baseURL + "/v1/ws" + query, token: token, timeout: connectTimeout, pingInterval: liveness, logger: logger)
         case .serverSentEvents:
             return try await ServerSentEventStream.open(
-                http: http, url: baseURL + "/v1/events" + query, token: token, timeout: connectTimeout, idleTimeout: liveness * 2)
+                http: http, url: baseURL + "/v1/events" + query, token: token, timeout: connectTimeout, idleTimeout: liveness * 2,
+                operations: self)
         }
     }
 }

@@ -5,14 +5,20 @@ import NIOCore
 import PigeonProtocol
 
 /// The event stream over `GET /v1/events` (server-sent events), for networks that block WebSockets. Operations go
-/// out as HTTP requests, so ``send(_:)`` throws.
+/// out as HTTP requests through `operations`, each answered at once.
 final class ServerSentEventStream: EventStreamConnection {
-    let kind = StreamKind.serverSentEvents
+    private let operations: any PigeonTransport
     private let buffer = FrameBuffer()
     private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
-    static func open(http: HTTPClient, url: String, token: String, timeout: Duration, idleTimeout: Duration) async throws -> ServerSentEventStream {
-        let connection = ServerSentEventStream()
+    private init(operations: any PigeonTransport) {
+        self.operations = operations
+    }
+
+    static func open(
+        http: HTTPClient, url: String, token: String, timeout: Duration, idleTimeout: Duration, operations: any PigeonTransport
+    ) async throws -> ServerSentEventStream {
+        let connection = ServerSentEventStream(operations: operations)
         let gate = ConnectGate()
         let buffer = connection.buffer
         var request = HTTPClientRequest(url: url)
@@ -67,8 +73,20 @@ final class ServerSentEventStream: EventStreamConnection {
         try await buffer.nextBatch()
     }
 
-    func send(_ operation: ClientOperation) throws {
-        throw PigeonClientError(.network, "a server-sent events stream carries no operations; use HTTP")
+    func send(_ request: SendMessageRequest, to conversationId: String) async -> MessageHandover {
+        do {
+            return .accepted(try await operations.sendMessage(conversationId: conversationId, request))
+        } catch {
+            return .failed(error as? PigeonClientError ?? PigeonClientError(.network, "\(error)"))
+        }
+    }
+
+    func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
+        _ = try await operations.postReceipt(conversationId: conversationId, request)
+    }
+
+    func sendTyping(_ active: Bool, in conversationId: String) async throws {
+        try await operations.postTyping(conversationId: conversationId, active: active)
     }
 
     func close() {

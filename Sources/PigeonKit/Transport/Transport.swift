@@ -8,18 +8,41 @@ public enum StreamKind: String, Sendable, Equatable {
     case serverSentEvents
 }
 
-/// An open event stream. Delivery contract: ``nextBatch()`` returns the frames in the order the server wrote
-/// them, each once, and `nil` once the connection is closed (by either side, or because it went silent).
-/// ``send(_:)`` only queues the operation for the socket: writing is not success, an operation's answer (an `ack`
-/// or `error` frame) is the only evidence it arrived.
+/// An open event stream, and the way out for the operations that go with it. Delivery contract: ``nextBatch()``
+/// returns the frames in the order the server wrote them, each once, and `nil` once the connection is closed (by
+/// either side, or because it went silent).
+///
+/// Operations go out the way the stream allows: a WebSocket queues them on the socket (writing is not success: the
+/// answer, an `ack` or `error` frame, arrives on the stream and is the only evidence), a server-sent events stream
+/// makes an HTTP request and has the answer at once. Callers never need to know which.
 package protocol EventStreamConnection: Sendable {
-    var kind: StreamKind { get }
     /// Every frame that arrived since the last call (at least one), waiting when there is none; `nil` at the end.
     func nextBatch() async throws -> [ServerFrame]?
-    /// Queues an operation on the socket (WebSocket only; an SSE connection throws).
-    func send(_ operation: ClientOperation) throws
+    /// Hands a message to the server; ``MessageHandover`` says what became of it. Never throws: a failure is an
+    /// outcome the outbox acts on.
+    func send(_ request: SendMessageRequest, to conversationId: String) async -> MessageHandover
+    /// Sends a delivered or read receipt. Returning is not proof it arrived: the server's `receipt` echo is.
+    /// Throws when the connection is closed or the server refused it.
+    func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws
+    /// Tells the other members this user is (or stopped) typing. Throws when the connection is closed or the
+    /// server refused it.
+    func sendTyping(_ active: Bool, in conversationId: String) async throws
     /// Closes the connection; ``nextBatch()`` then returns `nil`.
     func close()
+}
+
+/// What became of a message handed to ``EventStreamConnection/send(_:to:)``.
+package enum MessageHandover: Sendable {
+    /// Queued on the socket. Not success: the answer arrives on the stream as an `ack` or `error` frame, or not at
+    /// all (the ACK timeout then counts the try).
+    case queued
+    /// Sent over HTTP and accepted: the server has the message.
+    case accepted(SendMessageResponse)
+    /// Sent over HTTP and refused, or no answer came (a network error, a timeout); the error says which, and
+    /// whether a retry can help (``PigeonClientError/isTransient``).
+    case failed(PigeonClientError)
+    /// The connection was already closed: nothing left the device, so the try does not count.
+    case connectionClosed
 }
 
 /// How PigeonKit talks to the server: the REST calls of API.md and the event stream. ``HTTPTransport`` is the
@@ -27,10 +50,17 @@ package protocol EventStreamConnection: Sendable {
 package protocol PigeonTransport: Sendable {
     /// Opens the device's event stream, resuming after `cursor` (`nil`: live from now).
     func openStream(kind: StreamKind, cursor: String?) async throws -> any EventStreamConnection
+    /// `POST /v1/conversations/{id}/messages`: the server's answer once it has the message (202, or 200 for a
+    /// clientMessageId it already holds). Throws the server's refusal or a network error.
     func sendMessage(conversationId: String, _ request: SendMessageRequest) async throws -> SendMessageResponse
+    /// `POST /v1/conversations/{id}/receipts`.
     func postReceipt(conversationId: String, _ request: ReceiptRequest) async throws -> ReceiptResponse
+    /// `POST /v1/conversations/{id}/typing`.
     func postTyping(conversationId: String, active: Bool) async throws
+    /// `POST /v1/conversations`: the conversation as the server created it.
     func createConversation(_ request: CreateConversationRequest) async throws -> Conversation
+    /// Every conversation of the user, with its members' watermarks, following the server's pages.
     func conversations() async throws -> [Conversation]
+    /// One page of a conversation's stored messages after seq `after`, ascending.
     func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage
 }

@@ -5,9 +5,9 @@ import Logging
 import NIOConcurrencyHelpers
 import PigeonProtocol
 
-/// The event stream over `GET /v1/ws`. The socket lives in a task owned by this object; ``close()`` ends it.
+/// The event stream over `GET /v1/ws`, operations out on the same socket. The socket lives in a task owned by this
+/// object; ``close()`` ends it.
 final class WebSocketEventStream: EventStreamConnection {
-    let kind = StreamKind.webSocket
     private let buffer = FrameBuffer()
     private let outgoing: AsyncStream<String>.Continuation
     private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
@@ -74,7 +74,25 @@ final class WebSocketEventStream: EventStreamConnection {
         try await buffer.nextBatch()
     }
 
-    func send(_ operation: ClientOperation) throws {
+    func send(_ request: SendMessageRequest, to conversationId: String) async -> MessageHandover {
+        do {
+            try write(.send(conversationId: conversationId, request))
+            return .queued
+        } catch {
+            return .connectionClosed
+        }
+    }
+
+    func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
+        try write(.receipt(conversationId: conversationId, request))
+    }
+
+    func sendTyping(_ active: Bool, in conversationId: String) async throws {
+        try write(.typing(conversationId: conversationId, active: active))
+    }
+
+    /// Queues an operation on the socket; throws when the connection is closed.
+    private func write(_ operation: ClientOperation) throws {
         guard !buffer.isFinished else { throw PigeonClientError(.network, "the connection is closed") }
         let data = try JSONEncoder().encode(operation)
         outgoing.yield(String(decoding: data, as: UTF8.self))

@@ -13,7 +13,8 @@ final class FaultyTransport: PigeonTransport {
     private let failingFetches = NIOLockedValueBox(0)
     private let fetchCount = NIOLockedValueBox(0)
     private let connections = NIOLockedValueBox<[any EventStreamConnection]>([])
-    let sentOperations = NIOLockedValueBox<[ClientOperation]>([])
+    private let listingCount = NIOLockedValueBox(0)
+    private let operationObserver = NIOLockedValueBox<@Sendable (ClientOperation) -> Void>({ _ in })
 
     init(base: any PigeonTransport) {
         self.base = base
@@ -23,12 +24,25 @@ final class FaultyTransport: PigeonTransport {
         frameFilter.withLockedValue { $0 = filter }
     }
 
+    /// Calls `observer` with each operation (send, receipt, typing) as it is handed to a stream connection,
+    /// whichever way it then goes out.
+    func setOperationObserver(_ observer: @escaping @Sendable (ClientOperation) -> Void) {
+        operationObserver.withLockedValue { $0 = observer }
+    }
+
+    fileprivate func record(_ operation: ClientOperation) {
+        operationObserver.withLockedValue { $0 }(operation)
+    }
+
     /// The next `count` history fetches fail with a network error.
     func failNextFetches(_ count: Int) {
         failingFetches.withLockedValue { $0 = count }
     }
 
     var fetches: Int { fetchCount.withLockedValue { $0 } }
+
+    /// How often the conversation list was fetched (catch-ups).
+    var conversationListings: Int { listingCount.withLockedValue { $0 } }
 
     /// Closes the open stream (the client sees the connection drop).
     func dropConnection() {
@@ -60,7 +74,8 @@ final class FaultyTransport: PigeonTransport {
     }
 
     func conversations() async throws -> [Conversation] {
-        try await base.conversations()
+        listingCount.withLockedValue { $0 += 1 }
+        return try await base.conversations()
     }
 
     func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {
@@ -84,8 +99,6 @@ private final class FilteredConnection: EventStreamConnection {
         self.transport = transport
     }
 
-    var kind: StreamKind { base.kind }
-
     func nextBatch() async throws -> [ServerFrame]? {
         while let batch = try await base.nextBatch() {
             let kept = batch.filter { transport.keep($0) }
@@ -94,9 +107,19 @@ private final class FilteredConnection: EventStreamConnection {
         return nil
     }
 
-    func send(_ operation: ClientOperation) throws {
-        transport.sentOperations.withLockedValue { $0.append(operation) }
-        try base.send(operation)
+    func send(_ request: SendMessageRequest, to conversationId: String) async -> MessageHandover {
+        transport.record(.send(conversationId: conversationId, request))
+        return await base.send(request, to: conversationId)
+    }
+
+    func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
+        transport.record(.receipt(conversationId: conversationId, request))
+        try await base.sendReceipt(request, to: conversationId)
+    }
+
+    func sendTyping(_ active: Bool, in conversationId: String) async throws {
+        transport.record(.typing(conversationId: conversationId, active: active))
+        try await base.sendTyping(active, in: conversationId)
     }
 
     func close() { base.close() }

@@ -1,0 +1,63 @@
+import PigeonProtocol
+
+extension ClientEngine {
+    /// Fetches every missing range at once (`messages?after=` the contiguous seq, page by page). The messages
+    /// after a gap stay persisted meanwhile; a failed fetch is retried, never given up.
+    func gapLoop() async {
+        while !Task.isCancelled {
+            await gapWake.wait()
+            guard onlineConnection != nil else { continue }
+            do {
+                try await fillGaps()
+            } catch {
+                logger.debug("gap fetch failed; retrying", metadata: ["error": "\(error)"])
+                try? await clock.sleep(for: settings.reconnectBaseDelay)
+                gapWake.signal()
+            }
+        }
+    }
+
+    func fillGaps() async throws {
+        var rounds = 0
+        while let (conversationId, after) = try await store.gaps().first, rounds < 100_000 {
+            rounds += 1
+            let page = try await transport.messages(conversationId: conversationId, after: after, limit: settings.fetchPageSize)
+            try await apply([.history(conversationId: conversationId, page.messages)])
+            if page.messages.isEmpty {
+                // The server has nothing after `after`: the seq we expected does not exist (yet); wait for news.
+                return
+            }
+        }
+    }
+
+    /// Periodic and on-demand catch-up: every conversation with its members' watermarks, then every message
+    /// missing up to each conversation's last seq. Covers a stream that stalled silently, a `reset`, a new or
+    /// rebuilt database.
+    func catchUpLoop() async {
+        while !Task.isCancelled {
+            await catchUpWake.wait(timeout: settings.catchUpInterval)
+            guard !Task.isCancelled, onlineConnection != nil else { continue }
+            do {
+                try await catchUp()
+            } catch {
+                logger.debug("catch-up failed; retrying", metadata: ["error": "\(error)"])
+                try? await clock.sleep(for: settings.reconnectBaseDelay)
+                catchUpWake.signal()
+            }
+        }
+    }
+
+    func catchUp() async throws {
+        let conversations = try await transport.conversations()
+        try await apply([.conversations(conversations)])
+        try await fillGaps()
+        try await store.setNeedsFullSync(false)
+    }
+
+    /// Creates the conversation on the server and saves it locally before returning it.
+    func createConversation(_ request: CreateConversationRequest) async throws -> Conversation {
+        let conversation = try await transport.createConversation(request)
+        try await apply([.conversations([conversation])])
+        return conversation
+    }
+}

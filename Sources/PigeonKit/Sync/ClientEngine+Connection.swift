@@ -1,0 +1,105 @@
+import PigeonProtocol
+
+extension ClientEngine {
+    /// Keeps one event stream open while the network is enabled, reconnecting with backoff; on each new
+    /// connection, wakes the loops that have work for it.
+    func connectionLoop() async {
+        var backoff = ReconnectBackoff(base: settings.reconnectBaseDelay, max: settings.reconnectMaxDelay)
+        while !Task.isCancelled {
+            guard isNetworkEnabled else {
+                setState(.offline)
+                await connectionWake.wait()
+                continue
+            }
+            setState(.connecting)
+            do {
+                let connection = try await openStream()
+                backoff.reset()
+                let stillWanted = slot.withLockedValue { slot -> Bool in
+                    guard slot.networkEnabled else { return false }
+                    slot.connection = connection
+                    slot.lastError = nil
+                    slot.receiptsSent = [:]
+                    return true
+                }
+                guard stillWanted else {
+                    connection.close()
+                    continue
+                }
+                setState(.online)
+                outboxWake.signal()
+                receiptWake.signal()
+                gapWake.signal()
+                let (cursor, needsFullSync) = try await store.syncState()
+                if cursor == nil || needsFullSync { catchUpWake.signal() }
+                try await consume(connection)
+            } catch is CancellationError {
+                break
+            } catch {
+                let error = error as? PigeonClientError ?? PigeonClientError(.network, "\(error)")
+                slot.withLockedValue { $0.lastError = error }
+                logger.debug("event stream failed", metadata: ["error": "\(error)"])
+            }
+            let connection = slot.withLockedValue { slot -> (any EventStreamConnection)? in
+                defer { slot.connection = nil }
+                return slot.connection
+            }
+            connection?.close()
+            outbox.withLockedValue { $0.connectionLost() }
+            setState(.offline)
+            guard !Task.isCancelled, isNetworkEnabled else { continue }
+            await connectionWake.wait(timeout: backoff.nextDelay(jitter: jitter()))
+        }
+    }
+
+    /// The configured stream; `.automatic` tries a WebSocket and falls back to server-sent events when the
+    /// upgrade is refused (a proxy that blocks WebSockets) but HTTP works.
+    private func openStream() async throws -> any EventStreamConnection {
+        let cursor = try await store.syncState().cursor
+        switch settings.streamTransport {
+        case .webSocket: return try await transport.openStream(kind: .webSocket, cursor: cursor)
+        case .serverSentEvents: return try await transport.openStream(kind: .serverSentEvents, cursor: cursor)
+        case .automatic:
+            do {
+                return try await transport.openStream(kind: .webSocket, cursor: cursor)
+            } catch let error as PigeonClientError where error.code == .webSocketRefused {
+                return try await transport.openStream(kind: .serverSentEvents, cursor: cursor)
+            }
+        }
+    }
+
+    /// Reads the stream until it ends: answers go to the outbox, events to the receiver (persisted, then
+    /// announced), and what they reveal (gaps, a reset, receipts owed) wakes the loop that handles it.
+    private func consume(_ connection: any EventStreamConnection) async throws {
+        while let frames = try await connection.nextBatch() {
+            var events: [Incoming] = []
+            events.reserveCapacity(frames.count)
+            for frame in frames {
+                switch frame {
+                case .ack(let ack):
+                    await accepted(clientMessageId: ack.clientMessageId, response: SendMessageResponse(
+                        serverId: ack.serverId, clientMessageId: ack.clientMessageId, status: ack.status, acceptedAt: ack.acceptedAt, seq: ack.seq))
+                case .error(let error):
+                    if let clientMessageId = error.clientMessageId {
+                        await refusedOrTransient(clientMessageId: clientMessageId, error: PigeonClientError(
+                            .server, error.error.message, serverError: error.error, httpStatus: error.error.code.httpStatus))
+                    } else {
+                        logger.debug("server refused an operation", metadata: ["error": "\(error.error.message)"])
+                    }
+                case .event(let event):
+                    events.append(.event(event))
+                }
+            }
+            if !events.isEmpty { try await apply(events) }
+        }
+    }
+
+    /// Typing goes out on the open connection (whichever kind), or over HTTP while there is none.
+    func setTyping(conversationId: String, active: Bool) async throws {
+        if let connection = onlineConnection {
+            try await connection.sendTyping(active, in: conversationId)
+        } else {
+            try await transport.postTyping(conversationId: conversationId, active: active)
+        }
+    }
+}

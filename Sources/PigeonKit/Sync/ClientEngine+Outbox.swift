@@ -1,0 +1,128 @@
+import PigeonProtocol
+
+extension ClientEngine {
+    /// Adds a message saved by `send` (or `retry`) and wakes the dispatcher.
+    func enqueue(_ item: OutboxItem) {
+        outbox.withLockedValue { $0.add(item) }
+        outboxWake.signal()
+    }
+
+    /// Makes a failed item sendable again.
+    func requeue(_ item: OutboxItem) {
+        outbox.withLockedValue { queue in
+            _ = queue.remove(item.localId)
+            queue.add(item)
+        }
+        outboxWake.signal()
+    }
+
+    /// Counts expired ACK deadlines as tries, hands the due items to the connection (per conversation one at a
+    /// time, in sending order), then sleeps until the next deadline or backoff ends, or until woken.
+    func outboxLoop() async {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                let now = clock.now
+                let timedOut = outbox.withLockedValue { $0.timedOut(now: now) }
+                for localId in timedOut {
+                    let jitter = self.jitter()
+                    let (action, attempts) = outbox.withLockedValue { queue in
+                        (queue.update(localId) { $0.ackTimedOut(now: now, policy: self.settings.retryPolicy, jitter: jitter) }, queue.items[localId]?.attempts ?? 0)
+                    }
+                    await perform(action, localId: localId, attempts: attempts)
+                }
+                if let connection = onlineConnection {
+                    let due = outbox.withLockedValue { $0.dispatchDue(now: now, policy: settings.retryPolicy) }
+                    for item in due {
+                        guard let request = await prepareDispatch(item) else { continue }
+                        // Over HTTP the answer takes a round trip: the loop does not wait for it.
+                        group.addTask { await self.handOver(item, request, on: connection) }
+                    }
+                }
+                await outboxWake.wait(until: outbox.withLockedValue { $0.nextWakeUp(after: now) })
+            }
+        }
+    }
+
+    /// Marks the message `sending` (announced before it leaves) and reads its request; `nil` when it is gone.
+    private func prepareDispatch(_ item: OutboxItem) async -> SendMessageRequest? {
+        do {
+            if let changed = try await store.applyEvidence(.dispatched, localId: item.localId) { hub.emit(.messageStatusChanged(changed)) }
+            guard let request = try await store.sendRequest(localId: item.localId) else {
+                _ = outbox.withLockedValue { $0.remove(item.localId) }
+                return nil
+            }
+            return request
+        } catch {
+            logger.error("outbox dispatch failed", metadata: ["localId": "\(item.localId)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    private func handOver(_ item: OutboxItem, _ request: SendMessageRequest, on connection: any EventStreamConnection) async {
+        switch await connection.send(request, to: item.conversationId) {
+        case .queued:
+            break
+        case .accepted(let response):
+            await accepted(clientMessageId: item.clientMessageId, response: response)
+        case .failed(let error):
+            await refusedOrTransient(clientMessageId: item.clientMessageId, error: error)
+        case .connectionClosed:
+            outbox.withLockedValue { _ = $0.update(item.localId) { $0.connectionLost() } }
+        }
+    }
+
+    /// The server has the message (an ack, a 200/202, or stored evidence): the item is done.
+    func accepted(clientMessageId: String, response: SendMessageResponse) async {
+        do {
+            let localId: Int64?
+            if let queued = outbox.withLockedValue({ $0.item(clientMessageId: clientMessageId) }) {
+                localId = queued.localId
+            } else {
+                localId = try await store.message(clientMessageId: clientMessageId)?.localId
+            }
+            guard let localId else { return }
+            _ = outbox.withLockedValue { $0.remove(localId) }
+            if let changed = try await store.markAccepted(localId: localId, response: response) { hub.emit(.messageStatusChanged(changed)) }
+        } catch {
+            logger.error("recording an ack failed", metadata: ["error": "\(error)"])
+        }
+        outboxWake.signal()
+    }
+
+    /// The server (or the network) refused a send: transient errors retry, an expired token keeps the message
+    /// queued, any other refusal fails it at once.
+    func refusedOrTransient(clientMessageId: String, error: PigeonClientError) async {
+        guard let item = outbox.withLockedValue({ $0.item(clientMessageId: clientMessageId) }) else { return }
+        let now = clock.now
+        let jitter = self.jitter()
+        let detail = error.serverError ?? ErrorDetail(code: .internalError, message: error.message)
+        let (action, attempts) = outbox.withLockedValue { queue -> (OutboxItem.Action, Int) in
+            let action = queue.update(item.localId) { item in
+                if error.isTransient {
+                    return item.transientFailure(
+                        detail, retryAfter: error.retryAfterSeconds.map { .seconds($0) }, now: now, policy: self.settings.retryPolicy, jitter: jitter)
+                }
+                if detail.code == .unauthorized { return item.connectionLost() }
+                return item.refused(detail)
+            }
+            return (action, queue.items[item.localId]?.attempts ?? 0)
+        }
+        await perform(action, localId: item.localId, attempts: attempts)
+        outboxWake.signal()
+    }
+
+    private func perform(_ action: OutboxItem.Action, localId: Int64, attempts: Int) async {
+        do {
+            switch action {
+            case .none, .send, .complete:
+                break
+            case .retryLater:
+                try await store.recordAttempts(localId: localId, attempts: attempts)
+            case .fail(let reason):
+                if let changed = try await store.markFailed(localId: localId, reason: reason, attempts: attempts) { hub.emit(.messageStatusChanged(changed)) }
+            }
+        } catch {
+            logger.error("recording an outbox change failed", metadata: ["localId": "\(localId)", "error": "\(error)"])
+        }
+    }
+}
