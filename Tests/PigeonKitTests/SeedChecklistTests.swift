@@ -40,7 +40,9 @@ struct SeedChecklistTests {
 
     @Test func offlineSendWaitsThenGoesOutWhenOnline() async throws {
         try await withKitTestServer { server in
-            let alice = try await TestDevice.register("alice", on: server.url)
+            // Alice's client waits on a manual clock, so "however long it waits offline" is a fact of the test.
+            let clock = ManualClock()
+            let alice = try await TestDevice.register("alice", on: server.url) { $0.clock = clock }
             let bob = try await TestDevice.register("bob", on: server.url)
             try await startAll(alice, bob)
             let conversation = try await makeConversation([alice, bob])
@@ -48,7 +50,8 @@ struct SeedChecklistTests {
             alice.client.setNetworkEnabled(false)
             try await waitUntil("alice is offline") { alice.client.connectionState == .offline }
             let message = try alice.client.send("sent while offline", to: conversation)
-            try await Task.sleep(for: .milliseconds(300))
+            // An hour offline: every ACK timeout and backoff of the default policy many times over. Offline is not a try.
+            clock.advance(by: .seconds(3600))
             #expect(try alice.message(message.localId).status == .pending, "no ✓ without the server")
             #expect(try alice.client.unsentMessages().map(\.localId) == [message.localId])
 
@@ -56,6 +59,7 @@ struct SeedChecklistTests {
             try await alice.waitForStatus(message.localId, atLeast: .delivered)
             let history = alice.statusHistory(localId: message.localId)
             #expect(isMonotonic(history) && history.first == .pending && history.contains(.sent), "\(history)")
+            #expect(Array(history.prefix(2)) == [.pending, .sending], "nothing happened to it before it went out: \(history)")
             #expect(try alice.client.unsentMessages().isEmpty)
             await alice.client.stop()
             await bob.client.stop()

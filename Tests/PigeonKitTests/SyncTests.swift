@@ -117,8 +117,13 @@ struct SyncTests {
 
     @Test func aSocketWriteIsNotSuccessADroppedAckIsResentAfterTheTimeout() async throws {
         try await withKitTestServer { server in
+            // Alice's client waits on a manual clock: her ACK deadline passes when the test says so, not after a sleep.
+            let clock = ManualClock()
+            let policy = RetryPolicy(maxAttempts: 3, ackTimeout: .milliseconds(800), baseDelay: .milliseconds(50), maxDelay: .milliseconds(100))
             let (alice, faulty) = try await TestDevice.registerFaulty("alice", on: server.url) {
-                $0.retryPolicy = RetryPolicy(maxAttempts: 3, ackTimeout: .milliseconds(800), baseDelay: .milliseconds(50), maxDelay: .milliseconds(100))
+                $0.retryPolicy = policy
+                $0.clock = clock
+                $0.jitter = { 0 }
             }
             let bob = try await TestDevice.register("bob", on: server.url)
             try await startAll(alice, bob)
@@ -139,14 +144,27 @@ struct SyncTests {
                     return true
                 }
             }
+            // When each send left, on alice's clock.
+            let sendTimes = NIOLockedValueBox<[ManualClock.Instant]>([])
+            faulty.setOperationObserver { operation in
+                if case .send = operation { sendTimes.withLockedValue { $0.append(clock.now) } }
+            }
+            let sends = { sendTimes.withLockedValue { $0 }.count }
             let message = try alice.client.send("ack lost", to: conversation)
-            try await waitUntil("the message is on the wire") { try alice.message(message.localId).status == .sending }
-            try await Task.sleep(for: .milliseconds(400))
+            // The server's answer came back and was dropped: nothing but a resend can bring a ✓ now.
+            try await waitUntil("the first ack arrived and was dropped") { droppedAcks.withLockedValue { $0 } == 1 }
             #expect(try alice.message(message.localId).status == .sending, "written to the socket, but no ✓ without the ack")
             #expect(try alice.client.unsentMessages().map(\.localId) == [message.localId], "still in the outbox")
-            try await alice.waitForStatus(message.localId, atLeast: .stored)
-            let sends = faulty.sentOperations.withLockedValue { $0 }.filter { if case .send = $0 { return true } else { return false } }
-            #expect(sends.count == 2, "resent once after the ACK timeout")
+            #expect(sends() == 1)
+            // At the ACK deadline the try counts; the resend follows its backoff (25 ms without jitter).
+            try await clock.advance(by: .milliseconds(5), until: "the resent message is stored") {
+                let status = try alice.message(message.localId).status
+                return status != .failed && status >= .stored
+            }
+            let times = sendTimes.withLockedValue { $0 }
+            try #require(times.count == 2, "resent once: \(times)")
+            let earliestResend = times[0].advanced(by: policy.ackTimeout + policy.delay(afterAttempt: 1, jitter: 0))
+            #expect(times[1] >= earliestResend, "resent after the ACK timeout and its backoff, not before: \(times)")
             let history = try await server.history(conversationId: conversation, token: alice.credentials.token)
             #expect(history.map(\.body) == ["ack lost"], "the server de-duplicated the resend")
             await alice.client.stop()
@@ -183,8 +201,11 @@ struct SyncTests {
     @Test func aGapIsFetchedAtOnceAndAnnouncedInOrderAndNothingIsDropped() async throws {
         try await withKitTestServer { server in
             let alice = try await TestDevice.register("alice", on: server.url)
+            // Bob's client waits on a manual clock: its fetch retries and every timeout happen when the test moves it.
+            let clock = ManualClock()
             let (bob, faulty) = try await TestDevice.registerFaulty("bob", on: server.url) {
                 $0.catchUpInterval = .seconds(3600)
+                $0.clock = clock
             }
             try await startAll(alice, bob)
             let conversation = try await makeConversation([alice, bob])
@@ -200,15 +221,20 @@ struct SyncTests {
                 sent.append(try alice.client.send("m\(index)", to: conversation))
                 try await alice.waitForStatus(sent[index - 1].localId, atLeast: .stored)
             }
-            try await waitUntil("bob has all six", timeout: .seconds(20)) { bob.received.count == 6 }
+            // A failed fetch is retried after a backoff on bob's clock.
+            try await clock.advance(by: .milliseconds(10), until: "bob has all six", timeout: .seconds(20)) { bob.received.count == 6 }
             #expect(bob.received.map(\.seq) == [1, 2, 3, 4, 5, 6], "announced in seq order")
             #expect(faulty.fetches >= 3, "the gap was fetched (and the failed fetches retried)")
-            try await Task.sleep(for: .seconds(2))
-            #expect(try bob.allMessages(in: conversation).map(\.body) == ["m1", "m2", "m3", "m4", "m5", "m6"], "nothing dropped after any timeout")
-            #expect(bob.received.count == 6, "nothing announced twice")
-            try await waitUntil("bob's delivered watermark covers all six") {
+            // Two hours pass for bob's client: every timer it has fires, the hourly catch-up included.
+            let listings = faulty.conversationListings
+            clock.advance(by: .seconds(7200))
+            try await waitUntil("the periodic catch-up ran") { faulty.conversationListings > listings }
+            // Bob's receipts wait out their delay on his clock too.
+            try await clock.advance(by: .milliseconds(10), until: "bob's delivered watermark covers all six") {
                 try alice.message(sent[5].localId).status == .delivered
             }
+            #expect(try bob.allMessages(in: conversation).map(\.body) == ["m1", "m2", "m3", "m4", "m5", "m6"], "nothing dropped after any timeout")
+            #expect(bob.received.count == 6, "nothing announced twice")
             await alice.client.stop()
             await bob.client.stop()
         }
