@@ -2,6 +2,8 @@ import PigeonProtocol
 
 /// An error of the client SDK: a local refusal, or the server's or the network's answer to a call.
 public struct PigeonClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What kind of error it is: compare with the static members (`error.code == .timeout`). New codes may be
+    /// added; a `switch` needs a `default`.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String {
             case invalidArgument, unknownConversation, unknownMessage, notRetryable, localDatabase
@@ -35,17 +37,23 @@ public struct PigeonClientError: Error, Sendable, Equatable, CustomStringConvert
         /// The client was closed.
         public static let closed = Code(.closed)
 
+        /// The code's name, e.g. `timeout`.
         public var description: String { base.rawValue }
     }
 
+    /// What kind of error it is.
     public var code: Code
+    /// What went wrong, for a log or a developer; not meant for end users.
     public var message: String
-    /// The server's error body and HTTP status, for ``Code/server``.
+    /// The server's error body (API.md's error codes), for ``Code-swift.struct/server``.
     public var serverError: ErrorDetail?
+    /// The HTTP status of the server's answer, when the error came from one (an error frame on the WebSocket
+    /// carries the status its code maps to).
     public var httpStatus: Int?
     /// The server's `Retry-After`, in seconds, when it sent one.
     public var retryAfterSeconds: Int?
 
+    /// An error with its code and message, and the server's answer when there was one.
     public init(_ code: Code, _ message: String, serverError: ErrorDetail? = nil, httpStatus: Int? = nil, retryAfterSeconds: Int? = nil) {
         self.code = code
         self.message = message
@@ -54,6 +62,7 @@ public struct PigeonClientError: Error, Sendable, Equatable, CustomStringConvert
         self.retryAfterSeconds = retryAfterSeconds
     }
 
+    /// The server's code, status and message when it answered; else ``message``.
     public var description: String {
         if let serverError, let httpStatus { return "\(serverError.code.rawValue) (\(httpStatus)): \(serverError.message)" }
         return message

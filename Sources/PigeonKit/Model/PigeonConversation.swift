@@ -2,7 +2,9 @@ import PigeonProtocol
 
 /// A conversation as this device knows it, from the local database.
 public struct PigeonConversation: Sendable, Equatable, Identifiable, Codable {
+    /// The server's id of the conversation (a lowercase UUID).
     public var id: String
+    /// The name given at creation, if any.
     public var name: String?
     /// Milliseconds since the epoch.
     public var createdAt: Int64

@@ -11,6 +11,7 @@ public enum PigeonEvent: Sendable, Equatable {
     case messageStatusChanged(PigeonMessage)
     /// A conversation was created, its members' watermarks moved, or its unread count changed.
     case conversationUpdated(PigeonConversation)
+    /// The connection moved to a new state (sent only on a change, never twice in a row for one state).
     case connectionStateChanged(ConnectionState)
     /// A member of a conversation started or stopped typing (ephemeral, never stored).
     case typing(conversationId: String, userId: String, active: Bool)
@@ -22,18 +23,29 @@ public enum PigeonEvent: Sendable, Equatable {
 /// order, on an internal executor: hop to the main actor yourself to touch UI. The default implementations do
 /// nothing, so a listener implements only what it needs.
 public protocol PigeonListener: AnyObject, Sendable {
+    /// ``PigeonEvent/messageReceived(_:)``: a message from someone else is on this device, in seq order per
+    /// conversation.
     func onMessageReceived(_ message: PigeonMessage)
+    /// ``PigeonEvent/messageStatusChanged(_:)``: an outgoing message's status (or delivery path) moved forward.
     func onMessageStatusChanged(_ message: PigeonMessage)
+    /// ``PigeonEvent/connectionStateChanged(_:)``.
     func onConnectionStateChanged(_ state: ConnectionState)
+    /// ``PigeonEvent/conversationUpdated(_:)``: created, watermarks moved, or unread count changed.
     func onConversationUpdated(_ conversation: PigeonConversation)
+    /// ``PigeonEvent/localDatabaseRebuilt(_:)``: sent once, first, by the run after a rebuild.
     func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery)
 }
 
 extension PigeonListener {
+    /// Does nothing.
     public func onMessageReceived(_ message: PigeonMessage) {}
+    /// Does nothing.
     public func onMessageStatusChanged(_ message: PigeonMessage) {}
+    /// Does nothing.
     public func onConnectionStateChanged(_ state: ConnectionState) {}
+    /// Does nothing.
     public func onConversationUpdated(_ conversation: PigeonConversation) {}
+    /// Does nothing.
     public func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery) {}
 }
 

@@ -10,7 +10,9 @@ import PigeonProtocol
 ///   (TRY_ADD_TO_MAILBOX → ADDED_TO_MAILBOX; MAILBOX_MSG_RECEIVED is the message reaching ``MessageStatus/delivered``
 ///   when an offline member comes back and acknowledges it).
 public enum DeliveryPath: String, Sendable, Codable, Equatable {
+    /// At least one other member's device was connected when the message was stored.
     case direct
+    /// No other member's device was connected: the message waits on the server until one fetches it.
     case mailbox
 }
 
@@ -22,6 +24,7 @@ public enum DeliveryPath: String, Sendable, Codable, Equatable {
 public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     /// This device's id for the message, assigned when it was saved here. Stable for the life of the database.
     public var localId: Int64
+    /// The conversation it belongs to.
     public var conversationId: String
     /// The sender's idempotency key (the server de-duplicates resends by it).
     public var clientMessageId: String
@@ -29,10 +32,13 @@ public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     public var serverId: String?
     /// The position in the conversation (1, 2, 3 … with no gaps), known once the server stored it.
     public var seq: Int64?
+    /// The user who sent it.
     public var senderId: String
+    /// The device it was sent from.
     public var senderDeviceId: String
     /// App-defined kind (`text`, `reaction`, …).
     public var type: String
+    /// The content, as sent (at most ``PigeonClient/Configuration-swift.struct/maxBodyBytes`` of UTF-8).
     public var body: String
     /// The sender's clock when the message was sent, milliseconds since the epoch.
     public var clientTimestamp: Int64
@@ -42,6 +48,9 @@ public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     public var storedAt: Int64?
     /// Whether this user sent it (from this or another of the user's devices).
     public var isOutgoing: Bool
+    /// Where the message stands; for an outgoing message it only moves forward, each step on the server's
+    /// evidence (see ``MessageStatus``), except that ``PigeonClient/retry(localId:)`` takes a failed one back to
+    /// pending.
     public var status: MessageStatus
     /// For outgoing messages, once stored: direct or mailbox (see ``DeliveryPath``).
     public var deliveryPath: DeliveryPath?
@@ -50,6 +59,7 @@ public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     /// Why the message failed, when ``status`` is ``MessageStatus/failed``.
     public var failure: ErrorDetail?
 
+    /// ``localId``, for `Identifiable`.
     public var id: Int64 { localId }
 
     /// Whether this device sent it (only those can be retried).

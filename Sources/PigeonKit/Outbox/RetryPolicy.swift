@@ -8,8 +8,10 @@ public struct RetryPolicy: Sendable, Equatable {
     public var ackTimeout: Duration
     /// The first backoff; each further try doubles it, up to ``maxDelay``. The server's `Retry-After` wins when longer.
     public var baseDelay: Duration
+    /// The longest backoff between two tries (the server's `Retry-After` may still ask for longer).
     public var maxDelay: Duration
 
+    /// DESIGN.md's policy by default: 3 tries, a 10 s ACK timeout, backoff from 1 s to 60 s.
     public init(maxAttempts: Int = 3, ackTimeout: Duration = .seconds(10), baseDelay: Duration = .seconds(1), maxDelay: Duration = .seconds(60)) {
         self.maxAttempts = maxAttempts
         self.ackTimeout = ackTimeout
