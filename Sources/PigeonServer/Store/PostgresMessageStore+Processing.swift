@@ -15,28 +15,23 @@ extension PostgresMessageStore {
             // Something in the batch was refused by the database (bad data): one message per transaction, so
             // the one at fault fails alone and the rest are stored.
             logger.warning("batch refused by PostgreSQL; processing its messages one by one", metadata: ["error": "\(String(reflecting: error))"])
-            var results: [ProcessingResult] = []
-            var blocked = Set<String>()
+            var plan = BatchPlan(capacity: items.count)
             for item in items {
-                if blocked.contains(item.entry.message.conversationId) {
-                    results.append(.deferred)
-                    continue
-                }
-                let result: ProcessingResult
+                guard plan.shouldAttempt(item) else { continue }
                 do {
-                    result = try await processBatch([item]).first ?? .deferred
+                    switch try await processBatch([item]).first {
+                    case .stored(let seq): plan.stored(seq: seq)
+                    case .alreadyStored(let seq): plan.alreadyStored(seq: seq)
+                    case .failed(let error), .deadLettered(let error): _ = plan.failed(item, error: error)
+                    case .deferred, nil: preconditionFailure("a batch of one message answers for it")
+                    }
                 } catch let error where Self.isMessageError(error) {
-                    if item.isFinalAttempt {
-                        try await deadLetterAlone(item.entry.message, error: error)
-                        result = .deadLettered(error)
-                    } else {
-                        result = .failed(error)
+                    if case .deadLetter(let detail) = plan.failed(item, error: error, refusal: Self.refusal(error)) {
+                        try await deadLetterAlone(item.entry.message, detail: detail)
                     }
                 }
-                if case .failed = result { blocked.insert(item.entry.message.conversationId) }
-                results.append(result)
             }
-            return results
+            return plan.results
         }
     }
 
@@ -155,20 +150,15 @@ extension PostgresMessageStore {
     func plan(_ items: [ProcessingItem], lastSeqs: [String: Int64], storedBefore: StoredBefore) throws -> ([ProcessingResult], BatchWrite) {
         let payloads = EventPayload()
         let now = WallClock.nowMillis()
-        var results: [ProcessingResult] = []
-        results.reserveCapacity(items.count)
-        var blocked = Set<String>()
+        var plan = BatchPlan(capacity: items.count)
         var batch = BatchWrite(now: now)
         for item in items {
             let message = item.entry.message
-            if blocked.contains(message.conversationId) {
-                results.append(.deferred)
-                continue
-            }
+            guard plan.shouldAttempt(item) else { continue }
             if let seq = storedBefore.byServerId[message.serverId]
                 ?? storedBefore.byClientId[[message.senderId, message.senderDeviceId, message.clientMessageId]]
             {
-                results.append(.alreadyStored(seq: seq))
+                plan.alreadyStored(seq: seq)
                 continue
             }
             do {
@@ -178,51 +168,31 @@ extension PostgresMessageStore {
                 else { throw PigeonError.conversationNotFound }
                 let seq = lastSeq + 1
                 batch.lastSeqs[message.conversationId] = seq
-                let stored = Message(
-                    serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId,
-                    seq: seq, senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
-                    clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
+                let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
                 batch.messages.append(stored)
                 let part = partition(of: message.conversationId)
                 let rendered = payloads.messageNew(stored)
-                for userId in members {
+                for recipient in MessageEvents.newMessageRecipients(of: message, members: members) {
                     batch.events.append(
-                        type: "message.new", userId: userId,
-                        excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: nil, at: now,
+                        type: "message.new", userId: recipient.userId, excludedDeviceId: recipient.excludedDeviceId, payload: nil, at: now,
                         partition: part, message: (message.conversationId, seq, rendered))
                 }
-                let recipients = members.filter { $0 != message.senderId }
-                let online = fanout.onlineDeviceCount(
-                    of: recipients, excluding: DeviceIdentity(userId: message.senderId, deviceId: message.senderDeviceId))
                 batch.events.append(
                     type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId,
-                    payload: payloads.messageStored(
-                        MessageStoredEvent(
-                            conversationId: message.conversationId, serverId: message.serverId,
-                            clientMessageId: message.clientMessageId, seq: seq, storedAt: now,
-                            recipientsOnline: online)),
+                    payload: payloads.messageStored(MessageEvents.stored(message, seq: seq, storedAt: now, members: members, fanout: fanout)),
                     at: now, partition: part)
-                results.append(.stored(seq: seq))
+                plan.stored(seq: seq)
             } catch {
-                let permanent = (error as? PigeonError)?.isPermanent ?? false
-                if item.isFinalAttempt || permanent {
-                    let detail = Self.errorDetail(error)
+                if case .deadLetter(let detail) = plan.failed(item, error: error, refusal: Self.refusal(error)) {
                     batch.deadLetters.append(message, failedAt: now, error: detail)
                     batch.events.append(
                         type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
-                        payload: try payloads.messageFailed(
-                            MessageFailedEvent(
-                                conversationId: message.conversationId, serverId: message.serverId,
-                                clientMessageId: message.clientMessageId, error: detail)),
+                        payload: try payloads.messageFailed(MessageEvents.failed(message, error: detail)),
                         at: now, partition: partition(of: message.conversationId))
-                    results.append(.deadLettered(error))
-                } else {
-                    blocked.insert(message.conversationId)
-                    results.append(.failed(error))
                 }
             }
         }
-        return (results, batch)
+        return (plan.results, batch)
     }
 
     /// Most conversations whose last seq a node keeps (the cache starts over when it would hold more).
@@ -241,30 +211,30 @@ extension PostgresMessageStore {
 
     /// Dead-letters one message in a transaction of its own (after the database refused it). If the database
     /// refuses the dead letter too (text it cannot hold), U+0000 characters are kept as U+FFFD.
-    func deadLetterAlone(_ message: BufferedMessage, error: any Error) async throws {
+    /// Dead-letters one message with `detail` in a transaction of its own (after the database refused it). If the
+    /// database refuses the dead letter too (text it cannot hold), U+0000 characters are kept as U+FFFD.
+    func deadLetterAlone(_ message: BufferedMessage, detail: ErrorDetail) async throws {
         do {
-            try await deadLetterAlone(message, detail: Self.errorDetail(error))
+            try await writeDeadLetter(message, detail: detail)
         } catch let refusal where Self.isMessageError(refusal) {
             func storable(_ text: String) -> String { text.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}") }
             var sanitized = message
             sanitized.body = storable(message.body)
             sanitized.type = storable(message.type)
-            var detail = Self.errorDetail(error)
+            var detail = detail
             detail.message = storable(detail.message) + " (U+0000 kept as U+FFFD in this dead letter)"
-            try await deadLetterAlone(sanitized, detail: detail)
+            try await writeDeadLetter(sanitized, detail: detail)
         }
     }
 
-    func deadLetterAlone(_ message: BufferedMessage, detail: ErrorDetail) async throws {
+    private func writeDeadLetter(_ message: BufferedMessage, detail: ErrorDetail) async throws {
         let now = WallClock.nowMillis()
         var deadLetters = DeadLetterRows()
         deadLetters.append(message, failedAt: now, error: detail)
         var events = EventRows()
         events.append(
             type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
-            payload: try EventPayload().messageFailed(
-                MessageFailedEvent(
-                    conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: detail)),
+            payload: try EventPayload().messageFailed(MessageEvents.failed(message, error: detail)),
             at: now, partition: partition(of: message.conversationId))
         let committed = try await transaction { connection in
             try await write(BatchWrite(deadLetters: deadLetters, events: events, now: now), connection)
@@ -272,12 +242,9 @@ extension PostgresMessageStore {
         fanout.publish(committed)
     }
 
-    static func errorDetail(_ error: any Error) -> ErrorDetail {
-        if let error = error as? PigeonError { return error.detail }
-        if let error = error as? PSQLError, let message = error.serverInfo?[.message] {
-            return ErrorDetail(code: .invalidRequest, message: "the store refused the message: \(message)")
-        }
-        return ErrorDetail(code: .internalError, message: "processing failed: \(error)")
+    /// PostgreSQL's words when it refused a message's data (``isMessageError(_:)``), for the dead letter.
+    static func refusal(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.message]
     }
 
     public func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {

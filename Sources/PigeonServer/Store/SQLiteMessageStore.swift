@@ -204,18 +204,13 @@ public final class SQLiteMessageStore: MessageStore {
     ) throws -> BatchOutcome {
         let payloads = EventPayload()
         let now = WallClock.nowMillis()
-        var results: [ProcessingResult] = []
-        results.reserveCapacity(items.count)
+        var plan = BatchPlan(capacity: items.count)
         var events: [StoredEvent] = []
-        var blocked = Set<String>()
         /// conversation → its last seq so far in this batch; written back once at the end.
         var lastSeqs: [String: Int64] = [:]
         for (index, item) in items.enumerated() {
             let message = item.entry.message
-            if blocked.contains(message.conversationId) {
-                results.append(.deferred)
-                continue
-            }
+            guard plan.shouldAttempt(item) else { continue }
             do {
                 var written: [StoredEvent] = []
                 var outcome = ProcessingResult.deferred
@@ -234,27 +229,27 @@ public final class SQLiteMessageStore: MessageStore {
                         throw BatchNeedsIsolation(index: index, error: error)
                     }
                 }
-                if case .stored(let seq) = outcome {
+                switch outcome {
+                case .stored(let seq):
                     lastSeqs[message.conversationId] = seq
                     events.append(contentsOf: written)
+                    plan.stored(seq: seq)
+                case .alreadyStored(let seq):
+                    plan.alreadyStored(seq: seq)
+                case .failed, .deadLettered, .deferred:
+                    preconditionFailure("storeMessage answers stored or alreadyStored, or throws")
                 }
-                results.append(outcome)
             } catch let error as BatchNeedsIsolation {
                 throw error
             } catch where SQLiteDiskHealth.isDiskFault(error) {
                 // The whole batch waits for disk space: a full disk is no fault of this message.
                 throw error
             } catch {
-                let permanent = (error as? PigeonError)?.isPermanent ?? false
-                if item.isFinalAttempt || permanent {
+                if case .deadLetter(let detail) = plan.failed(item, error: error) {
                     try db.inSavepoint {
-                        events.append(try deadLetter(message, error: error, now: now, payloads: payloads, db))
+                        events.append(try deadLetter(message, detail: detail, now: now, payloads: payloads, db))
                         return .commit
                     }
-                    results.append(.deadLettered(error))
-                } else {
-                    blocked.insert(message.conversationId)
-                    results.append(.failed(error))
                 }
             }
         }
@@ -262,7 +257,7 @@ public final class SQLiteMessageStore: MessageStore {
             try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, updated_at = MAX(updated_at, ?) WHERE id = ?")
                 .execute(arguments: [seq, now, conversationId])
         }
-        return BatchOutcome(results: results, events: events)
+        return BatchOutcome(results: plan.results, events: events)
     }
 
     static func fetchLastSeq(_ db: Database, _ conversationId: String) throws -> Int64 {
@@ -301,24 +296,15 @@ public final class SQLiteMessageStore: MessageStore {
             guard let storedSeq else { throw PigeonError.overloaded("seq \(seq) of the conversation is taken; retry shortly") }
             return .alreadyStored(seq: storedSeq)
         }
-        let stored = Message(
-            serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId, seq: seq,
-            senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
-            clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: now)
+        let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
         let newPayload = payloads.messageNew(stored)
-        for userId in members {
+        for recipient in MessageEvents.newMessageRecipients(of: message, members: members) {
             events.append(
                 try Self.insertEvent(
-                    db, type: "message.new", userId: userId, deviceId: nil,
-                    excludedDeviceId: userId == message.senderId ? message.senderDeviceId : nil, payload: newPayload, at: now,
-                    message: (message.conversationId, seq)))
+                    db, type: "message.new", userId: recipient.userId, deviceId: nil, excludedDeviceId: recipient.excludedDeviceId,
+                    payload: newPayload, at: now, message: (message.conversationId, seq)))
         }
-        let recipients = members.filter { $0 != message.senderId }
-        let storedPayload = payloads.messageStored(
-            MessageStoredEvent(
-                conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, seq: seq,
-                storedAt: now, recipientsOnline: fanout.onlineDeviceCount(
-                    of: recipients, excluding: DeviceIdentity(userId: message.senderId, deviceId: message.senderDeviceId))))
+        let storedPayload = payloads.messageStored(MessageEvents.stored(message, seq: seq, storedAt: now, members: members, fanout: fanout))
         events.append(
             try Self.insertEvent(
                 db, type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId, excludedDeviceId: nil,
@@ -326,8 +312,7 @@ public final class SQLiteMessageStore: MessageStore {
         return .stored(seq: seq)
     }
 
-    private func deadLetter(_ message: BufferedMessage, error: any Error, now: Int64, payloads: EventPayload, _ db: Database) throws -> StoredEvent {
-        let detail = (error as? PigeonError)?.detail ?? ErrorDetail(code: .internalError, message: "processing failed: \(error)")
+    private func deadLetter(_ message: BufferedMessage, detail: ErrorDetail, now: Int64, payloads: EventPayload, _ db: Database) throws -> StoredEvent {
         try db.cachedStatement(
             sql: """
                 INSERT OR REPLACE INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
@@ -337,9 +322,7 @@ public final class SQLiteMessageStore: MessageStore {
             message.serverId, message.conversationId, message.clientMessageId, message.senderId, message.senderDeviceId, message.type,
             message.body, message.clientTimestamp, message.acceptedAt, now, detail.code.rawValue, detail.message,
         ])
-        let payload = try payloads.messageFailed(
-            MessageFailedEvent(
-                conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: detail))
+        let payload = try payloads.messageFailed(MessageEvents.failed(message, error: detail))
         return try Self.insertEvent(
             db, type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId, excludedDeviceId: nil,
             payload: payload, at: now)
