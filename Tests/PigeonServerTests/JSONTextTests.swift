@@ -33,7 +33,7 @@ import Testing
 
     @Test func ackFrameDecodes() throws {
         let response = SendMessageResponse(serverId: "s", clientMessageId: "c", status: .stored, acceptedAt: 5, seq: 3)
-        let frame = try JSONDecoder().decode(ServerFrame.self, from: Data(PigeonCore.ackFrame(response).utf8))
+        let frame = try JSONDecoder().decode(ServerFrame.self, from: Data(StreamController.ackFrame(response).utf8))
         #expect(frame == .ack(AckFrame(response)))
     }
 }

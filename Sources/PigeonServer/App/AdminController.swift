@@ -1,40 +1,44 @@
 import Hummingbird
+import Logging
 import PigeonProtocol
 
-/// `GET /v1/admin/dead-letters` and `POST /v1/admin/dead-letters/{serverId}/replay`, behind the admin token.
-struct DeadLetterList: Codable, Sendable {
-    var deadLetters: [DeadLetter]
+/// `GET /v1/admin/dead-letters` and `POST /v1/admin/dead-letters/{serverId}/replay`, behind the admin token
+/// (``OperatorTokenMiddleware``). Without an admin token configured the routes do not exist (404).
+struct AdminController: Sendable {
+    let store: any MessageStore
+    let buffer: any IngestBuffer
+    let logger: Logger
+
+    func addRoutes(to group: RouterGroup<PigeonRequestContext>) {
+        group.get("/dead-letters", use: deadLetters)
+        group.post("/dead-letters/:serverId/replay", use: replay)
+    }
+
+    @Sendable func deadLetters(_ request: Request, context: PigeonRequestContext) async throws -> Response {
+        let limit = try request.integerParameter("limit", range: 1...1000) ?? 100
+        return try JSONBody.response(DeadLetterList(deadLetters: try await store.deadLetters(limit: Int(limit))))
+    }
+
+    @Sendable func replay(_ request: Request, context: PigeonRequestContext) async throws -> Response {
+        guard let serverId = context.parameters.get("serverId").flatMap(Validation.canonicalUUID) else {
+            throw PigeonError.invalid("serverId must be a UUID")
+        }
+        guard let message = try await store.deadLetter(serverId: serverId) else {
+            throw PigeonError(.notFound, "no dead letter with this serverId")
+        }
+        // Durable in the buffer first: a crash in between leaves a stale dead letter, never a lost message.
+        try await buffer.requeue(message)
+        try await store.removeDeadLetter(serverId: serverId)
+        logger.notice("dead letter replayed", metadata: ["serverId": "\(serverId)"])
+        return try JSONBody.response(
+            SendMessageResponse(serverId: serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt),
+            status: .accepted)
+    }
 }
 
-extension PigeonCore {
-    /// Dead-letter inspection and replay. Without an admin token configured the routes do not exist (404).
-    func addAdminRoutes(to router: Router<PigeonRequestContext>) {
-        guard let adminToken = configuration.adminToken.map(OperatorToken.init) else { return }
-        @Sendable func authorize(_ request: Request) throws { try adminToken.authorize(request) }
-
-        router.get("/v1/admin/dead-letters") { request, _ -> Response in
-            try authorize(request)
-            let limit = try Self.integerParameter(request.uri.queryParameters.get("limit"), name: "limit", range: 1...1000) ?? 100
-            return try JSONBody.response(DeadLetterList(deadLetters: try await self.store.deadLetters(limit: Int(limit))))
-        }
-
-        router.post("/v1/admin/dead-letters/:serverId/replay") { request, context -> Response in
-            try authorize(request)
-            guard let serverId = context.parameters.get("serverId").flatMap(Validation.canonicalUUID) else {
-                throw PigeonError.invalid("serverId must be a UUID")
-            }
-            guard let message = try await self.store.deadLetter(serverId: serverId) else {
-                throw PigeonError(.notFound, "no dead letter with this serverId")
-            }
-            // Durable in the buffer first: a crash in between leaves a stale dead letter, never a lost message.
-            try await self.buffer.requeue(message)
-            try await self.store.removeDeadLetter(serverId: serverId)
-            self.logger.notice("dead letter replayed", metadata: ["serverId": "\(serverId)"])
-            return try JSONBody.response(
-                SendMessageResponse(serverId: serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt),
-                status: .accepted)
-        }
-    }
+/// The answer of `GET /v1/admin/dead-letters`.
+struct DeadLetterList: Codable, Sendable {
+    var deadLetters: [DeadLetter]
 }
 
 /// A fixed bearer token of an operator route (admin, metrics), compared by hash so its length and prefix leak
@@ -48,5 +52,16 @@ struct OperatorToken: Sendable {
     func authorize(_ request: Request) throws {
         let token = try Authenticator.token(authorization: request.headers[.authorization], queryToken: nil, allowQuery: false)
         guard Authenticator.hash(token) == hash else { throw PigeonError.unauthorized }
+    }
+}
+
+/// Answers `401 unauthorized` before the route unless the request carries the operator's token.
+struct OperatorTokenMiddleware: RouterMiddleware {
+    typealias Context = PigeonRequestContext
+    let token: OperatorToken
+
+    func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
+        try token.authorize(request)
+        return try await next(request, context)
     }
 }

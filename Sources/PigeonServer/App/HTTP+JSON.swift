@@ -131,3 +131,25 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         }
     }
 }
+
+extension Request {
+    /// An optional integer query parameter within `range`; anything else is a clear 400.
+    func integerParameter(_ name: String, range: ClosedRange<Int64>) throws -> Int64? {
+        guard let raw: String = uri.queryParameters.get(name) else { return nil }
+        guard let value = Int64(raw), range.contains(value) else {
+            let upper = range.upperBound == Int64.max ? "" : " to \(range.upperBound)"
+            throw PigeonError.invalid("\(name) must be an integer from \(range.lowerBound)\(upper)")
+        }
+        return value
+    }
+
+    /// The `cursor` of a stream or sync request (`?cursor=`, or `Last-Event-ID` when `allowHeader`); a malformed one is
+    /// a 400.
+    func cursorParameter(allowHeader: Bool) throws -> String? {
+        let query: String? = uri.queryParameters.get("cursor")
+        let header: String? = allowHeader ? headers[HTTPField.Name("Last-Event-ID")!] : nil
+        let cursor = query ?? header
+        if let cursor, EventCursor.isMalformed(cursor) { throw PigeonError.invalid("cursor is malformed") }
+        return cursor
+    }
+}

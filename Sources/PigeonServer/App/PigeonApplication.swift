@@ -6,23 +6,49 @@ import Logging
 /// Builds a runnable Pigeon server.
 public enum PigeonApplication {
     /// The Hummingbird application for `configuration`: HTTP routes, the WebSocket endpoint, and the
-    /// processor, typing and housekeeping services. Opening the data files (or connecting to PostgreSQL and Redis) and migrating happen here, before
-    /// the server accepts anything.
+    /// processor, typing and housekeeping services. Opening the data files (or connecting to PostgreSQL and Redis) and
+    /// migrating happen here (``PigeonCore/open(configuration:logger:)``), before the server accepts anything.
     ///
     /// Run it with `runService()` (graceful shutdown on SIGINT/SIGTERM: stop accepting, close streams,
     /// drain the buffer, exit) or inside a `ServiceGroup`.
     public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<RouterResponder<PigeonRequestContext>> {
         ConnectionDescriptorLimit.raise(logger: logger)
-        let core = try await PigeonCore(configuration: configuration, logger: logger)
-        if configuration.isOpenRegistrationEnabled { core.warnOpenRegistration() }
+        let core = try await PigeonCore.open(configuration: configuration, logger: logger)
+        if configuration.isOpenRegistrationEnabled { warnOpenRegistration(configuration, logger: logger) }
+        let access = core.conversationAccess
+        let streams = StreamController(
+            store: core.store, hub: core.hub, ingest: core.ingest, access: access, authenticator: core.authenticator, metrics: core.metrics,
+            streamLimits: configuration.streamLimits, keepAliveInterval: configuration.keepAliveInterval, maxBodyBytes: configuration.maxBodyBytes,
+            logger: logger)
         let router = Router(context: PigeonRequestContext.self)
         router.middlewares.add(ErrorMiddleware())
-        core.addDeviceRoutes(to: router)
-        core.addRoutes(to: router)
-        core.addStreamRoutes(to: router)
-        core.addOperationsRoutes(to: router)
-        core.addAdminRoutes(to: router)
-        let webSocketResponder = core.makeWebSocketRouter().buildResponder()
+        let v1 = router.group("/v1")
+        DeviceController(
+            authenticator: core.authenticator, abuse: core.abuse, metrics: core.metrics, openRegistration: configuration.isOpenRegistrationEnabled,
+            trustedProxies: configuration.trustedProxies, maxBodyBytes: configuration.maxBodyBytes
+        ).addRoutes(to: v1)
+        // Routes of a device: the token in the Authorization header...
+        let device = v1.group().add(middleware: DeviceAuthenticationMiddleware(authenticator: core.authenticator))
+            .group(context: DeviceRequestContext.self)
+        ConversationController(
+            store: core.store, ingest: core.ingest, access: access, abuse: core.abuse, maxMembers: configuration.maxMembers,
+            maxBodyBytes: configuration.maxBodyBytes
+        ).addRoutes(to: device)
+        streams.addSyncRoutes(to: device)
+        // ...or, for the streams (a browser's EventSource cannot send a header), in `access_token`.
+        streams.addStreamRoutes(
+            to: v1.group().add(middleware: DeviceAuthenticationMiddleware(authenticator: core.authenticator, allowQuery: true))
+                .group(context: DeviceRequestContext.self))
+        OperationsController(
+            store: core.store, buffer: core.buffer, hub: core.hub, metrics: core.metrics,
+            metricsToken: configuration.metricsToken.map(OperatorToken.init)
+        ).addRoutes(to: router)
+        // Without an admin token the admin routes do not exist (404).
+        if let adminToken = configuration.adminToken.map(OperatorToken.init) {
+            AdminController(store: core.store, buffer: core.buffer, logger: logger)
+                .addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
+        }
+        let webSocketResponder = streams.makeWebSocketRouter().buildResponder()
         let limits = configuration.connectionLimits
         // The connection guard keeps the idle and head deadlines (Hummingbird's idle timeout would only start after
         // the first head); the parser's own limits are a backstop for heads that arrive pipelined behind a request.
@@ -56,4 +82,11 @@ extension Application: ApplicationRunnable {
     public func runService() async throws {
         try await runService(gracefulShutdownSignals: [.sigterm, .sigint])
     }
+}
+
+/// The warning logged at start while open registration is on.
+private func warnOpenRegistration(_ configuration: ServerConfiguration, logger: Logger) {
+    logger.warning(
+        "open registration is on: anyone who reaches this server can register a new userId's first device (further devices need a token of the user's devices); turn it off with --no-open-registration and mint JWTs in your backend",
+        metadata: ["address": "\(configuration.host):\(configuration.port)"])
 }

@@ -6,7 +6,8 @@ import PigeonProtocol
 import PigeonRedis
 import ServiceLifecycle
 
-/// The server's parts, wired together once per server instance.
+/// The server's parts, opened and wired together once per server instance (``open(configuration:logger:)``); the
+/// controllers get the parts they use, not this.
 final class PigeonCore: Sendable {
     let configuration: ServerConfiguration
     let logger: Logger
@@ -29,68 +30,91 @@ final class PigeonCore: Sendable {
     /// processor so they stop after it.
     let backendServices: [any Service]
 
-    init(configuration: ServerConfiguration, logger: Logger) async throws {
-        self.configuration = configuration
-        self.logger = logger
-        self.metrics = PigeonMetrics()
-        self.hub = StreamHub()
+    /// Opens the configured store and buffer (creating or migrating the embedded files, connecting to PostgreSQL and
+    /// Redis and migrating) and the token keys, then wires the parts: everything the server needs before it accepts a
+    /// connection. The initialiser only wires; all startup I/O is here.
+    static func open(configuration: ServerConfiguration, logger: Logger) async throws -> PigeonCore {
+        let metrics = PigeonMetrics()
+        let hub = StreamHub()
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
         var sqliteFiles: [String] = []
         var backendServices: [any Service] = []
         let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
+        let store: any MessageStore
+        let fanout: any Fanout
         var sqliteStore: SQLiteMessageStore?
         switch configuration.store {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
-            let fanout = LocalFanout(hub: hub)
-            let store = try SQLiteMessageStore(
-                path: path, durable: configuration.durable, fanout: fanout, faultInjector: configuration.processingFaultInjector)
-            self.store = store
-            self.fanout = fanout
-            sqliteStore = store
+            let local = LocalFanout(hub: hub)
+            let opened = try SQLiteMessageStore(
+                path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector)
+            (store, fanout, sqliteStore) = (opened, local, opened)
             sqliteFiles.append(path)
         case .postgres(let url):
-            let store = try await PostgresMessageStore.open(
+            let opened = try await PostgresMessageStore.open(
                 url: url, local: LocalFanout(hub: hub), faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
                 stageTimer: metrics.stageTimer)
-            self.store = store
-            self.fanout = store.fanout
+            (store, fanout) = (opened, opened.fanout)
             // Which devices are connected to which node (`recipientsOnline` counts every node's).
-            hub.observePresence { [fanout = store.fanout] device, online in fanout.devicePresence(device, online: online) }
-            backendServices.append(store)
+            hub.observePresence { [fanout = opened.fanout] device, online in fanout.devicePresence(device, online: online) }
+            backendServices.append(opened)
         }
+        let buffer: any IngestBuffer
         switch configuration.buffer {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("buffer.sqlite").path
             if let sqliteStore, !configuration.separateEmbeddedBuffer {
                 // One durable write per message; a buffer file left by a separate-buffer run is drained, not appended to.
                 let legacy = FileManager.default.fileExists(atPath: path) ? try EmbeddedBuffer(path: path, durable: configuration.durable) : nil
-                self.buffer = StoreIngestBuffer(store: sqliteStore, legacy: legacy)
+                buffer = StoreIngestBuffer(store: sqliteStore, legacy: legacy)
                 if legacy != nil { sqliteFiles.append(path) }
             } else {
-                self.buffer = try EmbeddedBuffer(path: path, durable: configuration.durable)
+                buffer = try EmbeddedBuffer(path: path, durable: configuration.durable)
                 sqliteFiles.append(path)
             }
         case .redis(let url):
             let client = RedisClient(configuration: try RedisConfiguration(url: url), logger: logger)
             do {
-                let buffer = try await RedisStreamsBuffer(
+                let redis = try await RedisStreamsBuffer(
                     client: client, configuration: try Self.redisBufferConfiguration(url: url, nodeId: nodeId), logger: logger)
-                self.buffer = buffer
-                backendServices.append(RedisBufferService(buffer: buffer, client: client))
+                buffer = redis
+                backendServices.append(RedisBufferService(buffer: redis, client: client))
             } catch {
                 await client.shutdown()
                 throw error
             }
         }
+        let authenticator = try await Authenticator(store: store, configuration: configuration.auth, logger: logger)
+        return PigeonCore(
+            configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, buffer: buffer,
+            authenticator: authenticator, sqliteFiles: sqliteFiles, backendServices: backendServices)
+    }
+
+    private init(
+        configuration: ServerConfiguration, logger: Logger, metrics: PigeonMetrics, hub: StreamHub, fanout: any Fanout,
+        store: any MessageStore, buffer: any IngestBuffer, authenticator: Authenticator, sqliteFiles: [String], backendServices: [any Service]
+    ) {
+        self.configuration = configuration
+        self.logger = logger
+        self.metrics = metrics
+        self.hub = hub
+        self.fanout = fanout
+        self.store = store
+        self.buffer = buffer
+        self.authenticator = authenticator
         self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
-        self.authenticator = try await Authenticator(store: store, configuration: configuration.auth, logger: logger)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
         self.typing = TypingTracker(fanout: fanout, timeout: configuration.typingTimeout)
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
         self.backendServices = backendServices
+    }
+
+    /// What a device may do in a conversation, for the HTTP routes and the WebSocket alike.
+    var conversationAccess: ConversationAccess {
+        ConversationAccess(store: store, abuse: abuse, metrics: metrics, typing: typing, streamLimits: configuration.streamLimits)
     }
 
     /// The node id kept in `<dataDirectory>/node-id` (created with a random one at the first start).
@@ -136,56 +160,6 @@ final class PigeonCore: Sendable {
         }
         if let hours = try integer("dedupe_hours", 1...24 * 365) { configuration.dedupeTTL = .seconds(hours * 3600) }
         return configuration
-    }
-
-    /// The device behind a request's bearer token.
-    func authenticate(_ request: Request, allowQuery: Bool = false) async throws -> DeviceIdentity {
-        let token = try Authenticator.token(
-            authorization: request.headers[.authorization], queryToken: request.uri.queryParameters.get("access_token"),
-            allowQuery: allowQuery)
-        return try await authenticator.device(token: token)
-    }
-
-    /// A conversation id from the path, checked to be a UUID (400) and the caller's (404).
-    func memberConversation(_ rawId: String?, device: DeviceIdentity) async throws -> (id: String, members: [String]) {
-        guard let rawId, let id = Validation.canonicalUUID(rawId) else { throw PigeonError.invalid("conversation id must be a UUID") }
-        guard let members = try await store.members(of: id), members.contains(device.userId) else { throw PigeonError.conversationNotFound }
-        return (id, members)
-    }
-
-    /// Validates and records a receipt (HTTP and WebSocket).
-    func recordReceipt(_ receipt: ReceiptRequest, conversationId: String, device: DeviceIdentity) async throws -> ReceiptResponse {
-        let conversation = try await memberConversation(conversationId, device: device)
-        guard receipt.upToSeq >= 0 else { throw PigeonError.invalid("upToSeq must be 0 or more") }
-        try abuse.checkStorage(of: device.userId)
-        let outcome = try await store.recordReceipt(
-            conversationId: conversation.id, userId: device.userId, kind: receipt.kind, upToSeq: receipt.upToSeq)
-        // A receipt that moves a watermark writes an event row per member (two when read moves delivered too).
-        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 128, members: 2 * conversation.members.count))
-        if let storedAt = outcome.deliveredMessageStoredAt {
-            metrics.storedToDelivered.record(.milliseconds(max(0, WallClock.nowMillis() - storedAt)))
-        }
-        return outcome.watermarks
-    }
-
-    /// Validates and pushes a typing change (HTTP and WebSocket).
-    func recordTyping(active: Bool, conversationId: String, device: DeviceIdentity) async throws {
-        let limits = configuration.streamLimits
-        if let wait = typing.admit(device, rate: limits.typingPerSecond, burst: limits.typingBurst) {
-            metrics.limitHit("typing_rate")
-            throw PigeonError(.rateLimited, "too many typing updates from this device; retry in \(wait) s", retryAfter: wait)
-        }
-        let conversation = try await memberConversation(conversationId, device: device)
-        typing.update(conversationId: conversation.id, device: device, active: active, members: conversation.members)
-    }
-
-    /// The `cursor` of a stream or sync request (`?cursor=`, or `Last-Event-ID` when `allowHeader`).
-    func cursorParameter(_ request: Request, allowHeader: Bool) throws -> String? {
-        let query: String? = request.uri.queryParameters.get("cursor")
-        let header: String? = allowHeader ? request.headers[HTTPField.Name("Last-Event-ID")!] : nil
-        let cursor = query ?? header
-        if let cursor, EventCursor.isMalformed(cursor) { throw PigeonError.invalid("cursor is malformed") }
-        return cursor
     }
 }
 

@@ -1,50 +1,88 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
-import HummingbirdWebSocket
 import NIOCore
 import PigeonProtocol
+import Logging
 import ServiceLifecycle
 
-extension PigeonCore {
-    /// `GET /v1/events`: the device's stream as server-sent events, and the plain-HTTP answer to `GET /v1/ws`
-    /// when it cannot be upgraded (bad token or cursor, or not a WebSocket request).
-    func addStreamRoutes(to router: Router<PigeonRequestContext>) {
-        router.get("/v1/events") { request, _ -> Response in
-            let device = try await self.authenticate(request, allowQuery: true)
-            let cursor = try self.cursorParameter(request, allowHeader: true)
-            let session = self.makeStreamSession(device: device, transport: "sse")
-            let start: StreamStart
-            do {
-                start = try await self.store.resolveStart(cursor)
-            } catch {
-                self.hub.unregister(session)
-                throw error
-            }
-            let headers: HTTPFields = [.contentType: "text/event-stream", .cacheControl: "no-cache", HTTPField.Name("X-Accel-Buffering")!: "no"]
-            return Response(
-                status: .ok, headers: headers,
-                body: ResponseBody { writer in
-                    let ended = try await self.runServerSentEvents(session: session, start: start, writer: writer)
-                    // Ended by the server (too slow, write timeout, replaced): the connection is closed, not the
-                    // response finished, as the client may not be reading; it reconnects with its last id.
-                    if let ended { throw StreamEnded(reason: ended) }
-                    try await writer.finish(nil)
-                })
-        }
+/// A device's event log: `GET /v1/sync` (pages of it), `GET /v1/events` (its stream as server-sent events), and the
+/// WebSocket at `/v1/ws` (its stream, and sends, receipts and typing going the other way), for an authenticated
+/// device (``DeviceRequestContext``).
+struct StreamController: Sendable {
+    let store: any MessageStore
+    let hub: StreamHub
+    let ingest: Ingest
+    let access: ConversationAccess
+    let authenticator: Authenticator
+    let metrics: PigeonMetrics
+    let streamLimits: StreamLimits
+    let keepAliveInterval: Duration
+    let maxBodyBytes: Int
+    let logger: Logger
 
-        router.get("/v1/ws") { request, _ -> Response in
-            _ = try await self.authenticate(request, allowQuery: true)
-            _ = try self.cursorParameter(request, allowHeader: false)
+    /// `GET /v1/sync` (token in the header only).
+    func addSyncRoutes(to group: RouterGroup<DeviceRequestContext>) {
+        group.get("/sync", use: sync)
+    }
+
+    /// `GET /v1/events`, and the plain-HTTP answer to `GET /v1/ws` when it cannot be upgraded (not a WebSocket
+    /// request); the token may be in the query (`access_token`).
+    func addStreamRoutes(to group: RouterGroup<DeviceRequestContext>) {
+        group.get("/events", use: serverSentEvents)
+        group.get("/ws") { request, _ -> Response in
+            _ = try request.cursorParameter(allowHeader: false)
             throw PigeonError.invalid("this endpoint needs a WebSocket upgrade request")
         }
     }
 
+    @Sendable func sync(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let cursor = try request.cursorParameter(allowHeader: false)
+        let pageLimit = Int(try request.integerParameter("limit", range: 1...1000) ?? 100)
+        let start = try await store.resolveStart(cursor)
+        var events = try await store.events(for: context.device, after: start.after, limit: pageLimit + 1)
+        let hasMore = events.count > pageLimit
+        if hasMore { events.removeLast() }
+        var position = start.after
+        var frames: [String] = []
+        frames.reserveCapacity(events.count + 1)
+        if start.reset { frames.append("{\"type\":\"reset\",\"cursor\":\"\(store.cursor(position))\"}") }
+        for event in events {
+            position.advance(past: event)
+            frames.append(event.frame(cursor: store.cursor(position)))
+        }
+        let next = store.cursor(position)
+        let json = "{\"events\":[\(frames.joined(separator: ","))],\"cursor\":\"\(next)\",\"hasMore\":\(hasMore)}"
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: .init(string: json)))
+    }
+
+    @Sendable func serverSentEvents(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let cursor = try request.cursorParameter(allowHeader: true)
+        let session = makeStreamSession(device: context.device, transport: "sse")
+        let start: StreamStart
+        do {
+            start = try await store.resolveStart(cursor)
+        } catch {
+            hub.unregister(session)
+            throw error
+        }
+        let headers: HTTPFields = [.contentType: "text/event-stream", .cacheControl: "no-cache", HTTPField.Name("X-Accel-Buffering")!: "no"]
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { writer in
+                let ended = try await self.runServerSentEvents(session: session, start: start, writer: writer)
+                // Ended by the server (too slow, write timeout, replaced): the connection is closed, not the
+                // response finished, as the client may not be reading; it reconnects with its last id.
+                if let ended { throw StreamEnded(reason: ended) }
+                try await writer.finish(nil)
+            })
+    }
+
     /// A registered session of `device` under the configured stream limits.
-    private func makeStreamSession(device: DeviceIdentity, transport: String) -> StreamSession {
+    func makeStreamSession(device: DeviceIdentity, transport: String) -> StreamSession {
         let metrics = self.metrics
-        let session = hub.makeSession(device: device, transport: transport, limits: configuration.streamLimits) { metrics.limitHit($0) }
-        hub.register(session, maxStreamsPerDevice: configuration.streamLimits.maxStreamsPerDevice)
+        let session = hub.makeSession(device: device, transport: transport, limits: streamLimits) { metrics.limitHit($0) }
+        hub.register(session, maxStreamsPerDevice: streamLimits.maxStreamsPerDevice)
         return session
     }
 
@@ -52,7 +90,7 @@ extension PigeonCore {
     private func runServerSentEvents(session: StreamSession, start: StreamStart, writer: any ResponseBodyWriter) async throws -> StreamSession.EndReason? {
         defer { hub.unregister(session) }
         let output = ServerSentEventWriter(writer: writer)
-        let streamer = EventStreamer(store: store, session: session, start: start, idleInterval: configuration.keepAliveInterval)
+        let streamer = EventStreamer(store: store, session: session, start: start, idleInterval: keepAliveInterval)
         return try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
                 group.addTask {
@@ -81,186 +119,6 @@ extension PigeonCore {
         } onGracefulShutdown: {
             session.close()
         }
-    }
-
-    /// The WebSocket router: authenticates the upgrade request and runs the connection.
-    func makeWebSocketRouter() -> Router<PigeonRequestContext> {
-        let router = Router(context: PigeonRequestContext.self)
-        router.middlewares.add(WebSocketAuthMiddleware(core: self))
-        router.ws("/v1/ws") { _, context in
-            context.device != nil && context.streamStart != nil ? .upgrade([:]) : .dontUpgrade
-        } onUpgrade: { inbound, outbound, context in
-            guard let device = context.requestContext.device, let start = context.requestContext.streamStart else { return }
-            try await self.runWebSocket(device: device, start: start, inbound: inbound, outbound: outbound)
-        }
-        return router
-    }
-
-    /// Runs one WebSocket: its operations (read one at a time, paused while the replies to write are over the
-    /// session's high-water mark), the receipts they batch, and the writer of its stream under the session's
-    /// watch. A stream the server ends is closed with its code (4008, 4009); the close frame gets the close
-    /// timeout to reach a client that may not read, then the socket is closed regardless.
-    private func runWebSocket(
-        device: DeviceIdentity, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
-    ) async throws {
-        let session = makeStreamSession(device: device, transport: "ws")
-        let receipts = ReceiptQueue()
-        let ended: StreamSession.EndReason?
-        do {
-            ended = try await withGracefulShutdownHandler {
-                try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
-                    group.addTask {
-                        defer { session.close() }
-                        for try await message in inbound.messages(maxSize: 1 << 20) {
-                            guard case .text(let text) = message else {
-                                session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
-                                continue
-                            }
-                            await self.handleOperation(text, device: device, session: session, receipts: receipts)
-                            await session.waitUntilDrained()
-                            if session.isEnding { break }
-                        }
-                        return nil
-                    }
-                    group.addTask {
-                        while let batch = await receipts.next() {
-                            for (key, upToSeq) in batch {
-                                do {
-                                    _ = try await self.recordReceipt(
-                                        ReceiptRequest(kind: key.kind, upToSeq: upToSeq), conversationId: key.conversationId, device: device)
-                                } catch {
-                                    session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: self.logger, what: "a receipt")))
-                                }
-                            }
-                        }
-                        return nil
-                    }
-                    group.addTask {
-                        var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: nil)
-                        while let output = try await streamer.next() {
-                            if case .frame(let frame) = output {
-                                try await session.write(cost: frame.cost) { try await outbound.write(.text(frame.json)) }
-                            }
-                        }
-                        return nil
-                    }
-                    group.addTask { await session.watch() }
-                    // Whichever task ends first, a stream the server ended reports why (the writer may see it first).
-                let ended = (try await group.next() ?? nil) ?? session.endReason
-                    session.close()
-                    receipts.finish()
-                    group.cancelAll()
-                    return ended
-                }
-            } onGracefulShutdown: {
-                session.close()
-            }
-        } catch {
-            hub.unregister(session)
-            throw error
-        }
-        hub.unregister(session)
-        if let ended {
-            let (code, reason) = ended.webSocketClose
-            await Self.closing(within: configuration.streamLimits.closeTimeout) {
-                try await outbound.close(.init(codeNumber: code), reason: reason)
-            }
-        }
-    }
-
-    /// Waits for `body` at most `timeout` (then cancels it and goes on without it; its errors are dropped). Not a
-    /// task group, which would wait for a close that ignores cancellation (a peer that never answers the close frame).
-    private static func closing(within timeout: Duration, _ body: @escaping @Sendable () async throws -> Void) async {
-        _ = try? await withDeadline(timeout, body)
-    }
-
-    private func handleOperation(_ text: String, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue) async {
-        guard text.utf8.count <= configuration.maxBodyBytes else {
-            session.send(
-                type: "error",
-                json: Self.errorFrame(Self.clientMessageId(in: text), PigeonError(.payloadTooLarge, "message is larger than \(configuration.maxBodyBytes) bytes")))
-            return
-        }
-        let operation: ClientOperation
-        do {
-            operation = try ClientOperationParser.parse(text)
-            // As over HTTP: a key given twice is refused, whichever value a parser would keep.
-            if let key = JSONDuplicateKeys.first(in: text.utf8) {
-                throw PigeonError.invalid("the key \"\(key.prefix(80))\" appears twice in one object")
-            }
-        } catch {
-            session.send(type: "error", json: Self.errorFrame(Self.clientMessageId(in: text), error as? PigeonError ?? .invalid("malformed JSON")))
-            return
-        }
-        switch operation {
-        case .send(let conversationId, let request):
-            do {
-                let message = try await ingest.prepare(request, from: device, to: conversationId)
-                ingest.append(message) { result in
-                    switch result {
-                    case .success(let accepted):
-                        session.send(type: "ack", json: Self.ackFrame(accepted.response))
-                    case .failure(let error):
-                        session.send(type: "error", json: Self.errorFrame(request.clientMessageId, error))
-                    }
-                }
-            } catch {
-                session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a send")))
-            }
-        case .receipt(let conversationId, let request):
-            receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq)
-        case .typing(let conversationId, let active):
-            do {
-                try await recordTyping(active: active, conversationId: conversationId, device: device)
-            } catch {
-                session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a typing update")))
-            }
-        }
-    }
-
-    /// The `ack` frame, written by hand: one per send on the accept hot path.
-    static func ackFrame(_ response: SendMessageResponse) -> String {
-        var json = JSONText(capacity: 192)
-        json.beginObject()
-        json.member("type", "ack")
-        json.member("clientMessageId", response.clientMessageId)
-        json.member("serverId", response.serverId)
-        json.member("status", response.status.rawValue)
-        json.member("acceptedAt", response.acceptedAt)
-        if let seq = response.seq { json.member("seq", seq) }
-        json.endObject()
-        return json.string
-    }
-
-    static func errorFrame(_ clientMessageId: String?, _ error: PigeonError) -> String {
-        let data = try? JSONEncoder().encode(ErrorFrame(clientMessageId: clientMessageId, error: error.detail))
-        return data.map { String(decoding: $0, as: UTF8.self) } ?? "{\"type\":\"error\"}"
-    }
-
-    /// The `clientMessageId` of an operation that could not be decoded, so its error can name it.
-    private static func clientMessageId(in text: String) -> String? {
-        struct Probe: Decodable { var clientMessageId: String? }
-        return (try? JSONDecoder().decode(Probe.self, from: Data(text.utf8)))?.clientMessageId
-    }
-}
-
-/// Authenticates WebSocket upgrade requests (header or `access_token`) and fixes where the stream starts.
-/// A request with a bad token or cursor is not upgraded and falls through to the HTTP route, which answers
-/// 401 or 400.
-struct WebSocketAuthMiddleware: RouterMiddleware {
-    let core: PigeonCore
-
-    func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
-        var context = context
-        // Hummingbird's WebSocket handler logs the first bytes of every frame at trace level, with this logger:
-        // message bodies never reach the log.
-        context.logger.logLevel = max(context.logger.logLevel, .debug)
-        context.device = try? await core.authenticate(request, allowQuery: true)
-        if context.device != nil {
-            // A malformed cursor (or a store failure) leaves no start: not upgraded, the HTTP route answers.
-            context.streamStart = try? await core.store.resolveStart(core.cursorParameter(request, allowHeader: false))
-        }
-        return try await next(request, context)
     }
 }
 

@@ -1,0 +1,43 @@
+import PigeonProtocol
+
+/// What a device may do in a conversation, the same over HTTP and over its WebSocket: find a conversation it is a
+/// member of, record its receipts, update its typing state.
+struct ConversationAccess: Sendable {
+    let store: any MessageStore
+    let abuse: AbuseGuard
+    let metrics: PigeonMetrics
+    let typing: TypingTracker
+    let streamLimits: StreamLimits
+
+    /// A conversation id from the path, checked to be a UUID (400) and the caller's (404).
+    func memberConversation(_ rawId: String?, device: DeviceIdentity) async throws -> (id: String, members: [String]) {
+        guard let rawId, let id = Validation.canonicalUUID(rawId) else { throw PigeonError.invalid("conversation id must be a UUID") }
+        guard let members = try await store.members(of: id), members.contains(device.userId) else { throw PigeonError.conversationNotFound }
+        return (id, members)
+    }
+
+    /// Validates and records a receipt.
+    func recordReceipt(_ receipt: ReceiptRequest, conversationId: String, device: DeviceIdentity) async throws -> ReceiptResponse {
+        let conversation = try await memberConversation(conversationId, device: device)
+        guard receipt.upToSeq >= 0 else { throw PigeonError.invalid("upToSeq must be 0 or more") }
+        try abuse.checkStorage(of: device.userId)
+        let outcome = try await store.recordReceipt(
+            conversationId: conversation.id, userId: device.userId, kind: receipt.kind, upToSeq: receipt.upToSeq)
+        // A receipt that moves a watermark writes an event row per member (two when read moves delivered too).
+        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 128, members: 2 * conversation.members.count))
+        if let storedAt = outcome.deliveredMessageStoredAt {
+            metrics.storedToDelivered.record(.milliseconds(max(0, WallClock.nowMillis() - storedAt)))
+        }
+        return outcome.watermarks
+    }
+
+    /// Validates and pushes a typing change (rate-limited per device).
+    func recordTyping(active: Bool, conversationId: String, device: DeviceIdentity) async throws {
+        if let wait = typing.admit(device, rate: streamLimits.typingPerSecond, burst: streamLimits.typingBurst) {
+            metrics.limitHit("typing_rate")
+            throw PigeonError(.rateLimited, "too many typing updates from this device; retry in \(wait) s", retryAfter: wait)
+        }
+        let conversation = try await memberConversation(conversationId, device: device)
+        typing.update(conversationId: conversation.id, device: device, active: active, members: conversation.members)
+    }
+}

@@ -1,0 +1,84 @@
+import Hummingbird
+import PigeonProtocol
+
+/// Conversations, their messages, receipts and typing: the request/response part of API.md, for an authenticated
+/// device (``DeviceRequestContext``).
+struct ConversationController: Sendable {
+    let store: any MessageStore
+    let ingest: Ingest
+    let access: ConversationAccess
+    let abuse: AbuseGuard
+    let maxMembers: Int
+    let maxBodyBytes: Int
+
+    func addRoutes(to group: RouterGroup<DeviceRequestContext>) {
+        group.post("/conversations", use: create)
+        group.get("/conversations", use: list)
+        group.get("/conversations/:id", use: show)
+        group.post("/conversations/:id/messages", use: send)
+        group.get("/conversations/:id/messages", use: history)
+        group.post("/conversations/:id/receipts", use: receipt)
+        group.post("/conversations/:id/typing", use: typing)
+    }
+
+    @Sendable func create(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let device = context.device
+        let body = try await JSONBody.decode(CreateConversationRequest.self, from: request, limit: maxBodyBytes)
+        if let invalid = body.members.first(where: { !Validation.isValidUserId($0) }) {
+            throw PigeonError.invalid("member \"\(invalid.prefix(80))\" is not a valid userId (1-64 characters of [A-Za-z0-9._@-])")
+        }
+        let members = Set(body.members + [device.userId])
+        guard members.count <= maxMembers else { throw PigeonError.invalid("a conversation has at most \(maxMembers) members") }
+        if let name = body.name, name.count > 256 { throw PigeonError.invalid("name is longer than 256 characters") }
+        if let name = body.name, !Validation.isStorableText(name) { throw PigeonError.invalid("name must not contain the character U+0000") }
+        try abuse.checkStorage(of: device.userId)
+        try abuse.admitConversation(by: device.userId)
+        let conversation = try await store.createConversation(creator: device.userId, members: Array(members), name: body.name)
+        // The conversation's rows and its `conversation.created` payload once, then an event row per member.
+        let payloadBytes = members.reduce(256 + (body.name?.utf8.count ?? 0)) { $0 + $1.utf8.count + 48 }
+        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: payloadBytes, members: members.count))
+        return try JSONBody.response(conversation, status: .created)
+    }
+
+    @Sendable func list(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let pageLimit = try request.integerParameter("limit", range: 1...500) ?? 100
+        let before = try request.uri.queryParameters.get("before").map(ConversationCursor.init(parameter:))
+        return try JSONBody.response(try await store.conversations(of: context.device.userId, before: before, limit: Int(pageLimit)))
+    }
+
+    @Sendable func show(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let conversation = try await access.memberConversation(context.parameters.get("id"), device: context.device)
+        guard let found = try await store.conversation(id: conversation.id, for: context.device.userId) else {
+            throw PigeonError.conversationNotFound
+        }
+        return try JSONBody.response(found)
+    }
+
+    @Sendable func send(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decodeSend(from: request, limit: maxBodyBytes)
+        let accepted = try await ingest.send(body, from: context.device, to: context.parameters.get("id") ?? "")
+        return try JSONBody.response(accepted.response, status: accepted.created ? .accepted : .ok)
+    }
+
+    @Sendable func history(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let conversation = try await access.memberConversation(context.parameters.get("id"), device: context.device)
+        let after = try request.integerParameter("after", range: 0...Int64.max)
+        let before = try request.integerParameter("before", range: 1...Int64.max)
+        if after != nil, before != nil { throw PigeonError.invalid("give either after or before, not both") }
+        let pageLimit = try request.integerParameter("limit", range: 1...500) ?? 100
+        return try JSONBody.response(
+            try await store.messages(conversationId: conversation.id, after: after, before: before, limit: Int(pageLimit)))
+    }
+
+    @Sendable func receipt(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(ReceiptRequest.self, from: request, limit: maxBodyBytes)
+        return try JSONBody.response(
+            try await access.recordReceipt(body, conversationId: context.parameters.get("id") ?? "", device: context.device))
+    }
+
+    @Sendable func typing(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(TypingRequest.self, from: request, limit: maxBodyBytes)
+        try await access.recordTyping(active: body.active, conversationId: context.parameters.get("id") ?? "", device: context.device)
+        return Response(status: .noContent)
+    }
+}

@@ -1,0 +1,40 @@
+import Hummingbird
+import PigeonProtocol
+
+/// Authenticates the device behind a request's bearer token (`Authorization: Bearer …`, or `?access_token=` where
+/// `allowQuery`: the stream routes, which a browser's `EventSource` cannot give a header) and puts it in the
+/// request context; a missing or bad token is answered `401 unauthorized` before the route runs.
+struct DeviceAuthenticationMiddleware: RouterMiddleware {
+    typealias Context = PigeonRequestContext
+
+    let authenticator: Authenticator
+    var allowQuery = false
+
+    func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
+        var context = context
+        context.device = try await authenticator.device(request, allowQuery: allowQuery)
+        return try await next(request, context)
+    }
+}
+
+/// The context of a route behind ``DeviceAuthenticationMiddleware``: the authenticated device, never absent.
+struct DeviceRequestContext: ChildRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let device: DeviceIdentity
+
+    init(context: PigeonRequestContext) throws {
+        guard let device = context.device else { throw PigeonError.unauthorized }
+        self.coreContext = context.coreContext
+        self.device = device
+    }
+}
+
+extension Authenticator {
+    /// The device behind a request's bearer token (`PigeonError.unauthorized` for a missing or bad one).
+    func device(_ request: Request, allowQuery: Bool) async throws -> DeviceIdentity {
+        let token = try Authenticator.token(
+            authorization: request.headers[.authorization], queryToken: request.uri.queryParameters.get("access_token"),
+            allowQuery: allowQuery)
+        return try await device(token: token)
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import NIOCore
+import PigeonProtocol
+import ServiceLifecycle
+
+extension StreamController {
+    /// The WebSocket router: authenticates the upgrade request and runs the connection.
+    func makeWebSocketRouter() -> Router<PigeonRequestContext> {
+        let router = Router(context: PigeonRequestContext.self)
+        router.middlewares.add(WebSocketAuthMiddleware(authenticator: authenticator, store: store))
+        router.ws("/v1/ws") { _, context in
+            context.device != nil && context.streamStart != nil ? .upgrade([:]) : .dontUpgrade
+        } onUpgrade: { inbound, outbound, context in
+            guard let device = context.requestContext.device, let start = context.requestContext.streamStart else { return }
+            try await runWebSocket(device: device, start: start, inbound: inbound, outbound: outbound)
+        }
+        return router
+    }
+
+    /// Runs one WebSocket: its operations (read one at a time, paused while the replies to write are over the
+    /// session's high-water mark), the receipts they batch, and the writer of its stream under the session's
+    /// watch. A stream the server ends is closed with its code (4008, 4009); the close frame gets the close
+    /// timeout to reach a client that may not read, then the socket is closed regardless.
+    private func runWebSocket(
+        device: DeviceIdentity, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
+    ) async throws {
+        let session = makeStreamSession(device: device, transport: "ws")
+        let receipts = ReceiptQueue()
+        let ended: StreamSession.EndReason?
+        do {
+            ended = try await withGracefulShutdownHandler {
+                try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
+                    group.addTask {
+                        defer { session.close() }
+                        for try await message in inbound.messages(maxSize: 1 << 20) {
+                            guard case .text(let text) = message else {
+                                session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
+                                continue
+                            }
+                            await self.handleOperation(text, device: device, session: session, receipts: receipts)
+                            await session.waitUntilDrained()
+                            if session.isEnding { break }
+                        }
+                        return nil
+                    }
+                    group.addTask {
+                        while let batch = await receipts.next() {
+                            for (key, upToSeq) in batch {
+                                do {
+                                    _ = try await self.access.recordReceipt(
+                                        ReceiptRequest(kind: key.kind, upToSeq: upToSeq), conversationId: key.conversationId, device: device)
+                                } catch {
+                                    session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: self.logger, what: "a receipt")))
+                                }
+                            }
+                        }
+                        return nil
+                    }
+                    group.addTask {
+                        var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: nil)
+                        while let output = try await streamer.next() {
+                            if case .frame(let frame) = output {
+                                try await session.write(cost: frame.cost) { try await outbound.write(.text(frame.json)) }
+                            }
+                        }
+                        return nil
+                    }
+                    group.addTask { await session.watch() }
+                    // Whichever task ends first, a stream the server ended reports why (the writer may see it first).
+                let ended = (try await group.next() ?? nil) ?? session.endReason
+                    session.close()
+                    receipts.finish()
+                    group.cancelAll()
+                    return ended
+                }
+            } onGracefulShutdown: {
+                session.close()
+            }
+        } catch {
+            hub.unregister(session)
+            throw error
+        }
+        hub.unregister(session)
+        if let ended {
+            let (code, reason) = ended.webSocketClose
+            await Self.closing(within: streamLimits.closeTimeout) {
+                try await outbound.close(.init(codeNumber: code), reason: reason)
+            }
+        }
+    }
+
+    /// Waits for `body` at most `timeout` (then cancels it and goes on without it; its errors are dropped). Not a
+    /// task group, which would wait for a close that ignores cancellation (a peer that never answers the close frame).
+    private static func closing(within timeout: Duration, _ body: @escaping @Sendable () async throws -> Void) async {
+        _ = try? await withDeadline(timeout, body)
+    }
+
+    private func handleOperation(_ text: String, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue) async {
+        guard text.utf8.count <= maxBodyBytes else {
+            session.send(
+                type: "error",
+                json: Self.errorFrame(Self.clientMessageId(in: text), PigeonError(.payloadTooLarge, "message is larger than \(maxBodyBytes) bytes")))
+            return
+        }
+        let operation: ClientOperation
+        do {
+            operation = try ClientOperationParser.parse(text)
+            // As over HTTP: a key given twice is refused, whichever value a parser would keep.
+            if let key = JSONDuplicateKeys.first(in: text.utf8) {
+                throw PigeonError.invalid("the key \"\(key.prefix(80))\" appears twice in one object")
+            }
+        } catch {
+            session.send(type: "error", json: Self.errorFrame(Self.clientMessageId(in: text), WireError.of(error, logger: logger, what: "parsing an operation")))
+            return
+        }
+        switch operation {
+        case .send(let conversationId, let request):
+            do {
+                let message = try await ingest.prepare(request, from: device, to: conversationId)
+                ingest.append(message) { result in
+                    switch result {
+                    case .success(let accepted):
+                        session.send(type: "ack", json: Self.ackFrame(accepted.response))
+                    case .failure(let error):
+                        session.send(type: "error", json: Self.errorFrame(request.clientMessageId, error))
+                    }
+                }
+            } catch {
+                session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a send")))
+            }
+        case .receipt(let conversationId, let request):
+            receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq)
+        case .typing(let conversationId, let active):
+            do {
+                try await access.recordTyping(active: active, conversationId: conversationId, device: device)
+            } catch {
+                session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a typing update")))
+            }
+        }
+    }
+
+    /// The `ack` frame, written by hand: one per send on the accept hot path.
+    static func ackFrame(_ response: SendMessageResponse) -> String {
+        var json = JSONText(capacity: 192)
+        json.beginObject()
+        json.member("type", "ack")
+        json.member("clientMessageId", response.clientMessageId)
+        json.member("serverId", response.serverId)
+        json.member("status", response.status.rawValue)
+        json.member("acceptedAt", response.acceptedAt)
+        if let seq = response.seq { json.member("seq", seq) }
+        json.endObject()
+        return json.string
+    }
+
+    static func errorFrame(_ clientMessageId: String?, _ error: PigeonError) -> String {
+        let data = try? JSONEncoder().encode(ErrorFrame(clientMessageId: clientMessageId, error: error.detail))
+        return data.map { String(decoding: $0, as: UTF8.self) } ?? "{\"type\":\"error\"}"
+    }
+
+    /// The `clientMessageId` of an operation that could not be decoded, so its error can name it.
+    private static func clientMessageId(in text: String) -> String? {
+        struct Probe: Decodable { var clientMessageId: String? }
+        return (try? JSONDecoder().decode(Probe.self, from: Data(text.utf8)))?.clientMessageId
+    }
+}
+
+/// Authenticates WebSocket upgrade requests (header or `access_token`) and fixes where the stream starts.
+/// A request with a bad token or cursor is not upgraded and falls through to the HTTP route, which answers
+/// 401 or 400.
+struct WebSocketAuthMiddleware: RouterMiddleware {
+    let authenticator: Authenticator
+    let store: any MessageStore
+
+    func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
+        var context = context
+        // Hummingbird's WebSocket handler logs the first bytes of every frame at trace level, with this logger:
+        // message bodies never reach the log.
+        context.logger.logLevel = max(context.logger.logLevel, .debug)
+        context.device = try? await authenticator.device(request, allowQuery: true)
+        if context.device != nil {
+            // A malformed cursor (or a store failure) leaves no start: not upgraded, the HTTP route answers.
+            context.streamStart = try? await store.resolveStart(request.cursorParameter(allowHeader: false))
+        }
+        return try await next(request, context)
+    }
+}
