@@ -7,12 +7,13 @@ import Testing
 /// conversation, store-wide backoff, read-ahead, drain.
 @Suite struct ProcessingScheduleTests {
     typealias Instant = ContinuousClock.Instant
+    typealias Schedule = ProcessingSchedule<Instant>
 
     static let start = ContinuousClock.now
     static let base = Duration.milliseconds(100)
 
-    static func settings(batchSize: Int = 100, concurrency: Int = 8, maxHeld: Int = 1_000, maxAttempts: Int = 3) -> ProcessingSchedule.Settings {
-        ProcessingSchedule.Settings(
+    static func settings(batchSize: Int = 100, concurrency: Int = 8, maxHeld: Int = 1_000, maxAttempts: Int = 3) -> Schedule.Settings {
+        Schedule.Settings(
             batchSize: batchSize, concurrency: concurrency, maxHeld: maxHeld, maxAttempts: maxAttempts, retryBaseDelay: base,
             maxRetryDelay: .seconds(5), readWait: .seconds(1))
     }
@@ -27,13 +28,13 @@ import Testing
             attempts: attempts, partition: partition)
     }
 
-    static func ids(_ batch: ProcessingSchedule.Batch) -> [String] { batch.items.map(\.entry.id) }
+    static func ids(_ batch: Schedule.Batch) -> [String] { batch.items.map(\.entry.id) }
 
     /// A schedule that has read `entries` (its first step asked for the read).
-    static func schedule(_ settings: ProcessingSchedule.Settings = settings(), holding entries: [BufferEntry]) -> ProcessingSchedule {
-        var schedule = ProcessingSchedule(settings: settings)
+    static func schedule(_ settings: Schedule.Settings = settings(), holding entries: [BufferEntry]) -> Schedule {
+        var schedule = Schedule(settings: settings)
         let first = schedule.next(now: start)
-        #expect(first.read == ProcessingSchedule.Read(max: settings.maxHeld, wait: .seconds(1)))
+        #expect(first.read == Schedule.Read(max: settings.maxHeld, wait: .seconds(1)))
         #expect(first.batches.isEmpty)
         schedule.received(entries)
         return schedule
@@ -47,7 +48,7 @@ import Testing
         let step = schedule.next(now: Self.start)
         #expect(step.batches.map(\.partitions) == [[0, 1, 2]], "one transaction for what is ready")
         #expect(step.batches.map(Self.ids) == [["a1", "a2", "d1", "b1", "c1"]], "each partition in buffer order")
-        #expect(step.read == ProcessingSchedule.Read(max: 995, wait: .seconds(1)), "reading goes on while batches are stored")
+        #expect(step.read == Schedule.Read(max: 995, wait: .seconds(1)), "reading goes on while batches are stored")
 
         // More for partition 0 while its batch is in flight: it waits for that batch. Partition 3 waits too while
         // the batch in flight is young (what arrives meanwhile goes in one next transaction), and goes on once that
@@ -55,13 +56,13 @@ import Testing
         schedule.received([Self.entry("a3", "A", partition: 0), Self.entry("e1", "E", partition: 3)])
         let young = schedule.next(now: Self.start + .milliseconds(1))
         #expect(young.batches.isEmpty)
-        #expect(young.wakeAt == Self.start + ProcessingSchedule.heldUpBounds.lowerBound)
+        #expect(young.wakeAt == Self.start + Schedule.heldUpBounds.lowerBound)
         let next = schedule.next(now: Self.start + .milliseconds(2))
         #expect(next.batches.map(\.partitions) == [[3]])
         #expect(next.batches.map(Self.ids) == [["e1"]])
         #expect(schedule.batchesInFlight == 2)
         let results: [ProcessingResult] = [.stored(seq: 1), .stored(seq: 2), .stored(seq: 1), .stored(seq: 1), .stored(seq: 1)]
-        #expect(ProcessingSchedule.finishedEntryIds(step.batches[0].items, results) == ["a1", "a2", "d1", "b1", "c1"])
+        #expect(Schedule.finishedEntryIds(step.batches[0].items, results) == ["a1", "a2", "d1", "b1", "c1"])
         #expect(schedule.batchFinished(step.batches[0].id, results: results, now: Self.start).isEmpty)
         #expect(schedule.held == 2)
         #expect(schedule.next(now: Self.start + .milliseconds(4)).batches.map(Self.ids) == [["a3"]])
@@ -77,7 +78,7 @@ import Testing
         let first = schedule.next(now: Self.start)
         #expect(first.batches.map(\.partitions) == [[0, 1]])
         #expect(first.batches.map(Self.ids) == [["a1", "a2", "b1"]], "up to the batch size; partition 1's rest waits for it")
-        #expect(first.wakeAt == Self.start + ProcessingSchedule.heldUpBounds.lowerBound, "c1 alone waits a little")
+        #expect(first.wakeAt == Self.start + Schedule.heldUpBounds.lowerBound, "c1 alone waits a little")
 
         schedule.received([
             Self.entry("d1", "D", partition: 3), Self.entry("d2", "D", partition: 3), Self.entry("d3", "D", partition: 3),
@@ -85,8 +86,8 @@ import Testing
         ])
         let full = schedule.next(now: Self.start)
         #expect(full.batches.map(Self.ids) == [["c1", "d1", "d2"]], "a full batch starts beside the one in flight")
-        #expect(full.wakeAt == Self.start + ProcessingSchedule.heldUpBounds.lowerBound)
-        let lesser = schedule.next(now: Self.start + ProcessingSchedule.heldUpBounds.lowerBound)
+        #expect(full.wakeAt == Self.start + Schedule.heldUpBounds.lowerBound)
+        let lesser = schedule.next(now: Self.start + Schedule.heldUpBounds.lowerBound)
         #expect(lesser.batches.map(Self.ids) == [["e1"]], "once the batches in flight take longer than usual")
         #expect(schedule.batchesInFlight == 3)
     }
@@ -94,7 +95,7 @@ import Testing
     @Test func theTimeBeforeBatchesCountAsHeldUpFollowsTheUsualBatchTime() {
         var schedule = Self.schedule(
             Self.settings(batchSize: 1, concurrency: 1), holding: (0..<40).map { Self.entry("e\($0)", "c\($0)", partition: $0 % 16) })
-        #expect(schedule.heldUpAfter == ProcessingSchedule.heldUpBounds.lowerBound)
+        #expect(schedule.heldUpAfter == Schedule.heldUpBounds.lowerBound)
         var now = Self.start
         for _ in 0..<20 {
             let batch = schedule.next(now: now).batches[0]
@@ -107,7 +108,7 @@ import Testing
             now += .seconds(1)
             _ = schedule.batchFinished(batch.id, results: [.stored(seq: 1)], now: now)
         }
-        #expect(schedule.heldUpAfter == ProcessingSchedule.heldUpBounds.upperBound)
+        #expect(schedule.heldUpAfter == Schedule.heldUpBounds.upperBound)
     }
 
     @Test func theConcurrencyLimitBindsAndPartitionsTakeTurns() {
@@ -135,7 +136,7 @@ import Testing
         let first = schedule.next(now: now).batches[0]
         #expect(first.items.map(\.isFinalAttempt) == [false, false, false])
         let firstResults: [ProcessingResult] = [.failed(TestError()), .stored(seq: 1), .deferred]
-        #expect(ProcessingSchedule.finishedEntryIds(first.items, firstResults) == ["b1"])
+        #expect(Schedule.finishedEntryIds(first.items, firstResults) == ["b1"])
         let failed = schedule.batchFinished(first.id, results: firstResults, now: now)
         #expect(failed.map(\.entry.id) == ["a1"])
         #expect(failed.map(\.attempts) == [1])
@@ -162,7 +163,7 @@ import Testing
         let third = schedule.next(now: now).batches[0]
         #expect(third.items.map(\.isFinalAttempt) == [true, false], "the third attempt of a1 is its last")
         let lastResults: [ProcessingResult] = [.deadLettered(TestError()), .stored(seq: 1)]
-        #expect(ProcessingSchedule.finishedEntryIds(third.items, lastResults) == ["a1", "a2"])
+        #expect(Schedule.finishedEntryIds(third.items, lastResults) == ["a1", "a2"])
         #expect(schedule.batchFinished(third.id, results: lastResults, now: now).isEmpty)
         #expect(schedule.held == 0)
         #expect(schedule.next(now: now).wakeAt == nil)
@@ -194,15 +195,15 @@ import Testing
     }
 
     @Test func readsAreOneAtATimeAndBoundedByWhatIsHeld() {
-        var schedule = ProcessingSchedule(settings: Self.settings(batchSize: 2, maxHeld: 5))
-        #expect(schedule.next(now: Self.start).read == ProcessingSchedule.Read(max: 5, wait: .seconds(1)))
+        var schedule = Schedule(settings: Self.settings(batchSize: 2, maxHeld: 5))
+        #expect(schedule.next(now: Self.start).read == Schedule.Read(max: 5, wait: .seconds(1)))
         #expect(schedule.next(now: Self.start).read == nil, "one read at a time")
         schedule.received((0..<5).map { Self.entry("e\($0)", "c", partition: 0) })
         let step = schedule.next(now: Self.start)
         #expect(step.read == nil, "five held: no room")
         #expect(step.batches.map(Self.ids) == [["e0", "e1"]])
         _ = schedule.batchFinished(step.batches[0].id, results: [.stored(seq: 1), .stored(seq: 2)], now: Self.start)
-        #expect(schedule.next(now: Self.start).read == ProcessingSchedule.Read(max: 2, wait: .seconds(1)))
+        #expect(schedule.next(now: Self.start).read == Schedule.Read(max: 2, wait: .seconds(1)))
     }
 
     @Test func aDrainEndsOnceNothingIsHeldAndAReadCameBackEmpty() {
@@ -219,7 +220,7 @@ import Testing
         _ = schedule.batchFinished(batch.id, results: [.stored(seq: 1)], now: Self.start)
         // A batch ended: read once more, without waiting, before calling it drained.
         let last = schedule.next(now: Self.start)
-        #expect(last.read == ProcessingSchedule.Read(max: 1_000, wait: .zero))
+        #expect(last.read == Schedule.Read(max: 1_000, wait: .zero))
         #expect(last.finish == nil)
         schedule.received([])
         #expect(schedule.next(now: Self.start).finish == .drained)
@@ -241,7 +242,7 @@ import Testing
         var random = SeededRandom(seed: UInt64(seed))
         let concurrency = Int.random(in: 1...4, using: &random)
         let settings = Self.settings(batchSize: Int.random(in: 1...6, using: &random), concurrency: concurrency, maxHeld: Int.random(in: 3...20, using: &random))
-        var schedule = ProcessingSchedule(settings: settings)
+        var schedule = Schedule(settings: settings)
         let partitions = Int.random(in: 1...5, using: &random)
         let conversations = (0..<8).map { "c\($0)" }
         let partitionOf = Dictionary(uniqueKeysWithValues: conversations.map { ($0, Int.random(in: 0..<partitions, using: &random)) })
@@ -256,8 +257,8 @@ import Testing
         var deadLettered = Set<String>()
         var finished = Set<String>()
         var now = Self.start
-        var readInFlight: ProcessingSchedule.Read?
-        var batchesInFlight: [ProcessingSchedule.Batch] = []
+        var readInFlight: Schedule.Read?
+        var batchesInFlight: [Schedule.Batch] = []
         var storeIsDown = false
         var wakeAt: Instant?
         var drainRequested = false
@@ -327,7 +328,7 @@ import Testing
                 }
                 let heldBefore = schedule.held
                 let retries = schedule.batchFinished(batch.id, results: results, now: now)
-                let ended = ProcessingSchedule.finishedEntryIds(batch.items, results)
+                let ended = Schedule.finishedEntryIds(batch.items, results)
                 #expect(Set(ended) == Set(batch.items.map(\.entry.id)).intersection(finished))
                 #expect(schedule.held == heldBefore - ended.count)
                 #expect(retries.map(\.entry.id) == batch.items.indices.filter { if case .failed = results[$0] { true } else { false } }.map { batch.items[$0].entry.id })

@@ -19,9 +19,9 @@
 /// - At most `maxHeld` entries are held (read and not finished); one read at a time.
 /// - Draining (graceful shutdown): reads do not wait; the drain is over when nothing is held or in flight and a read
 ///   came back empty since the last batch ended, or when the deadline passed.
-struct ProcessingSchedule {
-    typealias Instant = ContinuousClock.Instant
-
+///
+/// Time is the processor's clock's (`Instant`), so the schedule runs as well on a test's manual clock.
+struct ProcessingSchedule<Instant: InstantProtocol<Duration>> {
     struct Settings: Sendable {
         /// Most messages in one store batch.
         var batchSize: Int
@@ -111,7 +111,7 @@ struct ProcessingSchedule {
     }
 
     /// Bounds of the time after which batches in flight count as held up (twice the usual batch time).
-    static let heldUpBounds: ClosedRange<Duration> = .milliseconds(2) ... .milliseconds(250)
+    static var heldUpBounds: ClosedRange<Duration> { .milliseconds(2) ... .milliseconds(250) }
 
     let settings: Settings
     private var queues: [Int: PartitionQueue] = [:]
@@ -311,4 +311,11 @@ struct ProcessingSchedule {
         storeRetryAt = now + storeBackoff
         return storeBackoff
     }
+}
+
+extension InstantProtocol where Duration == Swift.Duration {
+    /// `advanced(by:)` as an operator, for the schedule's arithmetic on any clock's instants.
+    static func + (lhs: Self, rhs: Duration) -> Self { lhs.advanced(by: rhs) }
+    /// The duration from `rhs` to `lhs`.
+    static func - (lhs: Self, rhs: Self) -> Duration { rhs.duration(to: lhs) }
 }

@@ -21,13 +21,16 @@ import ServiceLifecycle
 ///   cancelled it stops at once (the buffer keeps the rest; a store call in flight is abandoned, see
 ///   ``withDeadline(_:_:)``).
 ///
-/// The decisions are ``ProcessingSchedule``'s; this type performs them.
-final class Processor: Service {
+/// The decisions are ``ProcessingSchedule``'s; this type performs them. Its waits (retry backoffs, the store's
+/// backoff, a partial batch held for company) are on `clock` (`ContinuousClock` in the server, a manual clock in tests).
+final class Processor<C: Clock<Duration>>: Service {
+    typealias Schedule = ProcessingSchedule<C.Instant>
+
     /// What a child task of the processing loop reports.
     private enum Event: Sendable {
         case read([BufferEntry])
-        case stored(ProcessingSchedule.Batch, Result<[ProcessingResult], any Error>, duration: Duration)
-        case timer(ContinuousClock.Instant)
+        case stored(Schedule.Batch, Result<[ProcessingResult], any Error>, duration: Duration)
+        case timer(C.Instant)
         case gracefulShutdown
     }
 
@@ -36,9 +39,12 @@ final class Processor: Service {
     private let metrics: PigeonMetrics
     private let configuration: ServerConfiguration
     private let logger: Logger
-    private let clock = ContinuousClock()
+    private let clock: C
 
-    init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger) {
+    init(
+        buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger, clock: C
+    ) {
+        self.clock = clock
         self.buffer = buffer
         self.store = store
         self.metrics = metrics
@@ -60,11 +66,11 @@ final class Processor: Service {
     }
 
     private func process(acknowledgements: AcknowledgementQueue) async throws {
-        var schedule = ProcessingSchedule(settings: ProcessingSchedule.Settings(configuration))
+        var schedule = Schedule(settings: Schedule.Settings(configuration))
         // Wake-ups asked for and not yet come.
-        var timers: [ContinuousClock.Instant] = []
+        var timers: [C.Instant] = []
         // When entries were read and not yet in a batch (for the `queued` stage).
-        var readAt: [String: ContinuousClock.Instant] = [:]
+        var readAt: [String: C.Instant] = [:]
         let stageTimer = metrics.stageTimer
         try await withThrowingTaskGroup(of: Event.self) { group in
             // Whatever is still running when the loop ends (a blocking read, an abandoned batch) is not waited for.
@@ -105,7 +111,7 @@ final class Processor: Service {
                 if let wakeAt = step.wakeAt, !timers.contains(where: { $0 <= wakeAt }) {
                     timers.append(wakeAt)
                     group.addTask { [clock] in
-                        try? await clock.sleep(until: wakeAt)
+                        try? await clock.sleep(until: wakeAt, tolerance: nil)
                         return .timer(wakeAt)
                     }
                 }
@@ -147,12 +153,12 @@ final class Processor: Service {
     /// Stores one batch within `storeTimeout`. What it finished is acknowledged at once (not after the loop heard of
     /// it: a send that finds the message stored should find the buffer's depth down too); the attempts of failed
     /// messages are recorded before the partition's next batch can start, so that a restart does not give them more.
-    private func store(_ batch: ProcessingSchedule.Batch, acknowledgements: AcknowledgementQueue) async -> Event {
+    private func store(_ batch: Schedule.Batch, acknowledgements: AcknowledgementQueue) async -> Event {
         let started = clock.now
         do {
             let results = try await withDeadline(configuration.storeTimeout) { [store] in try await store.process(batch.items) }
             let duration = clock.now - started
-            acknowledgements.add(ProcessingSchedule.finishedEntryIds(batch.items, results))
+            acknowledgements.add(Schedule.finishedEntryIds(batch.items, results))
             for (item, result) in zip(batch.items, results) {
                 guard case .failed = result else { continue }
                 try? await buffer.recordFailedAttempt(entryId: item.entry.id, attempts: item.entry.attempts + 1)
@@ -164,7 +170,7 @@ final class Processor: Service {
     }
 
     /// Metrics and logs of a stored batch.
-    private func report(_ batch: ProcessingSchedule.Batch, _ results: [ProcessingResult], _ retries: [ProcessingSchedule.Retry]) {
+    private func report(_ batch: Schedule.Batch, _ results: [ProcessingResult], _ retries: [Schedule.Retry]) {
         let nowMillis = WallClock.nowMillis()
         let retries = Dictionary(retries.map { ($0.entry.id, $0) }, uniquingKeysWith: { first, _ in first })
         for (item, result) in zip(batch.items, results) {
@@ -286,5 +292,11 @@ private final class DeadlineRace<T: Sendable>: Sendable {
         guard let (continuation, tasks) = winner else { return }
         for task in tasks { task.cancel() }
         continuation?.resume(with: outcome)
+    }
+}
+
+extension Processor where C == ContinuousClock {
+    convenience init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger) {
+        self.init(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger, clock: ContinuousClock())
     }
 }
