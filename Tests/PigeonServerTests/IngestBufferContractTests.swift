@@ -65,7 +65,7 @@ import Testing
                     client: client,
                     configuration: RedisStreamsBuffer.Configuration(
                         keyPrefix: redisPrefix, partitions: 4, nodeId: "node-\(Identifiers.randomHex(bytes: 4))", leaseTTL: .seconds(30),
-                        heartbeatInterval: .milliseconds(100)),
+                        heartbeatInterval: .seconds(1)),
                     logger: logger)
                 let runner = Task { try await buffer.run() }
                 current.withLockedValue { $0 = Open(store: store, buffer: buffer, redis: (buffer, client, runner)) }

@@ -5,20 +5,21 @@ import PigeonTestSupport
 import PostgresNIO
 
 /// Which store and buffer the server tests run against: `PIGEON_TEST_BACKEND` = `embedded` (default), `postgres`
-/// (PostgreSQL store, embedded buffer) or `production` (PostgreSQL store, Redis Streams buffer). The services'
+/// (PostgreSQL store, embedded buffer), `production` (PostgreSQL store, Redis Streams buffer) or `redisBuffer`
+/// (embedded store, Redis Streams buffer): every store × buffer pair the server accepts. The services'
 /// URLs come from `PIGEON_TEST_POSTGRES_URL` and `PIGEON_TEST_REDIS_URL` (scripts/test.sh starts them); a
 /// backend whose service is not configured is an error, never a skip.
 enum TestBackend: String {
-    case embedded, postgres, production
+    case embedded, postgres, production, redisBuffer
 
     static var current: TestBackend {
         guard let name = ProcessInfo.processInfo.environment["PIGEON_TEST_BACKEND"], !name.isEmpty else { return .embedded }
-        guard let backend = TestBackend(rawValue: name) else { fatalError("PIGEON_TEST_BACKEND must be embedded, postgres or production, not \(name)") }
+        guard let backend = TestBackend(rawValue: name) else { fatalError("PIGEON_TEST_BACKEND must be embedded, postgres, production or redisBuffer, not \(name)") }
         return backend
     }
 
-    var usesPostgres: Bool { self != .embedded }
-    var usesRedis: Bool { self == .production }
+    var usesPostgres: Bool { self == .postgres || self == .production }
+    var usesRedis: Bool { self == .production || self == .redisBuffer }
 
     static func environmentURL(_ name: String) throws -> String {
         guard let url = ProcessInfo.processInfo.environment[name], !url.isEmpty else {
@@ -61,8 +62,8 @@ struct TestBackendInstance: Sendable {
     func apply(to configuration: inout ServerConfiguration) {
         configuration.store = store
         configuration.buffer = buffer
-        // A production store never opens registration by default; the tests register their own devices.
-        if case .postgres = store { configuration.openRegistration = true }
+        // A production store or buffer never opens registration by default; the tests register their own devices.
+        if store != .embedded || buffer != .embedded { configuration.openRegistration = true }
     }
 
     /// The `pigeon-server serve` arguments for these backends.
@@ -70,8 +71,8 @@ struct TestBackendInstance: Sendable {
         var arguments: [String] = []
         if case .postgres(let url) = store { arguments += ["--store", url] }
         if case .redis(let url) = buffer { arguments += ["--buffer", url] }
-        // A production store never opens registration by default; the tests register their own devices.
-        if case .postgres = store { arguments.append("--open-registration") }
+        // A production store or buffer never opens registration by default; the tests register their own devices.
+        if store != .embedded || buffer != .embedded { arguments.append("--open-registration") }
         return arguments
     }
 }

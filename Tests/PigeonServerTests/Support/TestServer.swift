@@ -15,12 +15,13 @@ import Testing
 /// ``TestBackend/current``, each test with a fresh database and key prefix) for the duration of `body`.
 func withTestServer<T: Sendable>(
     dataDirectory: String? = nil,
+    backend kind: TestBackend = .current,
     configure: (inout ServerConfiguration) -> Void = { _ in },
     _ body: @Sendable (PigeonTestClient) async throws -> T
 ) async throws -> T {
     let directory = dataDirectory ?? makeTemporaryDirectory()
     defer { if dataDirectory == nil { try? FileManager.default.removeItem(atPath: directory) } }
-    let backend = try await TestBackendInstance.make()
+    let backend = try await TestBackendInstance.make(kind)
     var configuration = ServerConfiguration()
     configuration.port = 0
     configuration.dataDirectory = directory
