@@ -23,7 +23,7 @@ extension InProcessServer {
         configuration.durable = durable
         configuration.logLevel = .warning
         let logger = Logger(label: "pigeon-server") { ServerLogHandler(label: $0) }
-        let server = try InProcessServer(configuration: configuration, logger: logger)
+        let server = InProcessServer(configuration: configuration, logger: logger)
         try await server.start()
         let result: Result<T, any Error>
         do {

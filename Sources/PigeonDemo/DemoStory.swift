@@ -45,7 +45,7 @@ final class DemoStory: Sendable {
         configuration.shutdownDrainTimeout = .seconds(3)
         var logger = Logger(label: "pigeon-demo-server")
         logger.logLevel = .critical
-        let server = try InProcessServer(configuration: configuration, logger: logger)
+        let server = InProcessServer(configuration: configuration, logger: logger)
         try await server.start()
         let proxy = try await FaultProxy.start(upstreamPort: server.port)
         let proxyURL = URL(string: "http://127.0.0.1:\(proxy.port)")!

@@ -33,7 +33,7 @@ public final class InProcessServer: Sendable {
 
     /// Nothing runs yet. Port 0 makes the first ``start()`` bind a free loopback port (chosen by the system, so no
     /// other process can take it in between), which every later start binds again.
-    public init(configuration: ServerConfiguration, logger: Logger) throws {
+    public init(configuration: ServerConfiguration, logger: Logger) {
         requested = configuration
         self.logger = logger
     }

@@ -2,6 +2,7 @@ import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
+import NIOCore
 
 /// Builds a runnable Pigeon server.
 public enum PigeonApplication {
@@ -14,7 +15,6 @@ public enum PigeonApplication {
     public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<RouterResponder<PigeonRequestContext>> {
         ConnectionDescriptorLimit.raise(logger: logger)
         let core = try await PigeonCore.open(configuration: configuration, logger: logger)
-        if configuration.isOpenRegistrationEnabled { warnOpenRegistration(configuration, logger: logger) }
         let access = core.conversationAccess
         let streams = StreamController(
             store: core.store, hub: core.hub, ingest: core.ingest, access: access, authenticator: core.authenticator, metrics: core.metrics,
@@ -68,6 +68,9 @@ public enum PigeonApplication {
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
             services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.housekeeping, core.processor, core.typing],
+            onServerRunning: { channel in
+                if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
+            },
             logger: logger)
     }
 }
@@ -84,9 +87,9 @@ extension Application: ApplicationRunnable {
     }
 }
 
-/// The warning logged at start while open registration is on.
-private func warnOpenRegistration(_ configuration: ServerConfiguration, logger: Logger) {
+/// The warning logged once the server listens (on `address`, the one it bound) while open registration is on.
+private func warnOpenRegistration(address: SocketAddress?, logger: Logger) {
     logger.warning(
         "open registration is on: anyone who reaches this server can register a new userId's first device (further devices need a token of the user's devices); turn it off with --no-open-registration and mint JWTs in your backend",
-        metadata: ["address": "\(configuration.host):\(configuration.port)"])
+        metadata: ["address": "\(address.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "?")"])
 }

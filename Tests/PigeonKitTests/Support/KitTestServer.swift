@@ -30,7 +30,7 @@ final class KitTestServer: Sendable {
         configure(&configuration)
         var logger = Logger(label: "pigeonkit-test-server")
         logger.logLevel = .critical
-        let server = KitTestServer(try InProcessServer(configuration: configuration, logger: logger))
+        let server = KitTestServer(InProcessServer(configuration: configuration, logger: logger))
         try await server.start()
         return server
     }
