@@ -478,14 +478,16 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         let sentAt = clock.now
         let ttlMilliseconds = Int64(configuration.leaseTTL / .milliseconds(1))
         let liveNodes = try await client.evalScript(Scripts.heartbeat, keys: [keys.nodes], arguments: [nodeId, ttlMilliseconds]).int ?? 1
-        let share = (configuration.partitions + Int(max(1, liveNodes)) - 1) / Int(max(1, liveNodes))
+        let share = LeaseBalance.share(partitions: configuration.partitions, liveNodes: Int(liveNodes))
 
         try await renewLeases(sentAt: sentAt)
-        let owned = state.withLockedValue { state in state.partitions.indices.filter { state.partitions[$0].lease == .owned } }
-        if owned.count > share {
-            giveUp(owned.count - share)
-        } else if owned.count < share {
-            try await acquire(share - owned.count, sentAt: sentAt)
+        let owned = state.withLockedValue { state in
+            state.partitions.indices.filter { state.partitions[$0].lease == .owned }.map { ($0, state.partitions[$0].isIdle) }
+        }
+        switch LeaseBalance.action(owned: owned, share: share) {
+        case .keep: break
+        case .giveUp(let partitions): giveUp(partitions)
+        case .acquire(let count): try await acquire(count, sentAt: sentAt)
         }
         await releaseDrainedPartitions()
         try await refreshDepth()
@@ -519,16 +521,12 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         }
     }
 
-    /// Marks `count` owned partitions for release, idle ones first.
-    private func giveUp(_ count: Int) {
+    /// Marks owned partitions for release (``LeaseBalance`` chose them).
+    private func giveUp(_ partitions: [Int]) {
         let released = state.withLockedValue { state -> [Int] in
-            let owned = state.partitions.indices.filter { state.partitions[$0].lease == .owned }
-            let chosen = owned.sorted { left, right in
-                let (leftIdle, rightIdle) = (state.partitions[left].isIdle, state.partitions[right].isIdle)
-                return leftIdle != rightIdle ? leftIdle : left > right
-            }.prefix(count)
+            let chosen = partitions.filter { state.partitions[$0].lease == .owned }
             for index in chosen { state.partitions[index].lease = .releasing }
-            return Array(chosen)
+            return chosen
         }
         logger.debug("giving up partitions beyond this node's share", metadata: ["partitions": "\(released)"])
     }
@@ -556,11 +554,8 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         let holders: [EventLoopFuture<RESPValue>] = candidates.map { client.send(RESPCommand("GET", keys.lease($0))) }
         let ttlMilliseconds = Int64(configuration.leaseTTL / .milliseconds(1))
         var acquired = 0
-        // Nodes start at different places, so that they rarely compete for the same partitions.
-        let offset = Self.partition(ofConversation: nodeId, partitions: candidates.count)
         let holdersByPartition = Dictionary(uniqueKeysWithValues: zip(candidates, holders))
-        for position in 0..<candidates.count where acquired < count {
-            let partition = candidates[(position + offset) % candidates.count]
+        for partition in LeaseBalance.acquisitionOrder(candidates, nodeId: nodeId) where acquired < count {
             let holder = try await holdersByPartition[partition]!.get()
             let taken: Bool
             if holder.isNull {
