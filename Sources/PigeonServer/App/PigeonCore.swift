@@ -77,7 +77,7 @@ final class PigeonCore: Sendable {
             let client = RedisClient(configuration: try RedisConfiguration(url: url), logger: logger)
             do {
                 let redis = try await RedisStreamsBuffer(
-                    client: client, configuration: try Self.redisBufferConfiguration(url: url, nodeId: nodeId), logger: logger)
+                    client: client, configuration: try RedisStreamsBuffer.Configuration(url: url, nodeId: nodeId), logger: logger)
                 buffer = redis
                 backendServices.append(RedisBufferService(buffer: redis, client: client))
             } catch {
@@ -131,51 +131,5 @@ final class PigeonCore: Sendable {
         let id = "node-" + Identifiers.randomHex(bytes: 8)
         try (id + "\n").write(to: file, atomically: true, encoding: .utf8)
         return id
-    }
-
-    /// The Redis buffer's options from its URL's query: `prefix`, `partitions`, `lease_ms`, `dedupe_hours`.
-    static func redisBufferConfiguration(url: String, nodeId: String) throws -> RedisStreamsBuffer.Configuration {
-        let query = try RedisConfiguration(url: url).queryItems
-        func integer(_ name: String, _ range: ClosedRange<Int>) throws -> Int? {
-            guard let text = query[name] else { return nil }
-            guard let value = Int(text), range.contains(value) else {
-                throw PigeonError.invalid("the Redis URL's \(name) must be an integer from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
-            }
-            return value
-        }
-        if let unknown = query.keys.sorted().first(where: { !["prefix", "partitions", "lease_ms", "dedupe_hours"].contains($0) }) {
-            throw PigeonError.invalid("the Redis URL has an unknown option '\(unknown)' (known: prefix, partitions, lease_ms, dedupe_hours)")
-        }
-        var configuration = RedisStreamsBuffer.Configuration(nodeId: nodeId)
-        if let prefix = query["prefix"] {
-            guard !prefix.isEmpty, prefix.count <= 64, !prefix.contains(where: { $0 == "{" || $0 == "}" || $0.isWhitespace }) else {
-                throw PigeonError.invalid("the Redis URL's prefix must be 1-64 characters without braces or spaces")
-            }
-            configuration.keyPrefix = prefix
-        }
-        if let partitions = try integer("partitions", 1...1024) { configuration.partitions = partitions }
-        if let lease = try integer("lease_ms", 500...600_000) {
-            configuration.leaseTTL = .milliseconds(lease)
-            configuration.heartbeatInterval = min(configuration.heartbeatInterval, .milliseconds(lease / 4))
-        }
-        if let hours = try integer("dedupe_hours", 1...24 * 365) { configuration.dedupeTTL = .seconds(hours * 3600) }
-        return configuration
-    }
-}
-
-/// Runs the Redis buffer's heartbeats and leases; when they end (graceful shutdown releases the leases), closes
-/// the Redis connections. Listed before the processor, so it stops after the processor drained.
-struct RedisBufferService: Service {
-    let buffer: RedisStreamsBuffer
-    let client: RedisClient
-
-    func run() async throws {
-        do {
-            try await buffer.run()
-        } catch {
-            await client.shutdown()
-            throw error
-        }
-        await client.shutdown()
     }
 }
