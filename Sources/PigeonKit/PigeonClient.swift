@@ -160,11 +160,14 @@ public final class PigeonClient: Sendable, Service {
     /// opened on the database sends them. It never waits for the network.
     ///
     /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
-    /// (a `type` outside `[a-z0-9._-]{1,32}`, an empty or oversized body, U+0000),
+    /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty or oversized body, U+0000),
     /// ``PigeonClientError/Code-swift.struct/unknownConversation``, or a database error.
     @discardableResult
     public func send(_ body: String, type: String = "text", to conversationId: String) throws -> PigeonMessage {
         guard Validation.isValidMessageType(type) else { throw PigeonClientError.invalid("type must be 1–32 characters of [a-z0-9._-]") }
+        guard !Validation.isServerMessageType(type) else {
+            throw PigeonClientError.invalid("types beginning with \"pigeon.\" are the server's; \"\(type)\" cannot be sent")
+        }
         guard !body.isEmpty else { throw PigeonClientError.invalid("the body is empty") }
         guard body.utf8.count <= configuration.maxBodyBytes else {
             throw PigeonClientError.invalid("the body is \(body.utf8.count) bytes; the limit is \(configuration.maxBodyBytes)")

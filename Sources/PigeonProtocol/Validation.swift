@@ -18,6 +18,12 @@ public enum Validation {
     }
 
     /// Message `type`: 1–32 characters of `[a-z0-9._-]`.
+    /// Whether `type` is one of the server's own message types (`pigeon.members`, `pigeon.edit`, `pigeon.delete`, and
+    /// any later `pigeon.*`): the server writes them, a client sending one is refused (API.md 1.1).
+    public static func isServerMessageType(_ type: String) -> Bool {
+        type.hasPrefix("pigeon.")
+    }
+
     public static func isValidMessageType(_ value: String) -> Bool {
         let utf8 = value.utf8
         guard (1...32).contains(utf8.count) else { return false }

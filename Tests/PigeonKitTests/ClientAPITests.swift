@@ -22,6 +22,7 @@ struct ClientAPITests {
                 }
             }
             #expect(refused { try alice.client.send("x", type: "Bad Type", to: conversation.id) })
+            #expect(refused { try alice.client.send("{}", type: "pigeon.members", to: conversation.id) }, "the server's own type")
             #expect(refused { try alice.client.send("", to: conversation.id) })
             #expect(refused { try alice.client.send("nul \u{0} inside", to: conversation.id) })
             #expect(refused { try alice.client.send(String(repeating: "a", count: 65_537), to: conversation.id) })

@@ -107,6 +107,9 @@ final class Ingest: Sendable {
         guard Validation.isValidMessageType(request.type) else {
             throw PigeonError.invalid("type must be 1-32 characters of [a-z0-9._-]")
         }
+        guard !Validation.isServerMessageType(request.type) else {
+            throw PigeonError.invalid("types beginning with \"pigeon.\" are the server's; a client cannot send \"\(request.type)\"")
+        }
         guard request.body.utf8.count <= maxBodyBytes else {
             throw PigeonError(.payloadTooLarge, "body is larger than \(maxBodyBytes) bytes")
         }

@@ -174,6 +174,35 @@ import Testing
         }
     }
 
+    /// Types beginning with `pigeon.` are the server's own (member changes, edits, deletions: API.md 1.1): a client
+    /// sending one is refused over HTTP and WebSocket alike, and nothing is stored.
+    @Test func theServersOwnMessageTypesAre400FromAClient() async throws {
+        try await withTestServer { client in
+            let f = try await Fixture.make(client)
+            let before = try await Snapshot.take(client, f)
+            for type in ["pigeon.members", "pigeon.edit", "pigeon.delete", "pigeon.anything"] {
+                let answer = try await client.sendRaw(f.alice, to: f.conversation.id, json: sendJSON(type: type))
+                expectError(answer, 400, .invalidRequest, "type \(type)")
+                #expect(answer.text.contains("pigeon."), "the error names the reserved prefix")
+            }
+            let socket = try await TestWebSocket.connect(port: client.port, token: f.alice.token)
+            let clientMessageId = newId()
+            socket.send(
+                .send(
+                    conversationId: f.conversation.id,
+                    SendMessageRequest(clientMessageId: clientMessageId, type: "pigeon.members", body: "{}", clientTimestamp: 1)))
+            let error = await socket.first { $0.errorFrame != nil }?.errorFrame
+            #expect(error?.clientMessageId == clientMessageId)
+            #expect(error?.error.code == .invalidRequest)
+            await socket.close()
+            try await expectNothingChanged(client, f, since: before)
+            // An app's own dotted type is still its own.
+            #expect(try await client.sendRaw(f.alice, to: f.conversation.id, json: sendJSON(type: "app.pigeon.note")).status == 202)
+            let after = try await client.allMessages(f.alice, f.conversation.id)
+            #expect(after.filter { $0.type.hasPrefix("pigeon.") }.isEmpty)
+        }
+    }
+
     /// U+0000 cannot be stored by PostgreSQL's text type: every backend refuses it up front, instead of accepting a
     /// message (✓) that could then never be stored.
     @Test func nulCharactersAre400() async throws {
