@@ -4,7 +4,7 @@ import Testing
 
 /// The outbox's pure parts, driven directly without a network or a clock: one item's lifecycle (`OutboxItem`),
 /// the per-conversation line (`OutboxQueue`), the backoff (`RetryPolicy`, `ReconnectBackoff`) and the tick rules
-/// (`MessageStatus.applying`, DESIGN.md's status table). Time is an `EngineClock.Instant` plus durations; nothing sleeps.
+/// (`MessageStatus.applying`, DESIGN.md's status table). Time is an `ElapsedClock.Instant` plus durations; nothing sleeps.
 @Suite struct OutboxStateMachineTests {
     static let policy = RetryPolicy()
     static let overloaded = ErrorDetail(code: .overloaded, message: "the ingest buffer is full")
@@ -15,7 +15,7 @@ import Testing
     }
 
     /// An item dispatched at `now`.
-    static func inFlight(_ localId: Int64 = 1, at now: EngineClock.Instant, policy: RetryPolicy = policy) -> OutboxItem {
+    static func inFlight(_ localId: Int64 = 1, at now: ElapsedClock.Instant, policy: RetryPolicy = policy) -> OutboxItem {
         var item = item(localId)
         let action = item.dispatch(now: now, policy: policy)
         #expect(action == .send)
@@ -27,7 +27,7 @@ import Testing
 
 extension OutboxStateMachineTests {
     @Suite struct Item {
-        let t0 = EngineClock.Instant(sinceStart: .zero)
+        let t0 = ElapsedClock.Instant(sinceStart: .zero)
         let policy = OutboxStateMachineTests.policy
 
         @Test func aNewItemIsQueuedWithoutBackoffAndDue() {
@@ -422,7 +422,7 @@ extension OutboxStateMachineTests {
 
 extension OutboxStateMachineTests {
     @Suite struct Queue {
-        let t0 = EngineClock.Instant(sinceStart: .zero)
+        let t0 = ElapsedClock.Instant(sinceStart: .zero)
         let policy = OutboxStateMachineTests.policy
 
         func item(_ localId: Int64, in conversationId: String = "c1", attempts: Int = 0) -> OutboxItem {

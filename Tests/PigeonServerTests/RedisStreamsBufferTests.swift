@@ -23,12 +23,16 @@ import Testing
         let client: RedisClient
         private let runner = NIOLockedValueBox<Task<Void, any Error>?>(nil)
 
-        init(_ server: RedisServerProcess, nodeId: String, leaseTTL: Duration = .seconds(5), partitions: Int = 16) async throws {
+        init(
+            _ server: RedisServerProcess, nodeId: String, leaseTTL: Duration = .seconds(5), partitions: Int = 16,
+            heartbeatInterval: Duration = .milliseconds(100), clock: any Clock<Duration> = ContinuousClock()
+        ) async throws {
             client = RedisClient(configuration: try RedisConfiguration(url: server.url), logger: RedisStreamsBufferTests.logger)
             let configuration = RedisStreamsBuffer.Configuration(
-                partitions: partitions, nodeId: nodeId, leaseTTL: leaseTTL, heartbeatInterval: .milliseconds(100))
+                partitions: partitions, nodeId: nodeId, leaseTTL: leaseTTL, heartbeatInterval: heartbeatInterval)
             do {
-                buffer = try await RedisStreamsBuffer(client: client, configuration: configuration, logger: RedisStreamsBufferTests.logger)
+                buffer = try await RedisStreamsBuffer(
+                    client: client, configuration: configuration, logger: RedisStreamsBufferTests.logger, clock: clock)
             } catch {
                 await client.shutdown()
                 throw error
@@ -338,6 +342,27 @@ import Testing
         #expect(entries.map(\.id) == handedOut.map(\.id))
         #expect(try await b.client.send(RESPCommand("ZRANGE", "pigeon:nodes", 0, -1)) == .array([.bulkString(ByteBuffer(string: "b"))]))
         await b.shutdown()
+        await server.stop()
+    }
+
+    /// The heartbeat runs on the buffer's clock: real time passing renews nothing (Redis's own TTL runs down), and
+    /// the clock passing the interval renews every lease at once.
+    @Test func theLeasesAreRenewedOnTheBuffersClock() async throws {
+        let server = try await RedisServerProcess()
+        let clock = ManualClock()
+        let node = try await Node(server, nodeId: "a", leaseTTL: .seconds(5), heartbeatInterval: .seconds(1), clock: clock)
+        node.start()
+        try await waitUntil("every partition leased") { node.buffer.ownedPartitions.count == 16 }
+        try await clock.waitForSleepers()
+        func ttl() async throws -> Int64 { try await node.client.send(RESPCommand("PTTL", "pigeon:{0}:lease")).int ?? -2 }
+        let first = try await ttl()
+        #expect(first > 0)
+        try await waitUntil("Redis's TTL runs down while the buffer's clock stands still") { try await ttl() < first - 300 }
+        #expect(node.buffer.ownedPartitions.count == 16)
+        let stale = try await ttl()
+        clock.advance(by: .seconds(1))
+        try await waitUntil("renewed once the clock passed the heartbeat interval") { try await ttl() > stale + 200 }
+        await node.shutdown()
         await server.stop()
     }
 

@@ -12,9 +12,9 @@ import PigeonProtocol
 package struct OutboxItem: Sendable, Equatable {
     package enum State: Sendable, Equatable {
         /// Waiting for its turn; not before `notBefore` (a backoff), when set.
-        case queued(notBefore: EngineClock.Instant?)
+        case queued(notBefore: ElapsedClock.Instant?)
         /// On the wire since `since`; no accept answer yet.
-        case inFlight(since: EngineClock.Instant, deadline: EngineClock.Instant)
+        case inFlight(since: ElapsedClock.Instant, deadline: ElapsedClock.Instant)
         /// Retries spent or refused; only ``retry()`` moves it on.
         case failed(ErrorDetail)
     }
@@ -27,7 +27,7 @@ package struct OutboxItem: Sendable, Equatable {
         /// The server has it: remove the item and mark the message sent.
         case complete
         /// Put it back in the queue; the next try is not before the given instant.
-        case retryLater(EngineClock.Instant)
+        case retryLater(ElapsedClock.Instant)
         /// Give up: mark the message failed with this reason.
         case fail(ErrorDetail)
     }
@@ -58,13 +58,13 @@ package struct OutboxItem: Sendable, Equatable {
     }
 
     /// Whether it may go on the wire at `now` (queued and past its backoff).
-    package func isDue(at now: EngineClock.Instant) -> Bool {
+    package func isDue(at now: ElapsedClock.Instant) -> Bool {
         if case .queued(let notBefore) = state { return notBefore.map { $0 <= now } ?? true }
         return false
     }
 
     /// Hands the item to the transport: `.send` when it was due.
-    package mutating func dispatch(now: EngineClock.Instant, policy: RetryPolicy) -> Action {
+    package mutating func dispatch(now: ElapsedClock.Instant, policy: RetryPolicy) -> Action {
         guard isDue(at: now) else { return .none }
         state = .inFlight(since: now, deadline: now + policy.ackTimeout)
         return .send
@@ -75,13 +75,13 @@ package struct OutboxItem: Sendable, Equatable {
     package mutating func accepted() -> Action { .complete }
 
     /// No accept answer by the deadline: the try counts.
-    package mutating func ackTimedOut(now: EngineClock.Instant, policy: RetryPolicy, jitter: Double) -> Action {
+    package mutating func ackTimedOut(now: ElapsedClock.Instant, policy: RetryPolicy, jitter: Double) -> Action {
         guard case .inFlight(_, let deadline) = state, deadline <= now else { return .none }
         return tryFailed(now: now, policy: policy, jitter: jitter, retryAfter: nil, reason: ErrorDetail(code: .internalError, message: "no answer from the server after \(attempts + 1) tries"))
     }
 
     /// A transient refusal (429, 503, 500) or a broken request: the try counts; `retryAfter` is the server's.
-    package mutating func transientFailure(_ reason: ErrorDetail, retryAfter: Duration?, now: EngineClock.Instant, policy: RetryPolicy, jitter: Double) -> Action {
+    package mutating func transientFailure(_ reason: ErrorDetail, retryAfter: Duration?, now: ElapsedClock.Instant, policy: RetryPolicy, jitter: Double) -> Action {
         guard isInFlight else { return .none }
         return tryFailed(now: now, policy: policy, jitter: jitter, retryAfter: retryAfter, reason: reason)
     }
@@ -110,7 +110,7 @@ package struct OutboxItem: Sendable, Equatable {
     }
 
     private mutating func tryFailed(
-        now: EngineClock.Instant, policy: RetryPolicy, jitter: Double, retryAfter: Duration?, reason: ErrorDetail
+        now: ElapsedClock.Instant, policy: RetryPolicy, jitter: Double, retryAfter: Duration?, reason: ErrorDetail
     ) -> Action {
         attempts += 1
         if attempts >= policy.maxAttempts {

@@ -43,7 +43,7 @@ package struct OutboxQueue: Sendable {
 
     /// Dispatches, in each conversation, the first item of the line if it is due and nothing of that conversation
     /// is in flight; returns the items to write to the transport.
-    package mutating func dispatchDue(now: EngineClock.Instant, policy: RetryPolicy) -> [OutboxItem] {
+    package mutating func dispatchDue(now: ElapsedClock.Instant, policy: RetryPolicy) -> [OutboxItem] {
         var out: [OutboxItem] = []
         for (_, line) in lines {
             // One at a time: a retried item that re-entered the line ahead of one already on the wire waits for it.
@@ -58,7 +58,7 @@ package struct OutboxQueue: Sendable {
     }
 
     /// Items whose ACK deadline passed by `now`.
-    package func timedOut(now: EngineClock.Instant) -> [Int64] {
+    package func timedOut(now: ElapsedClock.Instant) -> [Int64] {
         items.values.compactMap { item in
             if case .inFlight(_, let deadline) = item.state, deadline <= now { return item.localId }
             return nil
@@ -73,10 +73,10 @@ package struct OutboxQueue: Sendable {
     /// The earliest instant after `now` when something changes on its own: a backoff ends or an ACK deadline
     /// passes. Instants already past are left out: what they allow has happened or waits for another event (a
     /// connection, the previous message's answer), which wakes the dispatcher itself.
-    package func nextWakeUp(after now: EngineClock.Instant) -> EngineClock.Instant? {
-        var earliest: EngineClock.Instant?
+    package func nextWakeUp(after now: ElapsedClock.Instant) -> ElapsedClock.Instant? {
+        var earliest: ElapsedClock.Instant?
         for item in items.values {
-            let instant: EngineClock.Instant?
+            let instant: ElapsedClock.Instant?
             switch item.state {
             case .queued(let notBefore): instant = notBefore
             case .inFlight(_, let deadline): instant = deadline

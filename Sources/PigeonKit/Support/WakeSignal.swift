@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import PigeonProtocol
 
 /// Wakes one waiting loop. Signals coalesce: any number of signals while the loop is busy wake it once. Timed waits
 /// run on the engine's clock.
@@ -8,10 +9,10 @@ final class WakeSignal: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
     }
 
-    private let clock: EngineClock
+    private let clock: ElapsedClock
     private let state = NIOLockedValueBox(State())
 
-    init(clock: EngineClock) {
+    init(clock: ElapsedClock) {
         self.clock = clock
     }
 
@@ -39,7 +40,7 @@ final class WakeSignal: Sendable {
 
     /// Returns at the next signal (at once if one is pending), when the clock reaches `deadline` when given, or on
     /// cancellation.
-    func wait(until deadline: EngineClock.Instant?) async {
+    func wait(until deadline: ElapsedClock.Instant?) async {
         guard let deadline else { return await waitForSignal() }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.waitForSignal() }

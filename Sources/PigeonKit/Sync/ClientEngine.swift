@@ -13,7 +13,7 @@ final class ClientEngine: Sendable {
     let receiver: Receiver
     let settings: PigeonClient.Configuration
     let logger: Logger
-    let clock: EngineClock
+    let clock: ElapsedClock
     /// A value in 0...1 for each backoff's equal jitter.
     let jitter: @Sendable () -> Double
 
@@ -42,7 +42,7 @@ final class ClientEngine: Sendable {
         self.settings = settings
         self.logger = logger
         self.receiver = Receiver(store: store, hub: hub)
-        let clock = EngineClock(settings.clock)
+        let clock = ElapsedClock(settings.clock)
         self.clock = clock
         self.jitter = settings.jitter
         connectionWake = WakeSignal(clock: clock)

@@ -1,6 +1,7 @@
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import PigeonProtocol
 import PigeonRedis
 import ServiceLifecycle
 
@@ -79,7 +80,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
     private struct Partition {
         var lease = Lease.none
         /// Until when the lease is certainly still this node's (renewal sent time + TTL).
-        var validUntil = ContinuousClock.Instant.now
+        var validUntil = ElapsedClock.Instant(sinceStart: .zero)
         /// Read from Redis (or taken over), not handed out yet, in stream order.
         var ready: [BufferEntry] = []
         /// Stream ids handed out and not acknowledged.
@@ -89,7 +90,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         /// A read of it failed mid-way: Redis may have delivered entries the node never saw.
         var needsRecovery = false
         /// When to look next for entries stuck in its pending list.
-        var nextSweep = ContinuousClock.Instant.now
+        var nextSweep = ElapsedClock.Instant(sinceStart: .zero)
 
         var isIdle: Bool { ready.isEmpty && outstanding.isEmpty && !isBeingRead }
     }
@@ -98,12 +99,12 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         var partitions: [Partition]
         var isPrepared = false
         var isStopped = false
-        var lastHeartbeat: ContinuousClock.Instant?
+        var lastHeartbeat: ElapsedClock.Instant?
         var nextPartitionToServe = 0
         /// The total XLEN at the last heartbeat, and appends minus deletions since.
         var depthInRedis = 0
         var depthDelta = 0
-        var lastProblemLog: ContinuousClock.Instant?
+        var lastProblemLog: ElapsedClock.Instant?
     }
 
     /// This node's name (see ``Configuration/nodeId``).
@@ -114,7 +115,9 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
     private let keys: Keys
     private let partitionOfStream: [String: Int]
     private let logger: Logger
-    private let clock = ContinuousClock()
+    /// The node's time for heartbeats, lease validity and sweeps (a test's manual clock, or the real one). A lease's
+    /// authority is Redis's own expiry; this clock paces the renewals and tells when the node stops trusting its lease.
+    private let clock: ElapsedClock
     private let state: NIOLockedValueBox<State>
     /// The connection for blocking reads (they would hold up the client's shared connections).
     private let readConnection = NIOLockedValueBox<RedisConnection?>(nil)
@@ -125,7 +128,10 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
     /// If Redis cannot be reached now, the buffer starts anyway (not ready, refusing appends with 503) and
     /// ``run()`` finishes the setup once Redis is back. Throws ``SetupError`` if Redis holds a buffer with
     /// another number of partitions under this prefix.
-    public init(client: RedisClient, configuration: Configuration, logger: Logger) async throws {
+    ///
+    /// `clock` paces the heartbeats and times the leases locally (`ContinuousClock` unless a test injects its own).
+    public init(client: RedisClient, configuration: Configuration, logger: Logger, clock: any Clock<Duration> = ContinuousClock()) async throws {
+        self.clock = ElapsedClock(clock)
         precondition(configuration.partitions >= 1, "a Redis Streams buffer needs at least one partition")
         precondition(configuration.heartbeatInterval < configuration.leaseTTL, "the heartbeat must come more often than the lease TTL")
         self.client = client
@@ -441,7 +447,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
             } catch {
                 logProblem("the ingest buffer's heartbeat failed; retrying", error)
             }
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.configuration.heartbeatInterval) }
+            try? await cancelWhenGracefulShutdown { try await self.clock.sleep(for: self.configuration.heartbeatInterval) }
             if Task.isShuttingDownGracefully {
                 await shutdown()
                 return
@@ -495,7 +501,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         state.withLockedValue { $0.lastHeartbeat = clock.now }
     }
 
-    private func renewLeases(sentAt: ContinuousClock.Instant) async throws {
+    private func renewLeases(sentAt: ElapsedClock.Instant) async throws {
         let held = state.withLockedValue { state in state.partitions.indices.filter { state.partitions[$0].lease != .none } }
         let ttlMilliseconds = Int64(configuration.leaseTTL / .milliseconds(1))
         let renewals: [EventLoopFuture<RESPValue>] = held.map {
@@ -548,7 +554,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
     }
 
     /// Takes up to `count` free partitions (and any whose lease is still this node's, from before a failure).
-    private func acquire(_ count: Int, sentAt: ContinuousClock.Instant) async throws {
+    private func acquire(_ count: Int, sentAt: ElapsedClock.Instant) async throws {
         let candidates = state.withLockedValue { state in state.partitions.indices.filter { state.partitions[$0].lease == .none } }
         guard !candidates.isEmpty else { return }
         let holders: [EventLoopFuture<RESPValue>] = candidates.map { client.send(RESPCommand("GET", keys.lease($0))) }
@@ -575,7 +581,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
 
     /// Makes a newly leased partition this node's: first everything pending in its group (handed out by a previous
     /// owner and not acknowledged), in stream order, before anything new.
-    private func takeOver(_ partition: Int, sentAt: ContinuousClock.Instant) async throws {
+    private func takeOver(_ partition: Int, sentAt: ElapsedClock.Instant) async throws {
         let pending = try await claimPending(partition, minimumIdle: .zero, skipping: [])
         let isStopped = state.withLockedValue { state in
             guard !state.isStopped else { return true }

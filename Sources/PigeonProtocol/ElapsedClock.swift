@@ -1,8 +1,9 @@
-/// The client's time: the clock of ``PigeonClient/Configuration-swift.struct/clock`` (the real one unless a test
-/// injects a manual clock), with instants counted from the moment the engine was made. Every backoff, ACK deadline,
-/// receipt delay and catch-up period of the engine is measured on it, so a test moves them by advancing its clock.
-package struct EngineClock: Sendable {
-    /// A point in the client's time: how long after the engine was made.
+/// A clock given as `any Clock<Duration>` (the real one unless a test injects a manual clock), with instants counted
+/// from the moment it was wrapped: one concrete instant type whatever the clock, for the client engine's backoffs,
+/// ACK deadlines, receipt delays and catch-up periods, and the Redis buffer's heartbeats and leases. A test moves
+/// them by advancing its clock. (Package-internal: not part of the wire types apps see.)
+package struct ElapsedClock: Sendable {
+    /// A point in this clock's time: how long after it was wrapped.
     package struct Instant: InstantProtocol, Hashable, Sendable, CustomStringConvertible {
         package var sinceStart: Duration
 
