@@ -80,11 +80,20 @@ final class TestDevice: Sendable {
     var events: [PigeonEvent] { recorded.withLockedValue { $0 } }
 
     /// Statuses this device announced for one of its messages, in order.
+    /// The statuses announced for a message, in order. An announcement that repeats the status only because the
+    /// message's delivery path became known (a resend's `200 stored` answer came before its `message.stored`, which
+    /// says whether the peer was online: ``LocalStore/recordStored``) is that same step, not a second one.
     func statusHistory(localId: Int64) -> [MessageStatus] {
-        events.compactMap { event in
-            if case .messageStatusChanged(let message) = event, message.localId == localId { return message.status }
-            return nil
+        var history: [(status: MessageStatus, path: DeliveryPath?)] = []
+        for event in events {
+            guard case .messageStatusChanged(let message) = event, message.localId == localId else { continue }
+            if let last = history.last, last.status == message.status, last.path == nil, message.deliveryPath != nil {
+                history[history.count - 1].path = message.deliveryPath
+                continue
+            }
+            history.append((message.status, message.deliveryPath))
         }
+        return history.map(\.status)
     }
 
     /// Messages announced as received, in order.
