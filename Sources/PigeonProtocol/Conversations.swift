@@ -11,24 +11,57 @@ public struct CreateConversationRequest: Codable, Sendable, Equatable {
     }
 }
 
-/// A member of a conversation with its receipt watermarks.
+/// What a member may do in a conversation (API.md 1.1): the owner (its creator, or whom the owner's leaving made
+/// owner) and admins manage members and the name; only the owner changes roles.
+public enum MemberRole: String, Codable, Sendable, CaseIterable {
+    case owner, admin, member
+}
+
+/// Whether a conversation is between two users for good, or a group (API.md 1.1).
+public enum ConversationKind: String, Codable, Sendable {
+    /// Created with exactly one other member and no name; it never gains members.
+    case direct
+    case group
+}
+
+/// A member of a conversation with its role, when it joined, and its receipt watermarks.
 public struct ConversationMember: Codable, Sendable, Equatable {
     public var userId: String
+    public var role: MemberRole
+    /// The seq of the member change that added it; 0 for a founding member. It sees the conversation from here on.
+    public var joinedSeq: Int64
     /// Highest seq every device of this member has acknowledged as delivered.
     public var deliveredSeq: Int64
     /// Highest seq this member has read. Never lower than ``deliveredSeq`` would allow: read implies delivered.
     public var readSeq: Int64
 
-    public init(userId: String, deliveredSeq: Int64, readSeq: Int64) {
+    public init(userId: String, role: MemberRole = .member, joinedSeq: Int64 = 0, deliveredSeq: Int64, readSeq: Int64) {
         self.userId = userId
+        self.role = role
+        self.joinedSeq = joinedSeq
         self.deliveredSeq = deliveredSeq
         self.readSeq = readSeq
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case userId, role, joinedSeq, deliveredSeq, readSeq
+    }
+
+    /// Servers before API 1.1 send neither `role` nor `joinedSeq`: a plain founding member then.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        userId = try container.decode(String.self, forKey: .userId)
+        role = try container.decodeIfPresent(MemberRole.self, forKey: .role) ?? .member
+        joinedSeq = try container.decodeIfPresent(Int64.self, forKey: .joinedSeq) ?? 0
+        deliveredSeq = try container.decode(Int64.self, forKey: .deliveredSeq)
+        readSeq = try container.decode(Int64.self, forKey: .readSeq)
     }
 }
 
 /// A conversation as the API returns it.
 public struct Conversation: Codable, Sendable, Equatable {
     public var id: String
+    public var kind: ConversationKind
     public var name: String?
     public var createdAt: Int64
     /// The seq of the newest stored message, 0 when there is none.
@@ -38,8 +71,14 @@ public struct Conversation: Codable, Sendable, Equatable {
     public var updatedAt: Int64
     public var members: [ConversationMember]
 
-    public init(id: String, name: String?, createdAt: Int64, lastSeq: Int64, updatedAt: Int64? = nil, members: [ConversationMember]) {
+    /// `kind` defaults to what the members and name make it: ``ConversationKind/direct`` for two members and no
+    /// name, else a group.
+    public init(
+        id: String, kind: ConversationKind? = nil, name: String?, createdAt: Int64, lastSeq: Int64, updatedAt: Int64? = nil,
+        members: [ConversationMember]
+    ) {
         self.id = id
+        self.kind = kind ?? Self.kind(name: name, memberCount: members.count)
         self.name = name
         self.createdAt = createdAt
         self.lastSeq = lastSeq
@@ -47,8 +86,13 @@ public struct Conversation: Codable, Sendable, Equatable {
         self.members = members
     }
 
+    /// The kind a new conversation of `memberCount` members (its creator included) and `name` gets.
+    public static func kind(name: String?, memberCount: Int) -> ConversationKind {
+        name == nil && memberCount == 2 ? .direct : .group
+    }
+
     private enum CodingKeys: String, CodingKey {
-        case id, name, createdAt, lastSeq, updatedAt, members
+        case id, kind, name, createdAt, lastSeq, updatedAt, members
     }
 
     public init(from decoder: any Decoder) throws {
@@ -59,12 +103,14 @@ public struct Conversation: Codable, Sendable, Equatable {
         lastSeq = try container.decode(Int64.self, forKey: .lastSeq)
         updatedAt = try container.decodeIfPresent(Int64.self, forKey: .updatedAt) ?? createdAt
         members = try container.decode([ConversationMember].self, forKey: .members)
+        kind = try container.decodeIfPresent(ConversationKind.self, forKey: .kind) ?? Self.kind(name: name, memberCount: members.count)
     }
 
     /// Encodes `name` as `null` when absent, so every field of API.md is always present.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(id, forKey: .id)
+        try container.encode(kind, forKey: .kind)
         try container.encode(name, forKey: .name)
         try container.encode(createdAt, forKey: .createdAt)
         try container.encode(lastSeq, forKey: .lastSeq)

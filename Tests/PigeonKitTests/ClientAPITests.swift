@@ -47,6 +47,27 @@ struct ClientAPITests {
         #expect(ContinuousClock.now - started < .seconds(60), "it waited for the timeout")
     }
 
+    /// API.md 1.1: the kind of a conversation and its members' roles and join seqs reach the local database as the
+    /// server reports them, at creation and on another member's device through the stream.
+    @Test func aConversationsKindAndRolesAreKeptLocally() async throws {
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url)
+            let bob = try await TestDevice.register("bob", on: server.url)
+            try await startAll(alice, bob)
+            let direct = try await alice.client.createConversation(members: ["bob"])
+            let group = try await alice.client.createConversation(members: ["bob", "carol"], name: "trip")
+            #expect(direct.kind == .direct)
+            #expect(group.kind == .group)
+            #expect(group.members.map(\.role) == [.owner, .member, .member], "alice (the creator), bob, carol")
+            #expect(group.members.allSatisfy { $0.joinedSeq == 0 })
+            try await waitUntil("bob's device has both") { try bob.client.conversations().count == 2 }
+            #expect(try bob.client.conversation(id: direct.id)?.kind == .direct)
+            #expect(try bob.client.conversation(id: group.id)?.members.first { $0.userId == "alice" }?.role == .owner)
+            await alice.client.stop()
+            await bob.client.stop()
+        }
+    }
+
     @Test func syncReturnsOnceTheOutboxIsFlushedAndTheReceiptsAreConfirmed() async throws {
         try await withKitTestServer { server in
             let alice = try await TestDevice.register("alice", on: server.url)

@@ -116,6 +116,27 @@ import Testing
         }
     }
 
+    /// API.md 1.1: a conversation's kind is fixed at creation (direct: one other member, no name), its creator is its
+    /// owner, every founding member joined at seq 0; read back the same way one by one and in the list.
+    @Test(arguments: Kind.allCases) func aConversationKeepsItsKindAndTheCreatorIsItsOwner(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let direct = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let group = try await store.createConversation(creator: "carol", members: ["alice", "bob"], name: nil)
+            let named = try await store.createConversation(creator: "alice", members: ["bob"], name: "us")
+            for (created, expected) in [(direct, ConversationKind.direct), (group, .group), (named, .group)] {
+                #expect(created.kind == expected)
+                let read = try #require(try await store.conversation(id: created.id, for: "alice"))
+                #expect(read == created, "read back as created")
+                let listed = try await store.conversations(of: "alice", before: nil, limit: 10).conversations.first { $0.id == created.id }
+                #expect(listed == created, "listed as created")
+            }
+            #expect(group.members.map(\.userId) == ["alice", "bob", "carol"])
+            #expect(group.members.map(\.role) == [.member, .member, .owner])
+            #expect((direct.members + group.members + named.members).allSatisfy { $0.joinedSeq == 0 })
+        }
+    }
+
     @Test(arguments: Kind.allCases) func seqIsGaplessPerConversationAndRedeliveryStoresNothing(_ kind: Kind) async throws {
         try await Self.withStores(kind) { stores, sinks in
             let store = stores[0]

@@ -4,6 +4,8 @@ import PigeonProtocol
 public struct PigeonConversation: Sendable, Equatable, Identifiable, Codable {
     /// The server's id of the conversation (a lowercase UUID).
     public var id: String
+    /// Direct (two users, for good) or a group (API.md 1.1), as the server reports it.
+    public var kind: ConversationKind
     /// The name given at creation, if any.
     public var name: String?
     /// Milliseconds since the epoch.
@@ -14,7 +16,8 @@ public struct PigeonConversation: Sendable, Equatable, Identifiable, Codable {
     public var contiguousSeq: Int64
     /// This user's read watermark (set by ``PigeonClient/markRead(conversationId:upToSeq:)`` on any of its devices).
     public var readSeq: Int64
-    /// The members with their delivered and read watermarks, as last reported by the server.
+    /// The members with their roles, the seq each joined at, and their delivered and read watermarks, as last reported
+    /// by the server.
     public var members: [ConversationMember]
     /// Messages from other users with a seq above ``readSeq``.
     public var unreadCount: Int

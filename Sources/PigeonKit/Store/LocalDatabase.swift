@@ -97,6 +97,14 @@ enum LocalDatabase {
                 END;
                 """)
         }
+        // API.md 1.1: a conversation's kind, a member's role and the seq it joined at, as the server reports them.
+        migrator.registerMigration("v2") { db in
+            try db.execute(sql: """
+                ALTER TABLE conversations ADD COLUMN kind TEXT;
+                ALTER TABLE members ADD COLUMN role TEXT NOT NULL DEFAULT 'member';
+                ALTER TABLE members ADD COLUMN joinedSeq INTEGER NOT NULL DEFAULT 0;
+                """)
+        }
         return migrator
     }
 

@@ -187,15 +187,18 @@ extension LocalStore {
 
     private func upsert(_ db: Database, _ conversation: Conversation, outcome: inout ApplyOutcome, watermarksMoved: inout Set<String>) throws {
         try db.cachedStatement(sql: """
-            INSERT INTO conversations (id, name, createdAt, lastSeq, lastActivityAt) VALUES (?, ?, ?, ?, ?)
-            ON CONFLICT (id) DO UPDATE SET name = excluded.name, createdAt = excluded.createdAt, lastSeq = max(lastSeq, excluded.lastSeq)
-            """).execute(arguments: [conversation.id, conversation.name, conversation.createdAt, conversation.lastSeq, conversation.createdAt])
+            INSERT INTO conversations (id, kind, name, createdAt, lastSeq, lastActivityAt) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, name = excluded.name, createdAt = excluded.createdAt,
+                lastSeq = max(lastSeq, excluded.lastSeq)
+            """).execute(arguments: [
+                conversation.id, conversation.kind.rawValue, conversation.name, conversation.createdAt, conversation.lastSeq, conversation.createdAt,
+            ])
         for member in conversation.members {
             try db.cachedStatement(sql: """
-                INSERT INTO members (conversationId, userId, deliveredSeq, readSeq) VALUES (?, ?, ?, ?)
-                ON CONFLICT (conversationId, userId) DO UPDATE SET
+                INSERT INTO members (conversationId, userId, role, joinedSeq, deliveredSeq, readSeq) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (conversationId, userId) DO UPDATE SET role = excluded.role, joinedSeq = excluded.joinedSeq,
                     deliveredSeq = max(deliveredSeq, excluded.deliveredSeq), readSeq = max(readSeq, excluded.readSeq)
-                """).execute(arguments: [conversation.id, member.userId, member.deliveredSeq, member.readSeq])
+                """).execute(arguments: [conversation.id, member.userId, member.role.rawValue, member.joinedSeq, member.deliveredSeq, member.readSeq])
         }
         watermarksMoved.insert(conversation.id)
         outcome.noteConversation(conversation.id)

@@ -340,11 +340,13 @@ final class LocalStore: Sendable {
     }
 
     func conversation(_ db: Database, id: String) throws -> PigeonConversation? {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq FROM conversations WHERE id = ?"), arguments: [id])
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq, kind FROM conversations WHERE id = ?"), arguments: [id])
         else { return nil }
         let readSeq: Int64 = row[5]
-        let members = try Row.fetchAll(db.cachedStatement(sql: "SELECT userId, deliveredSeq, readSeq FROM members WHERE conversationId = ? ORDER BY userId"), arguments: [id]
-        ).map { ConversationMember(userId: $0[0], deliveredSeq: $0[1], readSeq: $0[2]) }
+        let members = try Row.fetchAll(db.cachedStatement(sql: "SELECT userId, role, joinedSeq, deliveredSeq, readSeq FROM members WHERE conversationId = ? ORDER BY userId"), arguments: [id]
+        ).map { ConversationMember(userId: $0[0], role: MemberRole(rawValue: $0[1]) ?? .member, joinedSeq: $0[2], deliveredSeq: $0[3], readSeq: $0[4]) }
+        let name: String? = row[1]
+        let kind = (row[6] as String?).flatMap(ConversationKind.init(rawValue:)) ?? Conversation.kind(name: name, memberCount: members.count)
         let unread = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversationId = ? AND seq > ? AND isOutgoing = 0"), arguments: [id, readSeq]) ?? 0
         let last = try Row.fetchOne(db.cachedStatement(sql: """
                 SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ?
@@ -361,7 +363,7 @@ final class LocalStore: Sendable {
             newest = last
         }
         return PigeonConversation(
-            id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], contiguousSeq: row[4], readSeq: readSeq, members: members,
+            id: row[0], kind: kind, name: name, createdAt: row[2], lastSeq: row[3], contiguousSeq: row[4], readSeq: readSeq, members: members,
             unreadCount: unread, lastMessage: newest)
     }
 

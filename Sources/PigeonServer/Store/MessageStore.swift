@@ -218,14 +218,16 @@ extension MessageStore {
     public var isDiskFull: Bool { false }
 }
 
-/// A conversation about to be created, the same for every store: a time-ordered id, the creator among the
-/// members (sorted, without repeats), and the `conversation.created` payload each member's log gets.
+/// A conversation about to be created, the same for every store: a time-ordered id, its kind (direct for two
+/// members and no name, API.md 1.1), the creator among the members (sorted, without repeats) as the owner, every
+/// founding member joined at seq 0, and the `conversation.created` payload each member's log gets.
 enum NewConversation {
     static func make(creator: String, members: [String], name: String?) throws -> (Conversation, userIds: [String], payload: String) {
         let userIds = Array(Set(members + [creator])).sorted()
         let conversation = Conversation(
-            id: Identifiers.uuidV7(), name: name, createdAt: WallClock.nowMillis(), lastSeq: 0,
-            members: userIds.map { ConversationMember(userId: $0, deliveredSeq: 0, readSeq: 0) })
+            id: Identifiers.uuidV7(), kind: Conversation.kind(name: name, memberCount: userIds.count), name: name,
+            createdAt: WallClock.nowMillis(), lastSeq: 0,
+            members: userIds.map { ConversationMember(userId: $0, role: $0 == creator ? .owner : .member, joinedSeq: 0, deliveredSeq: 0, readSeq: 0) })
         return (conversation, userIds, try EventPayload().conversationCreated(conversation))
     }
 }

@@ -184,10 +184,16 @@ public final class PostgresMessageStore: MessageStore, Service {
         let (id, now) = (conversation.id, conversation.createdAt)
         let committed = try await transaction { connection in
             try await connection.query(
-                "INSERT INTO conversations(id, name, created_by, created_at, updated_at) VALUES (\(id), \(name), \(creator), \(now), \(now))",
+                """
+                INSERT INTO conversations(id, kind, name, created_by, created_at, updated_at)
+                VALUES (\(id), \(conversation.kind.rawValue), \(name), \(creator), \(now), \(now))
+                """,
                 logger: logger)
             try await connection.query(
-                "INSERT INTO members(conversation_id, user_id) SELECT \(id), u FROM unnest(\(userIds)::text[]) AS u", logger: logger)
+                """
+                INSERT INTO members(conversation_id, user_id, role, joined_seq)
+                SELECT \(id), u, r, 0 FROM unnest(\(userIds)::text[], \(conversation.members.map(\.role.rawValue))::text[]) AS t(u, r)
+                """, logger: logger)
             var events = EventRows()
             events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now, partition: partition(of: id))
             return try await insert(events, connection)
@@ -201,35 +207,40 @@ public final class PostgresMessageStore: MessageStore, Service {
         let position: PostgresQuery
         switch before {
         case nil:
-            position = "SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id WHERE m.user_id = \(userId)"
+            position = "SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id WHERE m.user_id = \(userId)"
         case let cursor? where cursor.id == nil:
             position = """
-                SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
                 WHERE m.user_id = \(userId) AND c.updated_at < \(cursor.updatedAt)
                 """
         case let cursor?:
             position = """
-                SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
                 WHERE m.user_id = \(userId) AND (c.updated_at, c.id) < (\(cursor.updatedAt), \(cursor.id ?? ""))
                 """
         }
         var query = position
         query.sql += " ORDER BY c.updated_at DESC, c.id DESC LIMIT \(limit + 1)"
         var conversations: [Conversation] = []
-        for try await (id, name, createdAt, lastSeq, updatedAt) in try await client.query(query, logger: logger)
-            .decode((String, String?, Int64, Int64, Int64).self)
+        for try await (id, kind, name, createdAt, lastSeq, updatedAt) in try await client.query(query, logger: logger)
+            .decode((String, String, String?, Int64, Int64, Int64).self)
         {
-            conversations.append(Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, updatedAt: updatedAt, members: []))
+            conversations.append(
+                Conversation(
+                    id: id, kind: ConversationKind(rawValue: kind) ?? .group, name: name, createdAt: createdAt, lastSeq: lastSeq,
+                    updatedAt: updatedAt, members: []))
         }
         let ids = conversations.prefix(limit).map(\.id)
         var membersByConversation: [String: [ConversationMember]] = [:]
-        for try await (conversationId, member, delivered, read) in try await client.query(
+        for try await (conversationId, member, role, joinedSeq, delivered, read) in try await client.query(
             """
-            SELECT conversation_id, user_id, delivered_seq, read_seq FROM members
+            SELECT conversation_id, user_id, role, joined_seq, delivered_seq, read_seq FROM members
             WHERE conversation_id = ANY(\(ids)) ORDER BY conversation_id, user_id
             """, logger: logger
-        ).decode((String, String, Int64, Int64).self) {
-            membersByConversation[conversationId, default: []].append(ConversationMember(userId: member, deliveredSeq: delivered, readSeq: read))
+        ).decode((String, String, String, Int64, Int64, Int64).self) {
+            membersByConversation[conversationId, default: []].append(
+                ConversationMember(
+                    userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
         }
         for index in conversations.indices {
             conversations[index].members = membersByConversation[conversations[index].id] ?? []
@@ -240,16 +251,21 @@ public final class PostgresMessageStore: MessageStore, Service {
     public func conversation(id: String, for userId: String) async throws -> Conversation? {
         guard let members = try await members(of: id), members.contains(userId) else { return nil }
         var conversation: Conversation?
-        for try await (id, name, createdAt, lastSeq, updatedAt) in try await client.query(
-            "SELECT id, name, created_at, last_seq, updated_at FROM conversations WHERE id = \(id)", logger: logger
-        ).decode((String, String?, Int64, Int64, Int64).self) {
-            conversation = Conversation(id: id, name: name, createdAt: createdAt, lastSeq: lastSeq, updatedAt: updatedAt, members: [])
+        for try await (id, kind, name, createdAt, lastSeq, updatedAt) in try await client.query(
+            "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = \(id)", logger: logger
+        ).decode((String, String, String?, Int64, Int64, Int64).self) {
+            conversation = Conversation(
+                id: id, kind: ConversationKind(rawValue: kind) ?? .group, name: name, createdAt: createdAt, lastSeq: lastSeq,
+                updatedAt: updatedAt, members: [])
         }
         guard var conversation else { return nil }
-        for try await (member, delivered, read) in try await client.query(
-            "SELECT user_id, delivered_seq, read_seq FROM members WHERE conversation_id = \(id) ORDER BY user_id", logger: logger
-        ).decode((String, Int64, Int64).self) {
-            conversation.members.append(ConversationMember(userId: member, deliveredSeq: delivered, readSeq: read))
+        for try await (member, role, joinedSeq, delivered, read) in try await client.query(
+            "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = \(id) ORDER BY user_id",
+            logger: logger
+        ).decode((String, String, Int64, Int64, Int64).self) {
+            conversation.members.append(
+                ConversationMember(
+                    userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
         }
         return conversation
     }

@@ -208,6 +208,21 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        (
+            6,
+            [
+                // API.md 1.1: a conversation's kind (existing unnamed two-member ones are direct), a member's role (the
+                // creator is the owner) and the seq it joined at (0 for founding members).
+                "ALTER TABLE conversations ADD COLUMN kind TEXT NOT NULL DEFAULT 'group'",
+                """
+                UPDATE conversations c SET kind = 'direct'
+                WHERE c.name IS NULL AND (SELECT count(*) FROM members m WHERE m.conversation_id = c.id) = 2
+                """,
+                "ALTER TABLE members ADD COLUMN role TEXT NOT NULL DEFAULT 'member'",
+                "ALTER TABLE members ADD COLUMN joined_seq BIGINT NOT NULL DEFAULT 0",
+                "UPDATE members m SET role = 'owner' FROM conversations c WHERE c.id = m.conversation_id AND m.user_id = c.created_by",
+            ]
+        ),
     ]
 
     static var latestVersion: Int { migrations.last?.version ?? 0 }

@@ -84,11 +84,11 @@ public final class SQLiteMessageStore: MessageStore {
         try await write(
             { db -> [StoredEvent] in
                 try db.execute(
-                    sql: "INSERT INTO conversations(id, name, created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
-                    arguments: [id, name, creator, now, now])
-                for userId in userIds {
-                    try db.cachedStatement(sql: "INSERT INTO members(conversation_id, user_id) VALUES (?, ?)")
-                        .execute(arguments: [id, userId])
+                    sql: "INSERT INTO conversations(id, kind, name, created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    arguments: [id, conversation.kind.rawValue, name, creator, now, now])
+                for member in conversation.members {
+                    try db.cachedStatement(sql: "INSERT INTO members(conversation_id, user_id, role, joined_seq) VALUES (?, ?, ?, ?)")
+                        .execute(arguments: [id, member.userId, member.role.rawValue, member.joinedSeq])
                 }
                 let payloadId = try Self.insertSharedPayload(db, payload)
                 return try userIds.map { userId in
@@ -122,16 +122,13 @@ public final class SQLiteMessageStore: MessageStore {
             var conversations = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT c.id, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
                     WHERE m.user_id = ? \(position) ORDER BY c.updated_at DESC, c.id DESC LIMIT ?
                     """,
                 arguments: arguments
-            ).map { row in Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], updatedAt: row[4], members: []) }
-            let statement = try db.cachedStatement(
-                sql: "SELECT user_id, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id")
+            ).map(Self.conversation)
             for index in conversations.indices.prefix(limit) {
-                conversations[index].members = try Row.fetchAll(statement, arguments: [conversations[index].id])
-                    .map { ConversationMember(userId: $0[0], deliveredSeq: $0[1], readSeq: $0[2]) }
+                conversations[index].members = try Self.conversationMembers(db, conversations[index].id)
             }
             return ConversationList(page: conversations, limit: limit)
         }
@@ -142,13 +139,27 @@ public final class SQLiteMessageStore: MessageStore {
         return try await pool.read { db in
             guard
                 let row = try Row.fetchOne(
-                    db, sql: "SELECT id, name, created_at, last_seq, updated_at FROM conversations WHERE id = ?", arguments: [id])
+                    db, sql: "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = ?", arguments: [id])
             else { return nil }
-            let members = try Row.fetchAll(
-                db, sql: "SELECT user_id, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id", arguments: [id]
-            ).map { ConversationMember(userId: $0[0], deliveredSeq: $0[1], readSeq: $0[2]) }
-            return Conversation(id: row[0], name: row[1], createdAt: row[2], lastSeq: row[3], updatedAt: row[4], members: members)
+            var conversation = Self.conversation(row)
+            conversation.members = try Self.conversationMembers(db, id)
+            return conversation
         }
+    }
+
+    /// A conversation from a row of (id, kind, name, created_at, last_seq, updated_at), without its members.
+    private static func conversation(_ row: Row) -> Conversation {
+        Conversation(
+            id: row[0], kind: ConversationKind(rawValue: row[1]) ?? .group, name: row[2], createdAt: row[3], lastSeq: row[4],
+            updatedAt: row[5], members: [])
+    }
+
+    private static func conversationMembers(_ db: Database, _ conversationId: String) throws -> [ConversationMember] {
+        try Row.fetchAll(
+            db.cachedStatement(
+                sql: "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id"),
+            arguments: [conversationId]
+        ).map { ConversationMember(userId: $0[0], role: MemberRole(rawValue: $0[1]) ?? .member, joinedSeq: $0[2], deliveredSeq: $0[3], readSeq: $0[4]) }
     }
 
     public func members(of conversationId: String) async throws -> [String]? {

@@ -10,6 +10,9 @@ import GRDB
 /// without an index which payloads lost their last event.
 /// Conversations gain `updated_at` (the store time of their newest message, else their creation), the order of
 /// the paginated conversation list.
+///
+/// v3 (API.md 1.1): conversations gain `kind` (direct or group; existing unnamed two-member ones are direct), members
+/// a `role` (the creator is the owner) and `joined_seq` (0 for founding members).
 enum SQLiteSchema {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -86,6 +89,18 @@ enum SQLiteSchema {
                     ALTER TABLE conversations ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0;
                     UPDATE conversations SET updated_at = COALESCE(
                         (SELECT MAX(stored_at) FROM messages WHERE messages.conversation_id = conversations.id), created_at);
+                    """)
+        }
+        migrator.registerMigration("v3") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE conversations ADD COLUMN kind TEXT NOT NULL DEFAULT 'group';
+                    UPDATE conversations SET kind = 'direct' WHERE name IS NULL
+                        AND (SELECT COUNT(*) FROM members WHERE members.conversation_id = conversations.id) = 2;
+                    ALTER TABLE members ADD COLUMN role TEXT NOT NULL DEFAULT 'member';
+                    ALTER TABLE members ADD COLUMN joined_seq INTEGER NOT NULL DEFAULT 0;
+                    UPDATE members SET role = 'owner'
+                        WHERE user_id = (SELECT created_by FROM conversations WHERE conversations.id = members.conversation_id);
                     """)
         }
         return migrator

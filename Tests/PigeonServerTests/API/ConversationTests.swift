@@ -42,14 +42,26 @@ import Testing
             #expect(conversation.createdAt >= before - 1 && conversation.createdAt <= nowMillis() + 1)
             #expect(conversation.members.map(\.userId).sorted() == ["alice", "bob", "carol"])
             #expect(conversation.members.allSatisfy { $0.deliveredSeq == 0 && $0.readSeq == 0 })
-            #expect(Set(answer.jsonObject.map { Array($0.keys) } ?? []) == ["id", "name", "createdAt", "lastSeq", "updatedAt", "members"])
+            #expect(Set(answer.jsonObject.map { Array($0.keys) } ?? []) == ["id", "kind", "name", "createdAt", "lastSeq", "updatedAt", "members"])
             #expect(conversation.updatedAt == conversation.createdAt)
+            // API.md 1.1: a named one is a group; its creator is the owner; founding members joined at seq 0.
+            #expect(answer.jsonObject?["kind"] as? String == "group")
+            let members = (answer.jsonObject?["members"] as? [[String: Any]]) ?? []
+            #expect(Set(members.first.map { Array($0.keys) } ?? []) == ["userId", "role", "joinedSeq", "deliveredSeq", "readSeq"])
+            #expect(Dictionary(uniqueKeysWithValues: members.map { ($0["userId"] as? String ?? "", $0["role"] as? String ?? "") })
+                == ["alice": "owner", "bob": "member", "carol": "member"])
+            #expect(members.allSatisfy { $0["joinedSeq"] as? Int == 0 })
 
             // Not listing oneself, or listing nobody else, still makes the caller a member.
             let withoutSelf = try await client.createConversation(alice, members: ["bob"])
             #expect(withoutSelf.members.map(\.userId).sorted() == ["alice", "bob"])
+            #expect(withoutSelf.kind == .direct, "one other member and no name: direct")
+            #expect(try await client.conversation(alice, withoutSelf.id).kind == .direct, "read back as it was created")
+            #expect(try await client.createConversation(alice, members: ["bob"], name: "us").kind == .group, "named: a group")
             let alone = try await client.createConversation(alice, members: [])
             #expect(alone.members.map(\.userId) == ["alice"])
+            #expect(alone.kind == .group)
+            #expect(alone.members.map(\.role) == [.owner])
             // Without a name, "name" is null (present).
             let unnamed = try await client.request(.GET, "/v1/conversations/\(withoutSelf.id)", token: alice.token)
             #expect(unnamed.jsonObject?.keys.contains("name") == true)

@@ -40,7 +40,7 @@ import Testing
             expectWatermarks(try await client.receipt(bob, conversation.id, kind: .read, upToSeq: 4), delivered: 5, read: 4, "read 4")
             let seen = try await client.conversation(alice, conversation.id)
             #expect(member(seen, "bob") == ConversationMember(userId: "bob", deliveredSeq: 5, readSeq: 4))
-            #expect(member(seen, "alice") == ConversationMember(userId: "alice", deliveredSeq: 0, readSeq: 0))
+            #expect(member(seen, "alice") == ConversationMember(userId: "alice", role: .owner, deliveredSeq: 0, readSeq: 0))
             #expect(try await client.conversation(bob, conversation.id) == seen)
             #expect(try await client.conversations(alice).first { $0.id == conversation.id } == seen)
         }
