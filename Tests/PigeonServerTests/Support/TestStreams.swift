@@ -247,7 +247,7 @@ final class TestSSE: Sendable {
                     try await Self.start(sse: sse, port: port, request: finalRequest, head: head)
                 }
                 return sse
-            } catch let error as HTTPClientError where error == .remoteConnectionClosed && attempt == 1 {
+            } catch where attempt == 1 && Self.isIdleCloseRace(error) {
                 // A pooled keep-alive connection the server closed as idle just as the request went out on it (a
                 // server with a short idle timeout): the GET is idempotent, so once more on a new connection.
                 continue
@@ -256,6 +256,15 @@ final class TestSSE: Sendable {
                 throw error
             }
         }
+    }
+
+    /// Whether `error` is the client's side of a request written to a pooled connection the server had just closed:
+    /// AsyncHTTPClient reports it as `remoteConnectionClosed`, or as NIO's `ioOnClosedChannel` when the write itself
+    /// finds the channel closed.
+    private static func isIdleCloseRace(_ error: any Error) -> Bool {
+        if let error = error as? HTTPClientError, error == .remoteConnectionClosed { return true }
+        if let error = error as? ChannelError, error == .ioOnClosedChannel { return true }
+        return false
     }
 
     private static func start(
