@@ -70,13 +70,20 @@ public struct Conversation: Codable, Sendable, Equatable {
     /// `GET /v1/conversations`. Servers before API 1.1 do not send it; it decodes as ``createdAt`` then.
     public var updatedAt: Int64
     public var members: [ConversationMember]
+    /// The newest message of the conversation, or `nil` when it has none (API.md 1.1). Per caller: an event's copy
+    /// (`conversation.created`) has none.
+    public var lastMessage: Message?
+    /// The caller's unread messages: other members' messages above its read watermark (API.md 1.1); 0 in an event.
+    public var unreadCount: Int
 
     /// `kind` defaults to what the members and name make it: ``ConversationKind/direct`` for two members and no
     /// name, else a group.
     public init(
         id: String, kind: ConversationKind? = nil, name: String?, createdAt: Int64, lastSeq: Int64, updatedAt: Int64? = nil,
-        members: [ConversationMember]
+        members: [ConversationMember], lastMessage: Message? = nil, unreadCount: Int = 0
     ) {
+        self.lastMessage = lastMessage
+        self.unreadCount = unreadCount
         self.id = id
         self.kind = kind ?? Self.kind(name: name, memberCount: members.count)
         self.name = name
@@ -92,7 +99,7 @@ public struct Conversation: Codable, Sendable, Equatable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case id, kind, name, createdAt, lastSeq, updatedAt, members
+        case id, kind, name, createdAt, lastSeq, updatedAt, members, lastMessage, unreadCount
     }
 
     public init(from decoder: any Decoder) throws {
@@ -104,9 +111,11 @@ public struct Conversation: Codable, Sendable, Equatable {
         updatedAt = try container.decodeIfPresent(Int64.self, forKey: .updatedAt) ?? createdAt
         members = try container.decode([ConversationMember].self, forKey: .members)
         kind = try container.decodeIfPresent(ConversationKind.self, forKey: .kind) ?? Self.kind(name: name, memberCount: members.count)
+        lastMessage = try container.decodeIfPresent(Message.self, forKey: .lastMessage)
+        unreadCount = try container.decodeIfPresent(Int.self, forKey: .unreadCount) ?? 0
     }
 
-    /// Encodes `name` as `null` when absent, so every field of API.md is always present.
+    /// Encodes `name` and `lastMessage` as `null` when absent, so every field of API.md is always present.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(id, forKey: .id)
@@ -116,6 +125,8 @@ public struct Conversation: Codable, Sendable, Equatable {
         try container.encode(lastSeq, forKey: .lastSeq)
         try container.encode(updatedAt, forKey: .updatedAt)
         try container.encode(members, forKey: .members)
+        try container.encode(lastMessage, forKey: .lastMessage)
+        try container.encode(unreadCount, forKey: .unreadCount)
     }
 }
 

@@ -137,6 +137,31 @@ import Testing
         }
     }
 
+    /// API.md 1.1: a conversation read by a member carries its newest message and that member's unread count (the
+    /// other members' messages above its read watermark), one by one and in the list alike.
+    @Test(arguments: Kind.allCases) func aConversationShowsItsLastMessageAndTheCallersUnreadCount(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let conversation = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let empty = try #require(try await store.conversation(id: conversation.id, for: "bob"))
+            #expect(empty.lastMessage == nil && empty.unreadCount == 0)
+            let items = [
+                Self.item(conversation: conversation.id, body: "a1"), Self.item(conversation: conversation.id, body: "a2"),
+                Self.item(conversation: conversation.id, body: "a3"),
+                Self.item(conversation: conversation.id, sender: "bob", device: "bob-phone", body: "b4"),
+            ]
+            #expect(Self.seqs(try await store.process(items)) == [1, 2, 3, 4])
+            _ = try await store.recordReceipt(conversationId: conversation.id, userId: "bob", kind: .read, upToSeq: 1)
+            for (caller, unread) in [("bob", 2), ("alice", 1)] {
+                let one = try #require(try await store.conversation(id: conversation.id, for: caller))
+                #expect(one.lastMessage?.body == "b4" && one.lastMessage?.seq == 4, "\(caller)")
+                #expect(one.unreadCount == unread, "\(caller): the others' messages above its read watermark")
+                let listed = try await store.conversations(of: caller, before: nil, limit: 10).conversations.first { $0.id == conversation.id }
+                #expect(listed == one, "\(caller): listed the same")
+            }
+        }
+    }
+
     @Test(arguments: Kind.allCases) func seqIsGaplessPerConversationAndRedeliveryStoresNothing(_ kind: Kind) async throws {
         try await Self.withStores(kind) { stores, sinks in
             let store = stores[0]

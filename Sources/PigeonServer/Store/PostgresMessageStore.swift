@@ -245,6 +245,7 @@ public final class PostgresMessageStore: MessageStore, Service {
         for index in conversations.indices {
             conversations[index].members = membersByConversation[conversations[index].id] ?? []
         }
+        try await addCallerView(&conversations, ids: ids, userId: userId)
         return ConversationList(page: conversations, limit: limit)
     }
 
@@ -267,7 +268,39 @@ public final class PostgresMessageStore: MessageStore, Service {
                 ConversationMember(
                     userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
         }
-        return conversation
+        var one = [conversation]
+        try await addCallerView(&one, ids: [id], userId: userId)
+        return one[0]
+    }
+
+    /// The caller's view of conversations (API.md 1.1): each one's newest message, and the other members' messages
+    /// above the caller's read watermark. Two statements for a whole page.
+    private func addCallerView(_ conversations: inout [Conversation], ids: [String], userId: String) async throws {
+        guard !ids.isEmpty else { return }
+        var last: [String: Message] = [:]
+        for try await row in try await client.query(
+            """
+            SELECT \(unescaped: Self.messageColumns) FROM messages
+            WHERE (conversation_id, seq) IN (SELECT id, last_seq FROM conversations WHERE id = ANY(\(ids)))
+            """, logger: logger
+        ).decode(MessageTuple.self) {
+            let message = Self.message(row)
+            last[message.conversationId] = message
+        }
+        var unread: [String: Int] = [:]
+        for try await (conversationId, count) in try await client.query(
+            """
+            SELECT me.conversation_id, count(m.seq) FROM members me
+            JOIN messages m ON m.conversation_id = me.conversation_id AND m.seq > me.read_seq AND m.sender_id <> me.user_id
+            WHERE me.user_id = \(userId) AND me.conversation_id = ANY(\(ids)) GROUP BY me.conversation_id
+            """, logger: logger
+        ).decode((String, Int64).self) {
+            unread[conversationId] = Int(count)
+        }
+        for index in conversations.indices {
+            conversations[index].lastMessage = last[conversations[index].id]
+            conversations[index].unreadCount = unread[conversations[index].id] ?? 0
+        }
     }
 
     public func members(of conversationId: String) async throws -> [String]? {

@@ -129,6 +129,7 @@ public final class SQLiteMessageStore: MessageStore {
             ).map(Self.conversation)
             for index in conversations.indices.prefix(limit) {
                 conversations[index].members = try Self.conversationMembers(db, conversations[index].id)
+                try Self.addCallerView(db, &conversations[index], userId: userId)
             }
             return ConversationList(page: conversations, limit: limit)
         }
@@ -143,8 +144,22 @@ public final class SQLiteMessageStore: MessageStore {
             else { return nil }
             var conversation = Self.conversation(row)
             conversation.members = try Self.conversationMembers(db, id)
+            try Self.addCallerView(db, &conversation, userId: userId)
             return conversation
         }
+    }
+
+    /// The caller's view of a conversation (API.md 1.1): its newest message, and the other members' messages above
+    /// the caller's read watermark.
+    private static func addCallerView(_ db: Database, _ conversation: inout Conversation, userId: String) throws {
+        conversation.lastMessage = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT \(messageColumns) FROM messages WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1"),
+            arguments: [conversation.id]
+        ).map(Self.message)
+        let readSeq = conversation.members.first { $0.userId == userId }?.readSeq ?? 0
+        conversation.unreadCount = try Int.fetchOne(
+            db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND seq > ? AND sender_id != ?"),
+            arguments: [conversation.id, readSeq, userId]) ?? 0
     }
 
     /// A conversation from a row of (id, kind, name, created_at, last_seq, updated_at), without its members.

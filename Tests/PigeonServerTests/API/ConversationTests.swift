@@ -42,7 +42,11 @@ import Testing
             #expect(conversation.createdAt >= before - 1 && conversation.createdAt <= nowMillis() + 1)
             #expect(conversation.members.map(\.userId).sorted() == ["alice", "bob", "carol"])
             #expect(conversation.members.allSatisfy { $0.deliveredSeq == 0 && $0.readSeq == 0 })
-            #expect(Set(answer.jsonObject.map { Array($0.keys) } ?? []) == ["id", "kind", "name", "createdAt", "lastSeq", "updatedAt", "members"])
+            #expect(
+                Set(answer.jsonObject.map { Array($0.keys) } ?? [])
+                    == ["id", "kind", "name", "createdAt", "lastSeq", "updatedAt", "members", "lastMessage", "unreadCount"])
+            #expect(answer.jsonObject?["lastMessage"] is NSNull, "present, null without messages")
+            #expect(answer.jsonObject?["unreadCount"] as? Int == 0)
             #expect(conversation.updatedAt == conversation.createdAt)
             // API.md 1.1: a named one is a group; its creator is the owner; founding members joined at seq 0.
             #expect(answer.jsonObject?["kind"] as? String == "group")
@@ -104,12 +108,20 @@ import Testing
             // Its activity time is the third message's store time.
             expected.updatedAt = try await client.allMessages(bob, conversation.id).last?.storedAt ?? 0
             #expect(expected.updatedAt >= conversation.createdAt)
-            #expect(try await client.conversation(bob, conversation.id) == expected)
+            // Its newest message, and per caller the unread count (bob has read nothing of alice's three; alice's own
+            // messages are never unread for her).
+            expected.lastMessage = try await client.allMessages(bob, conversation.id).last
+            #expect(expected.lastMessage?.body == "3")
+            var forBob = expected
+            forBob.unreadCount = 3
+            #expect(try await client.conversation(bob, conversation.id) == forBob)
             #expect(try await client.conversation(alice, conversation.id) == expected)
             // An upper-case id in the path names the same conversation.
-            let upper = try await client.request(.GET, "/v1/conversations/\(conversation.id.uppercased())", token: bob.token)
+            let upper = try await client.request(.GET, "/v1/conversations/\(conversation.id.uppercased())", token: alice.token)
             #expect(upper.status == 200)
             #expect((try? upper.decode(Conversation.self)) == expected)
+            _ = try await client.receipt(bob, conversation.id, kind: .read, upToSeq: 2)
+            #expect(try await client.conversation(bob, conversation.id).unreadCount == 1, "read up to 2 of 3")
         }
     }
 
