@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import PigeonProtocol
-import PigeonServer
+@testable import PigeonServer
 import PigeonTestSupport
 import PostgresNIO
 import Testing
@@ -18,7 +18,14 @@ import Testing
 
     /// Bytes of the embedded data directory's files (the store, the buffer), measured with the server stopped: SQLite
     /// folds its write-ahead log into the database file when the last connection closes.
+    /// Bytes of the files in `directory`, once every SQLite file's write-ahead log is checkpointed into it and
+    /// truncated: what the data takes, not how far the WAL file grew while background checkpoints lagged (its size
+    /// is a high-water mark, and it made this measure flaky on a loaded machine).
     static func directoryBytes(_ directory: String) throws -> Int64 {
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".sqlite") {
+            let database = try SQLiteDatabase.open(path: directory + "/" + name, durable: false, readers: 1)
+            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        }
         let names = try FileManager.default.contentsOfDirectory(atPath: directory)
         return try names.reduce(Int64(0)) { total, name in
             let size = try FileManager.default.attributesOfItem(atPath: directory + "/" + name)[.size] as? Int64 ?? 0
