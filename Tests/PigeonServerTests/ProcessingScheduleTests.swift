@@ -1,4 +1,5 @@
 import Foundation
+import PigeonProtocol
 import Testing
 
 @testable import PigeonServer
@@ -6,10 +7,10 @@ import Testing
 /// The processor's scheduling decisions, without I/O: partitions in parallel (one batch each), retries per
 /// conversation, store-wide backoff, read-ahead, drain.
 @Suite struct ProcessingScheduleTests {
-    typealias Instant = ContinuousClock.Instant
-    typealias Schedule = ProcessingSchedule<Instant>
+    typealias Instant = ElapsedClock.Instant
+    typealias Schedule = ProcessingSchedule
 
-    static let start = ContinuousClock.now
+    static let start = Instant(sinceStart: .seconds(1))
     static let base = Duration.milliseconds(100)
 
     static func settings(batchSize: Int = 100, concurrency: Int = 8, maxHeld: Int = 1_000, maxAttempts: Int = 3) -> Schedule.Settings {

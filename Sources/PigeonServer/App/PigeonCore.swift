@@ -21,7 +21,7 @@ final class PigeonCore: Sendable {
     let authenticator: Authenticator
     /// Registrations per address, conversations and stored bytes per user.
     let abuse: AbuseGuard
-    let processor: Processor<ContinuousClock>
+    let processor: Processor
     let typing: TypingTracker
     let housekeeping: Housekeeping
     /// Background WAL checkpoints of the embedded files (nil when neither store nor buffer is embedded).

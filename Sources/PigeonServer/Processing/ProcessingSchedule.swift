@@ -1,3 +1,5 @@
+import PigeonProtocol
+
 /// The processor's decisions, without I/O: which partitions' batches to store now, when to read more from the
 /// buffer, when a failed message is tried again, when a store that failed as a whole is tried again, and when a
 /// graceful drain is over. The ``Processor`` performs each ``Step`` and reports back what happened.
@@ -20,8 +22,10 @@
 /// - Draining (graceful shutdown): reads do not wait; the drain is over when nothing is held or in flight and a read
 ///   came back empty since the last batch ended, or when the deadline passed.
 ///
-/// Time is the processor's clock's (`Instant`), so the schedule runs as well on a test's manual clock.
-struct ProcessingSchedule<Instant: InstantProtocol<Duration>> {
+/// Time is the processor's clock's (``ElapsedClock``), so the schedule runs as well on a test's manual clock.
+struct ProcessingSchedule {
+    typealias Instant = ElapsedClock.Instant
+
     struct Settings: Sendable {
         /// Most messages in one store batch.
         var batchSize: Int
@@ -111,7 +115,7 @@ struct ProcessingSchedule<Instant: InstantProtocol<Duration>> {
     }
 
     /// Bounds of the time after which batches in flight count as held up (twice the usual batch time).
-    static var heldUpBounds: ClosedRange<Duration> { .milliseconds(2) ... .milliseconds(250) }
+    static let heldUpBounds: ClosedRange<Duration> = .milliseconds(2) ... .milliseconds(250)
 
     let settings: Settings
     private var queues: [Int: PartitionQueue] = [:]
@@ -311,11 +315,4 @@ struct ProcessingSchedule<Instant: InstantProtocol<Duration>> {
         storeRetryAt = now + storeBackoff
         return storeBackoff
     }
-}
-
-extension InstantProtocol where Duration == Swift.Duration {
-    /// `advanced(by:)` as an operator, for the schedule's arithmetic on any clock's instants.
-    static func + (lhs: Self, rhs: Duration) -> Self { lhs.advanced(by: rhs) }
-    /// The duration from `rhs` to `lhs`.
-    static func - (lhs: Self, rhs: Self) -> Duration { rhs.duration(to: lhs) }
 }

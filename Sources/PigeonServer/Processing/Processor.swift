@@ -1,5 +1,6 @@
 import Logging
 import NIOConcurrencyHelpers
+import PigeonProtocol
 import ServiceLifecycle
 
 /// Moves buffered messages into the store: in batches, one transaction per batch, several partitions at once.
@@ -23,14 +24,14 @@ import ServiceLifecycle
 ///
 /// The decisions are ``ProcessingSchedule``'s; this type performs them. Its waits (retry backoffs, the store's
 /// backoff, a partial batch held for company) are on `clock` (`ContinuousClock` in the server, a manual clock in tests).
-final class Processor<C: Clock<Duration>>: Service {
-    typealias Schedule = ProcessingSchedule<C.Instant>
+final class Processor: Service {
+    typealias Schedule = ProcessingSchedule
 
     /// What a child task of the processing loop reports.
     private enum Event: Sendable {
         case read([BufferEntry])
         case stored(Schedule.Batch, Result<[ProcessingResult], any Error>, duration: Duration)
-        case timer(C.Instant)
+        case timer(ElapsedClock.Instant)
         case gracefulShutdown
     }
 
@@ -39,12 +40,13 @@ final class Processor<C: Clock<Duration>>: Service {
     private let metrics: PigeonMetrics
     private let configuration: ServerConfiguration
     private let logger: Logger
-    private let clock: C
+    private let clock: ElapsedClock
 
     init(
-        buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger, clock: C
+        buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger,
+        clock: any Clock<Duration> = ContinuousClock()
     ) {
-        self.clock = clock
+        self.clock = ElapsedClock(clock)
         self.buffer = buffer
         self.store = store
         self.metrics = metrics
@@ -68,9 +70,9 @@ final class Processor<C: Clock<Duration>>: Service {
     private func process(acknowledgements: AcknowledgementQueue) async throws {
         var schedule = Schedule(settings: Schedule.Settings(configuration))
         // Wake-ups asked for and not yet come.
-        var timers: [C.Instant] = []
+        var timers: [ElapsedClock.Instant] = []
         // When entries were read and not yet in a batch (for the `queued` stage).
-        var readAt: [String: C.Instant] = [:]
+        var readAt: [String: ElapsedClock.Instant] = [:]
         let stageTimer = metrics.stageTimer
         try await withThrowingTaskGroup(of: Event.self) { group in
             // Whatever is still running when the loop ends (a blocking read, an abandoned batch) is not waited for.
@@ -111,7 +113,7 @@ final class Processor<C: Clock<Duration>>: Service {
                 if let wakeAt = step.wakeAt, !timers.contains(where: { $0 <= wakeAt }) {
                     timers.append(wakeAt)
                     group.addTask { [clock] in
-                        try? await clock.sleep(until: wakeAt, tolerance: nil)
+                        try? await clock.sleep(until: wakeAt)
                         return .timer(wakeAt)
                     }
                 }
@@ -292,11 +294,5 @@ private final class DeadlineRace<T: Sendable>: Sendable {
         guard let (continuation, tasks) = winner else { return }
         for task in tasks { task.cancel() }
         continuation?.resume(with: outcome)
-    }
-}
-
-extension Processor where C == ContinuousClock {
-    convenience init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger) {
-        self.init(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger, clock: ContinuousClock())
     }
 }
