@@ -58,11 +58,18 @@ public struct Message: Codable, Sendable, Equatable {
     public var clientTimestamp: Int64
     public var acceptedAt: Int64
     public var storedAt: Int64
+    /// When its sender last edited it (a later `pigeon.edit`); absent when never edited. ``body`` is the latest text.
+    public var editedAt: Int64?
+    /// When its sender deleted it (a later `pigeon.delete`); ``body`` is then `""`: the text is erased from the store.
+    public var deletedAt: Int64?
 
     public init(
         serverId: String, clientMessageId: String, conversationId: String, seq: Int64, senderId: String,
-        senderDeviceId: String, type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, storedAt: Int64
+        senderDeviceId: String, type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, storedAt: Int64,
+        editedAt: Int64? = nil, deletedAt: Int64? = nil
     ) {
+        self.editedAt = editedAt
+        self.deletedAt = deletedAt
         self.serverId = serverId
         self.clientMessageId = clientMessageId
         self.conversationId = conversationId

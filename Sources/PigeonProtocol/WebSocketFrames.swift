@@ -3,11 +3,15 @@ public enum ClientOperation: Sendable, Equatable {
     case send(conversationId: String, SendMessageRequest)
     case receipt(conversationId: String, ReceiptRequest)
     case typing(conversationId: String, active: Bool)
+    /// `{"op": "edit", "conversationId", "serverId", "clientMessageId", "body", "clientTimestamp"}`.
+    case edit(conversationId: String, serverId: String, EditMessageRequest)
+    /// `{"op": "delete", "conversationId", "serverId", "clientMessageId", "clientTimestamp"}`.
+    case delete(conversationId: String, serverId: String, DeleteMessageRequest)
 }
 
 extension ClientOperation: Codable {
     private enum Keys: String, CodingKey {
-        case op, conversationId, active
+        case op, conversationId, active, serverId
     }
 
     public init(from decoder: any Decoder) throws {
@@ -18,6 +22,12 @@ extension ClientOperation: Codable {
         case "send": self = .send(conversationId: conversationId, try SendMessageRequest(from: decoder))
         case "receipt": self = .receipt(conversationId: conversationId, try ReceiptRequest(from: decoder))
         case "typing": self = .typing(conversationId: conversationId, active: try container.decode(Bool.self, forKey: .active))
+        case "edit":
+            self = .edit(
+                conversationId: conversationId, serverId: try container.decode(String.self, forKey: .serverId), try EditMessageRequest(from: decoder))
+        case "delete":
+            self = .delete(
+                conversationId: conversationId, serverId: try container.decode(String.self, forKey: .serverId), try DeleteMessageRequest(from: decoder))
         default:
             throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op \"\(op)\"")
         }
@@ -38,6 +48,16 @@ extension ClientOperation: Codable {
             try container.encode("typing", forKey: .op)
             try container.encode(conversationId, forKey: .conversationId)
             try container.encode(active, forKey: .active)
+        case .edit(let conversationId, let serverId, let request):
+            try container.encode("edit", forKey: .op)
+            try container.encode(conversationId, forKey: .conversationId)
+            try container.encode(serverId, forKey: .serverId)
+            try request.encode(to: encoder)
+        case .delete(let conversationId, let serverId, let request):
+            try container.encode("delete", forKey: .op)
+            try container.encode(conversationId, forKey: .conversationId)
+            try container.encode(serverId, forKey: .serverId)
+            try request.encode(to: encoder)
         }
     }
 }

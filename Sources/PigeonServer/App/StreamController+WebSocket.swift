@@ -138,6 +138,10 @@ extension StreamController {
             } catch {
                 session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a typing update")))
             }
+        case .edit(_, _, let request):
+            session.send(type: "error", json: Self.errorFrame(request.clientMessageId, PigeonError.invalid("edit is not served yet")))
+        case .delete(_, _, let request):
+            session.send(type: "error", json: Self.errorFrame(request.clientMessageId, PigeonError.invalid("delete is not served yet")))
         }
     }
 
