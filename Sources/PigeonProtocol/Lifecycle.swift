@@ -7,6 +7,11 @@ public enum ServerMessageType {
     public static let edit = "pigeon.edit"
     /// A deletion of an earlier message; body: ``DeleteBody``.
     public static let delete = "pigeon.delete"
+
+    /// Whether `type` changes an earlier message (an edit or a delete).
+    public static func isLifecycle(_ type: String) -> Bool {
+        type == edit || type == delete
+    }
 }
 
 // MARK: Group chats

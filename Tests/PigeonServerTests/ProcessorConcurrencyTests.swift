@@ -103,8 +103,22 @@ import Testing
         func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {
             try await base.status(ofMessage: serverId)
         }
-        func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
-            try await base.messages(conversationId: conversationId, after: after, before: before, limit: limit)
+        func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
+            try await base.messages(conversationId: conversationId, after: after, before: before, limit: limit, visibleFrom: visibleFrom)
+        }
+        func member(_ userId: String, of conversationId: String) async throws -> ConversationMember? {
+            try await base.member(userId, of: conversationId)
+        }
+        func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
+            -> Conversation
+        {
+            try await base.changeMembership(conversationId: conversationId, by: actor, operation, maxMembers: maxMembers)
+        }
+        func messageTarget(conversationId: String, serverId: String) async throws -> MessageTarget? {
+            try await base.messageTarget(conversationId: conversationId, serverId: serverId)
+        }
+        func storedMessage(senderId: String, deviceId: String, clientMessageId: String) async throws -> SendMessageResponse? {
+            try await base.storedMessage(senderId: senderId, deviceId: deviceId, clientMessageId: clientMessageId)
         }
         func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome {
             try await base.recordReceipt(conversationId: conversationId, userId: userId, kind: kind, upToSeq: upToSeq)

@@ -19,6 +19,12 @@ struct ConversationController: Sendable {
         group.get("/conversations/:id/messages", use: history)
         group.post("/conversations/:id/receipts", use: receipt)
         group.post("/conversations/:id/typing", use: typing)
+        group.patch("/conversations/:id", use: rename)
+        group.post("/conversations/:id/members", use: addMembers)
+        group.delete("/conversations/:id/members/:userId", use: removeMember)
+        group.patch("/conversations/:id/members/:userId", use: setRole)
+        group.post("/conversations/:id/messages/:serverId/edit", use: edit)
+        group.post("/conversations/:id/messages/:serverId/delete", use: delete)
     }
 
     @Sendable func create(_ request: Request, context: DeviceRequestContext) async throws -> Response {
@@ -66,8 +72,73 @@ struct ConversationController: Sendable {
         let before = try request.integerParameter("before", range: 1...Int64.max)
         if after != nil, before != nil { throw PigeonError.invalid("give either after or before, not both") }
         let pageLimit = try request.integerParameter("limit", range: 1...500) ?? 100
+        // A member added later sees the conversation from the message that added it on.
+        guard let member = try await store.member(context.device.userId, of: conversation.id) else { throw PigeonError.conversationNotFound }
         return try JSONBody.response(
-            try await store.messages(conversationId: conversation.id, after: after, before: before, limit: Int(pageLimit)))
+            try await store.messages(
+                conversationId: conversation.id, after: after, before: before, limit: Int(pageLimit), visibleFrom: member.joinedSeq))
+    }
+
+    // MARK: Members, roles and name (API.md 1.1)
+
+    @Sendable func addMembers(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(AddMembersRequest.self, from: request, limit: maxBodyBytes)
+        guard (1...maxMembers).contains(body.userIds.count) else { throw PigeonError.invalid("userIds must list 1-\(maxMembers) users") }
+        if let invalid = body.userIds.first(where: { !Validation.isValidUserId($0) }) {
+            throw PigeonError.invalid("userId \"\(invalid.prefix(80))\" is not valid (1-64 characters of [A-Za-z0-9._@-])")
+        }
+        return try await change(.add(userIds: body.userIds, role: body.role ?? .member), request, context)
+    }
+
+    @Sendable func removeMember(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        try await change(.remove(userId: try Self.userIdParameter(context)), request, context)
+    }
+
+    @Sendable func setRole(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(SetRoleRequest.self, from: request, limit: maxBodyBytes)
+        return try await change(.setRole(userId: try Self.userIdParameter(context), role: body.role), request, context)
+    }
+
+    @Sendable func rename(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(RenameConversationRequest.self, from: request, limit: maxBodyBytes)
+        return try await change(.rename(name: body.name), request, context)
+    }
+
+    /// A membership change by the caller: checked to be a member's (404), charged like a conversation creation (its
+    /// rate) and by what it stores (a message and an event row per member).
+    private func change(_ operation: MembershipOperation, _ request: Request, _ context: DeviceRequestContext) async throws -> Response {
+        let device = context.device
+        let conversation = try await access.memberConversation(context.parameters.get("id"), device: device)
+        try abuse.checkStorage(of: device.userId)
+        try abuse.admitConversation(by: device.userId)
+        let changed = try await store.changeMembership(conversationId: conversation.id, by: device, operation, maxMembers: maxMembers)
+        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 512, members: max(conversation.members.count, changed.members.count)))
+        return try JSONBody.response(changed)
+    }
+
+    private static func userIdParameter(_ context: DeviceRequestContext) throws -> String {
+        guard let userId = context.parameters.get("userId"), Validation.isValidUserId(userId) else {
+            throw PigeonError.invalid("the path's userId is not valid (1-64 characters of [A-Za-z0-9._@-])")
+        }
+        return userId
+    }
+
+    // MARK: Editing and deleting (API.md 1.1)
+
+    @Sendable func edit(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(EditMessageRequest.self, from: request, limit: maxBodyBytes)
+        let accepted = try await ingest.change(
+            .edit(body.body), serverId: context.parameters.get("serverId") ?? "", clientMessageId: body.clientMessageId,
+            clientTimestamp: body.clientTimestamp, from: context.device, to: context.parameters.get("id") ?? "")
+        return try JSONBody.response(accepted.response, status: accepted.created ? .accepted : .ok)
+    }
+
+    @Sendable func delete(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(DeleteMessageRequest.self, from: request, limit: maxBodyBytes)
+        let accepted = try await ingest.change(
+            .delete, serverId: context.parameters.get("serverId") ?? "", clientMessageId: body.clientMessageId,
+            clientTimestamp: body.clientTimestamp, from: context.device, to: context.parameters.get("id") ?? "")
+        return try JSONBody.response(accepted.response, status: accepted.created ? .accepted : .ok)
     }
 
     @Sendable func receipt(_ request: Request, context: DeviceRequestContext) async throws -> Response {

@@ -138,10 +138,33 @@ extension StreamController {
             } catch {
                 session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a typing update")))
             }
-        case .edit(_, _, let request):
-            session.send(type: "error", json: Self.errorFrame(request.clientMessageId, PigeonError.invalid("edit is not served yet")))
-        case .delete(_, _, let request):
-            session.send(type: "error", json: Self.errorFrame(request.clientMessageId, PigeonError.invalid("delete is not served yet")))
+        case .edit(let conversationId, let serverId, let request):
+            await change(
+                .edit(request.body), serverId: serverId, clientMessageId: request.clientMessageId, clientTimestamp: request.clientTimestamp,
+                device: device, conversationId: conversationId, session: session)
+        case .delete(let conversationId, let serverId, let request):
+            await change(
+                .delete, serverId: serverId, clientMessageId: request.clientMessageId, clientTimestamp: request.clientTimestamp, device: device,
+                conversationId: conversationId, session: session)
+        }
+    }
+
+    /// An edit or a delete over the WebSocket: answered like a send (`ack` or `error`), appended in the socket's order.
+    private func change(
+        _ change: Ingest.Change, serverId: String, clientMessageId: String, clientTimestamp: Int64, device: DeviceIdentity, conversationId: String,
+        session: StreamSession
+    ) async {
+        do {
+            let prepared = try await ingest.prepareChange(
+                change, serverId: serverId, clientMessageId: clientMessageId, clientTimestamp: clientTimestamp, from: device, to: conversationId)
+            ingest.append(prepared) { result in
+                switch result {
+                case .success(let accepted): session.send(type: "ack", json: Self.ackFrame(accepted.response))
+                case .failure(let error): session.send(type: "error", json: Self.errorFrame(clientMessageId, error))
+                }
+            }
+        } catch {
+            session.send(type: "error", json: Self.errorFrame(clientMessageId, WireError.of(error, logger: logger, what: "an edit or delete")))
         }
     }
 

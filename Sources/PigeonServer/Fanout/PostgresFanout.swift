@@ -37,6 +37,10 @@ public final class PostgresFanout: Fanout, Service {
     private let eventChannel: String
     private let ephemeralChannel: String
     private let presenceChannel: String
+    /// Conversations whose members, roles or name changed on a node (payload: the conversation id): every node drops
+    /// what it cached of them.
+    private let membersChannel: String
+    private let membersChanged = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
 
     /// Per partition, the last offset handed to the local devices (by ``publish(_:)`` or the tail).
     private let handedOver: NIOLockedValueBox<[Int64]>
@@ -66,6 +70,7 @@ public final class PostgresFanout: Fanout, Service {
         self.eventChannel = "pigeon_events_\(epoch)"
         self.ephemeralChannel = "pigeon_ephemeral_\(epoch)"
         self.presenceChannel = "pigeon_presence_\(epoch)"
+        self.membersChannel = "pigeon_members_\(epoch)"
         self.handedOver = NIOLockedValueBox(head)
         (self.ephemeralQueue, self.ephemeralOutbox) = AsyncStream.makeStream(of: EphemeralFrame.self, bufferingPolicy: .bufferingNewest(10_000))
     }
@@ -82,6 +87,11 @@ public final class PostgresFanout: Fanout, Service {
             }
             group.addTask { await self.listen(on: self.ephemeralChannel) { [weak self] payload in self?.receiveEphemeral(payload) } }
             group.addTask { await self.listen(on: self.presenceChannel) { [weak self] payload in self?.receivePresence(payload) } }
+            group.addTask {
+                await self.listen(on: self.membersChannel) { [membersChanged = self.membersChanged] payload in
+                    if let payload { membersChanged.withLockedValue { $0 }?(payload) }
+                }
+            }
             group.addTask { await self.tail() }
             group.addTask { await self.notifyOtherNodes() }
             group.addTask { await self.sendEphemeralFrames() }
@@ -222,6 +232,24 @@ public final class PostgresFanout: Fanout, Service {
             }
             try? await Task.sleep(for: delay)
             delay = min(.seconds(2), delay * 2)
+        }
+    }
+
+    // MARK: Membership changes
+
+    /// Sets what runs when any node (this one included) announces a membership change of a conversation.
+    func onMembersChanged(_ handler: @escaping @Sendable (String) -> Void) {
+        membersChanged.withLockedValue { $0 = handler }
+    }
+
+    /// Tells every node that the members of `conversationId` changed (after the change committed). Best effort: a lost
+    /// notification leaves another node's cached list until its next processing batch of that conversation, which
+    /// re-reads the members under the conversation's lock (the change moved its last seq).
+    func announceMembersChange(_ conversationId: String) async {
+        do {
+            try await client.query("SELECT pg_notify(\(membersChannel), \(conversationId))", logger: logger)
+        } catch {
+            logger.warning("membership change not announced", metadata: ["conversation": "\(conversationId)", "error": "\(String(reflecting: error))"])
         }
     }
 

@@ -89,6 +89,60 @@ final class Ingest: Sendable {
         }
     }
 
+    /// What an edit or a delete does to its target.
+    enum Change: Sendable {
+        case edit(String)
+        case delete
+    }
+
+    /// Checks an edit or a delete of the message `serverId` (API.md 1.1) and builds its `pigeon.edit` / `pigeon.delete`
+    /// message. Refused at once when the target is stored and may not change (`403` another user's, `400` deleted or
+    /// the server's own); a target not stored yet is decided when the change is processed. A resend of a change
+    /// already stored is answered with it (`200`), even when its target has changed since.
+    func prepareChange(
+        _ change: Change, serverId rawServerId: String, clientMessageId: String, clientTimestamp: Int64, from device: DeviceIdentity,
+        to conversationId: String
+    ) async throws -> Prepared {
+        do {
+            guard let serverId = Validation.canonicalUUID(rawServerId) else { throw PigeonError.invalid("serverId must be a UUID") }
+            let type: String
+            let body: String
+            switch change {
+            case .edit(let text):
+                (type, body) = (ServerMessageType.edit, MessageLifecycle.editText(serverId: serverId, body: text))
+                guard text.utf8.count <= maxBodyBytes else { throw PigeonError(.payloadTooLarge, "body is larger than \(maxBodyBytes) bytes") }
+                guard Validation.isStorableText(text) else { throw PigeonError.invalid("body must not contain the character U+0000") }
+            case .delete:
+                (type, body) = (ServerMessageType.delete, MessageLifecycle.deleteText(serverId: serverId))
+            }
+            let request = SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp)
+            let prepared = try await check(request, from: device, to: conversationId, serverType: true)
+            let target = try await store.messageTarget(conversationId: prepared.message.conversationId, serverId: serverId)
+            if target != nil, let refusal = MessageLifecycle.refusal(prepared.message, target: target) {
+                if try await store.storedMessage(senderId: device.userId, deviceId: device.deviceId, clientMessageId: prepared.message.clientMessageId) != nil {
+                    // A resend of a change that was stored: the append finds it and answers with it.
+                    return prepared
+                }
+                throw refusal
+            }
+            return prepared
+        } catch {
+            metrics.rejected.increment()
+            throw error
+        }
+    }
+
+    /// Prepares and appends an edit or a delete, answering once durable (like a send).
+    func change(
+        _ change: Change, serverId: String, clientMessageId: String, clientTimestamp: Int64, from device: DeviceIdentity, to conversationId: String
+    ) async throws -> Accepted {
+        let prepared = try await prepareChange(
+            change, serverId: serverId, clientMessageId: clientMessageId, clientTimestamp: clientTimestamp, from: device, to: conversationId)
+        return try await withCheckedThrowingContinuation { continuation in
+            append(prepared) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+        }
+    }
+
     /// Prepares and appends, answering once durable.
     func send(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Accepted {
         let prepared = try await prepare(request, from: device, to: conversationId)
@@ -97,7 +151,10 @@ final class Ingest: Sendable {
         }
     }
 
-    private func check(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Prepared {
+    /// `serverType`: the request is an edit or a delete the server built (its `pigeon.*` type is allowed).
+    private func check(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String, serverType: Bool = false) async throws
+        -> Prepared
+    {
         guard let conversationId = Validation.canonicalUUID(conversationId) else {
             throw PigeonError.invalid("conversationId must be a UUID")
         }
@@ -107,10 +164,11 @@ final class Ingest: Sendable {
         guard Validation.isValidMessageType(request.type) else {
             throw PigeonError.invalid("type must be 1-32 characters of [a-z0-9._-]")
         }
-        guard !Validation.isServerMessageType(request.type) else {
+        guard serverType || !Validation.isServerMessageType(request.type) else {
             throw PigeonError.invalid("types beginning with \"pigeon.\" are the server's; a client cannot send \"\(request.type)\"")
         }
-        guard request.body.utf8.count <= maxBodyBytes else {
+        // An edit's body is its new text wrapped with the target's id: the text's own limit was checked.
+        guard serverType || request.body.utf8.count <= maxBodyBytes else {
             throw PigeonError(.payloadTooLarge, "body is larger than \(maxBodyBytes) bytes")
         }
         guard Validation.isStorableText(request.body) else {

@@ -40,6 +40,8 @@ struct EventPayload {
         json.member("clientTimestamp", message.clientTimestamp)
         json.member("acceptedAt", message.acceptedAt)
         json.member("storedAt", message.storedAt)
+        if let editedAt = message.editedAt { json.member("editedAt", editedAt) }
+        if let deletedAt = message.deletedAt { json.member("deletedAt", deletedAt) }
         json.endObject()
         json.endObject()
         return json.string

@@ -35,6 +35,19 @@ public struct DeviceRegistrationRule: Sendable {
     }
 }
 
+/// What an edit or a delete needs to know of the message it targets.
+public struct MessageTarget: Sendable, Equatable {
+    public var senderId: String
+    public var type: String
+    public var deleted: Bool
+
+    public init(senderId: String, type: String, deleted: Bool) {
+        self.senderId = senderId
+        self.type = type
+        self.deleted = deleted
+    }
+}
+
 /// An event persisted in a user's event log, ready to push.
 ///
 /// `payload` is the event's JSON object without its cursor; ``frame(cursor:)`` adds it.
@@ -163,6 +176,19 @@ public protocol MessageStore: Sendable {
     func conversation(id: String, for userId: String) async throws -> Conversation?
     /// Member user ids of a conversation, `nil` if it does not exist. Cheap: served from memory when possible.
     func members(of conversationId: String) async throws -> [String]?
+    /// `userId`'s membership of the conversation (role, joinedSeq, watermarks), or `nil` when it is not a member.
+    func member(_ userId: String, of conversationId: String) async throws -> ConversationMember?
+    /// Applies a membership, role or name change by `actor` (``MembershipPlan`` has the rules) under the
+    /// conversation's lock: the members' rows, and each change as a `pigeon.members` message with the next seq and its
+    /// `message.new` events, in one transaction. Answers the conversation as `actor` sees it after the change (after
+    /// leaving: without the caller, `lastMessage` null). `not_found` when the actor is not a member.
+    func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
+        -> Conversation
+    /// What an edit or delete checks of its target at accept time: the message with `serverId` in the conversation,
+    /// or `nil`.
+    func messageTarget(conversationId: String, serverId: String) async throws -> MessageTarget?
+    /// The stored message `deviceId` of `senderId` sent with `clientMessageId`, as a resend's answer (`200`), or nil.
+    func storedMessage(senderId: String, deviceId: String, clientMessageId: String) async throws -> SendMessageResponse?
 
     /// Processes a batch in buffer order, in one transaction; one result per item, in the same order.
     ///
@@ -178,8 +204,9 @@ public protocol MessageStore: Sendable {
     func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)?
 
     /// `after`: messages with seq > after ascending; `before`: the page just before it, ascending;
-    /// neither: the newest page.
-    func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage
+    /// neither: the newest page. Nothing below `visibleFrom` (a late joiner's `joinedSeq`): a page never reaches
+    /// below it and its `hasMore` says so.
+    func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage
 
     /// Moves `userId`'s delivered (or read, which moves delivered too) watermark in the conversation up to `upToSeq`,
     /// clamped to the conversation's last seq; a watermark never moves down. For each watermark that moved, a `receipt`
@@ -216,6 +243,11 @@ public protocol MessageStore: Sendable {
 
 extension MessageStore {
     public var isDiskFull: Bool { false }
+
+    /// Every message of the conversation the page holds (no late joiner's limit).
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
+        try await messages(conversationId: conversationId, after: after, before: before, limit: limit, visibleFrom: 0)
+    }
 }
 
 /// A conversation about to be created, the same for every store: a time-ordered id, its kind (direct for two

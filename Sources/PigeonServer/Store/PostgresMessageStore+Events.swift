@@ -15,14 +15,14 @@ extension PostgresMessageStore {
 
     typealias EventTuple = (
         Int32, Int64, String, String, String?, String?, String?,
-        String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?
+        String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?, Int64?, Int64?
     )
 
     /// The columns of an event row with its payload (stored, shared, or rendered from its message); `e` is the event.
     static let eventColumns = """
         e.part, e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload),
             m.server_id, m.client_message_id, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.type, m.body,
-            m.client_timestamp, m.accepted_at, m.stored_at
+            m.client_timestamp, m.accepted_at, m.stored_at, m.edited_at, m.deleted_at
         """
 
     static let eventJoins = """
@@ -42,7 +42,7 @@ extension PostgresMessageStore {
                 Message(
                     serverId: serverId, clientMessageId: clientMessageId, conversationId: conversationId, seq: seq, senderId: senderId,
                     senderDeviceId: senderDeviceId, type: type, body: body, clientTimestamp: clientTimestamp, acceptedAt: acceptedAt,
-                    storedAt: storedAt))
+                    storedAt: storedAt, editedAt: t.18, deletedAt: t.19))
         } else {
             return nil
         }
@@ -236,10 +236,24 @@ extension PostgresMessageStore {
                     \(parts.map { counts[$0]! })::bigint[])),
             stored AS (
                 INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, stored_at)
-                SELECT * FROM unnest(\(messages.serverIds)::text[], \(messages.clientMessageIds)::text[], \(messages.conversationIds)::text[],
+                    client_timestamp, accepted_at, stored_at, target_id, edited_at, deleted_at)
+                SELECT s.i, s.c, s.cv, s.q, s.u, s.d, s.t, s.b, s.ct, s.a, s.st, NULLIF(s.tg, ''), NULLIF(s.ed, 0), NULLIF(s.dl, 0)
+                FROM unnest(\(messages.serverIds)::text[], \(messages.clientMessageIds)::text[], \(messages.conversationIds)::text[],
                     \(messages.seqs)::bigint[], \(messages.senderIds)::text[], \(messages.senderDeviceIds)::text[], \(messages.types)::text[],
-                    \(messages.bodies)::text[], \(messages.clientTimestamps)::bigint[], \(messages.acceptedAt)::bigint[], \(messages.storedAt)::bigint[])),
+                    \(messages.bodies)::text[], \(messages.clientTimestamps)::bigint[], \(messages.acceptedAt)::bigint[], \(messages.storedAt)::bigint[],
+                    \(messages.targetIds)::text[], \(messages.editedAt)::bigint[], \(messages.deletedAt)::bigint[])
+                    AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl)),
+            changed AS (
+                UPDATE messages m SET body = CASE WHEN l.del = 1 THEN '' ELSE l.b END,
+                    edited_at = CASE WHEN l.del = 1 THEN m.edited_at ELSE l.at END,
+                    deleted_at = CASE WHEN l.del = 1 THEN l.at ELSE m.deleted_at END
+                FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.bodies)::text[],
+                    \(batch.lifecycle.deleted.map { $0 ? Int64(1) : 0 })::bigint[], \(batch.lifecycle.at)::bigint[]) AS l(id, b, del, at)
+                WHERE m.server_id = l.id),
+            erased AS (
+                UPDATE messages m SET body = l.e
+                FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.erasedEdits)::text[]) AS l(id, e)
+                WHERE l.e <> '' AND m.target_id = l.id AND m.type = \(ServerMessageType.edit)),
             dead AS (
                 INSERT INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
                     client_timestamp, accepted_at, failed_at, error_code, error_message)
@@ -307,8 +321,40 @@ struct BatchWrite {
     var events = EventRows()
     /// Members' receipt watermarks to set.
     var watermarks = WatermarkRows()
+    /// Edits and deletes of messages stored before the batch.
+    var lifecycle = LifecycleRows()
     /// The store time (a conversation's `updated_at` moves to it).
     var now: Int64 = 0
+}
+
+extension BatchWrite {
+    /// An edit's or delete's target as it is at this point of the batch: stored earlier in the batch, or before it
+    /// (`stored`, with what the batch did to it since); nil when it is not in `conversationId`.
+    func target(_ serverId: String, in conversationId: String, stored: [String: (conversationId: String, target: MessageTarget)]) -> MessageTarget? {
+        if let index = messages.index(of: serverId) {
+            guard messages.conversationIds[index] == conversationId else { return nil }
+            return MessageTarget(senderId: messages.senderIds[index], type: messages.types[index], deleted: messages.deletedAt[index] != 0)
+        }
+        guard let found = stored[serverId], found.conversationId == conversationId else { return nil }
+        var target = found.target
+        if let index = lifecycle.targetIds.firstIndex(of: serverId), lifecycle.deleted[index] { target.deleted = true }
+        return target
+    }
+
+    /// Applies a stored edit (`newBody`) or delete (nil) to its target: in the batch's own rows when the target is
+    /// one of them, else as an update of the stored row; a delete also erases the text of the batch's edits of it.
+    mutating func apply(targetId: String, newBody: String?, at now: Int64) {
+        if let index = messages.index(of: targetId) {
+            messages.bodies[index] = newBody ?? ""
+            if newBody == nil { messages.deletedAt[index] = now } else { messages.editedAt[index] = now }
+        } else {
+            lifecycle.apply(targetId: targetId, newBody: newBody, at: now)
+        }
+        guard newBody == nil else { return }
+        for index in messages.serverIds.indices where messages.targetIds[index] == targetId && messages.types[index] == ServerMessageType.edit {
+            messages.bodies[index] = MessageLifecycle.editText(serverId: targetId, body: "")
+        }
+    }
 }
 
 /// Members' watermarks to set, column by column.

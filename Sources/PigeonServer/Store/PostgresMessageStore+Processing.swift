@@ -49,8 +49,10 @@ extension PostgresMessageStore {
     func processBatch(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
         let conversationIds = Array(Set(items.map(\.entry.message.conversationId))).sorted()
         let known = lastSeqCache.withLockedValue { cache in conversationIds.compactMap { id in cache[id].map { (id, $0) } } }
-        let membersKnown = membersCache.withLockedValue { cache in conversationIds.allSatisfy { cache[$0] != nil } }
-        if known.count == conversationIds.count, membersKnown {
+        let membersKnown = conversationIds.allSatisfy { membersCache.contains($0) }
+        // An edit or a delete reads its target under a lock first: the locking path.
+        let changesMessages = items.contains { ServerMessageType.isLifecycle($0.entry.message.type) }
+        if known.count == conversationIds.count, membersKnown, !changesMessages {
             do {
                 return try await processTrusting(items, lastSeqs: Dictionary(uniqueKeysWithValues: known))
             } catch {
@@ -70,7 +72,8 @@ extension PostgresMessageStore {
     func processTrusting(_ items: [ProcessingItem], lastSeqs: [String: Int64]) async throws -> [ProcessingResult] {
         let clock = ContinuousClock()
         let started = clock.now
-        var (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: StoredBefore())
+        let members = Dictionary(uniqueKeysWithValues: lastSeqs.keys.compactMap { id in membersCache[id].map { (id, $0) } })
+        var (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: StoredBefore(), members: members, targets: [:])
         batch.expectedLastSeqs = lastSeqs
         let committed = try await client.withConnection { [stageTimer] connection in
             let leased = clock.now
@@ -85,11 +88,13 @@ extension PostgresMessageStore {
     }
 
     /// The batch in a transaction that first locks its conversations (`FOR UPDATE`, in id order) and reads their last
-    /// seqs, missing members and earlier copies of its messages.
+    /// seqs, their members (a membership change holds the same lock, so they are the current ones), the targets of
+    /// its edits and deletes, and earlier copies of its messages.
     func processLocking(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
         let messages = items.map(\.entry.message)
         let conversationIds = Array(Set(messages.map(\.conversationId))).sorted()
-        let missingMembers = conversationIds.filter { id in membersCache.withLockedValue { $0[id] == nil } }
+        let generations = conversationIds.map { membersCache.generation(of: $0) }
+        let targetIds = messages.compactMap { try? MessageLifecycle.target(of: $0)?.serverId }
         let clock = ContinuousClock()
         let (results, committed, lastSeqs) = try await timedTransaction { connection -> ([ProcessingResult], [StoredEvent], [String: Int64]) in
             let reading = clock.now
@@ -99,15 +104,26 @@ extension PostgresMessageStore {
             ).decode((String, Int64).self) {
                 lastSeqs[id] = lastSeq
             }
-            if !missingMembers.isEmpty {
-                var fetched: [String: [String]] = [:]
-                for try await (conversationId, userId) in try await connection.query(
-                    "SELECT conversation_id, user_id FROM members WHERE conversation_id = ANY(\(missingMembers)) ORDER BY conversation_id, user_id",
-                    logger: logger
-                ).decode((String, String).self) {
-                    fetched[conversationId, default: []].append(userId)
+            var members: [String: [String]] = [:]
+            for try await (conversationId, userId) in try await connection.query(
+                "SELECT conversation_id, user_id FROM members WHERE conversation_id = ANY(\(conversationIds)) ORDER BY conversation_id, user_id",
+                logger: logger
+            ).decode((String, String).self) {
+                members[conversationId, default: []].append(userId)
+            }
+            for (conversationId, generation) in zip(conversationIds, generations) {
+                if let list = members[conversationId] { membersCache.store(list, for: conversationId, ifGeneration: generation) }
+            }
+            var targets: [String: (conversationId: String, target: MessageTarget)] = [:]
+            if !targetIds.isEmpty {
+                for try await (serverId, conversationId, senderId, type, deleted) in try await connection.query(
+                    """
+                    SELECT server_id, conversation_id, sender_id, type, deleted_at IS NOT NULL FROM messages
+                    WHERE server_id = ANY(\(targetIds)) ORDER BY server_id FOR UPDATE
+                    """, logger: logger
+                ).decode((String, String, String, String, Bool).self) {
+                    targets[serverId] = (conversationId, MessageTarget(senderId: senderId, type: type, deleted: deleted))
                 }
-                membersCache.withLockedValue { cache in cache.merge(fetched) { old, _ in old } }
             }
             // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
             // buffer de-duplication record expired): by serverId or by (sender, device, clientMessageId).
@@ -127,7 +143,7 @@ extension PostgresMessageStore {
                 storedBefore.byClientId[[senderId, deviceId, clientMessageId]] = seq
             }
             stageTimer.record(.read, clock.now - reading)
-            let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore)
+            let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore, members: members, targets: targets)
             let writing = clock.now
             let committed = try await write(batch, connection)
             stageTimer.record(.write, clock.now - writing)
@@ -146,8 +162,12 @@ extension PostgresMessageStore {
     }
 
     /// What a batch writes and what each of its messages comes to, given its conversations' last seqs (a conversation
-    /// missing there is gone) and its messages stored before. Needs the members of its conversations in the cache.
-    func plan(_ items: [ProcessingItem], lastSeqs: [String: Int64], storedBefore: StoredBefore) throws -> ([ProcessingResult], BatchWrite) {
+    /// missing there is gone), members and messages stored before, and the targets of its edits and deletes stored
+    /// before it (by serverId, with their conversation).
+    func plan(
+        _ items: [ProcessingItem], lastSeqs: [String: Int64], storedBefore: StoredBefore, members membersByConversation: [String: [String]],
+        targets: [String: (conversationId: String, target: MessageTarget)]
+    ) throws -> ([ProcessingResult], BatchWrite) {
         let payloads = EventPayload()
         let now = WallClock.nowMillis()
         var plan = BatchPlan(capacity: items.count)
@@ -164,12 +184,19 @@ extension PostgresMessageStore {
             do {
                 try faultInjector?(message)
                 guard let lastSeq = batch.lastSeqs[message.conversationId] ?? lastSeqs[message.conversationId],
-                    let members = membersCache.withLockedValue({ $0[message.conversationId] }), members.contains(message.senderId)
+                    let members = membersByConversation[message.conversationId], members.contains(message.senderId)
                 else { throw PigeonError.conversationNotFound }
+                let lifecycle = try MessageLifecycle.target(of: message)
+                if let lifecycle {
+                    if let refusal = MessageLifecycle.refusal(message, target: batch.target(lifecycle.serverId, in: message.conversationId, stored: targets)) {
+                        throw refusal
+                    }
+                }
                 let seq = lastSeq + 1
                 batch.lastSeqs[message.conversationId] = seq
                 let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
-                batch.messages.append(stored)
+                batch.messages.append(stored, targetId: lifecycle?.serverId)
+                if let lifecycle { batch.apply(targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now) }
                 let part = partition(of: message.conversationId)
                 let rendered = payloads.messageNew(stored)
                 for recipient in MessageEvents.newMessageRecipients(of: message, members: members) {

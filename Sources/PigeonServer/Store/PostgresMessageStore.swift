@@ -27,8 +27,9 @@ public final class PostgresMessageStore: MessageStore, Service {
     let faultInjector: ProcessingFaultInjector?
     /// Where a batch's transaction reports the time of its stages (connection, begin, read, write, commit).
     let stageTimer: ProcessingStageTimer
-    /// Members by conversation (membership does not change once a conversation exists).
-    let membersCache = NIOLockedValueBox([String: [String]]())
+    /// Members by conversation; every node drops a conversation's entry when any node changes its members
+    /// (``PostgresFanout/announceMembersChange(_:)``), and processing re-reads them under the conversation's lock.
+    let membersCache = MembersCache()
     /// The last seq of conversations as this node's own batches left them: a batch of these conversations is written
     /// in one statement that checks them (`+Processing`); a wrong one only costs a retry under the locks.
     let lastSeqCache = NIOLockedValueBox([String: Int64]())
@@ -87,6 +88,13 @@ public final class PostgresMessageStore: MessageStore, Service {
         ) {
             [client, logger] after, users, pageSize in
             try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
+        }
+        fanout.onMembersChanged { [membersCache, lastSeqCache, watermarkCache] conversationId in
+            membersCache.changed(conversationId, members: nil)
+            lastSeqCache.withLockedValue { $0[conversationId] = nil }
+            watermarkCache.withLockedValue { cache in
+                for key in cache.keys where key.conversationId == conversationId { cache[key] = nil }
+            }
         }
     }
 
@@ -198,7 +206,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now, partition: partition(of: id))
             return try await insert(events, connection)
         }
-        membersCache.withLockedValue { $0[id] = userIds }
+        membersCache.changed(id, members: userIds)
         fanout.publish(committed)
         return conversation
     }
@@ -251,6 +259,11 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     public func conversation(id: String, for userId: String) async throws -> Conversation? {
         guard let members = try await members(of: id), members.contains(userId) else { return nil }
+        return try await conversationView(id: id, for: userId)
+    }
+
+    /// The conversation with its members and `userId`'s view of it, whether or not `userId` is a member.
+    func conversationView(id: String, for userId: String) async throws -> Conversation? {
         var conversation: Conversation?
         for try await (id, kind, name, createdAt, lastSeq, updatedAt) in try await client.query(
             "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = \(id)", logger: logger
@@ -273,9 +286,12 @@ public final class PostgresMessageStore: MessageStore, Service {
         return one[0]
     }
 
-    /// The caller's view of conversations (API.md 1.1): each one's newest message, and the other members' messages
-    /// above the caller's read watermark. Two statements for a whole page.
+    /// The caller's view of conversations (API.md 1.1): each one's newest message (it is visible to every member:
+    /// a late joiner joined at a seq at or below it), and the other members' messages above the caller's read
+    /// watermark, not counting the server's own `pigeon.*` ones. Two statements for a whole page; a non-member (who
+    /// just left) sees neither.
     private func addCallerView(_ conversations: inout [Conversation], ids: [String], userId: String) async throws {
+        let ids = ids.filter { id in conversations.contains { $0.id == id && $0.members.contains { $0.userId == userId } } }
         guard !ids.isEmpty else { return }
         var last: [String: Message] = [:]
         for try await row in try await client.query(
@@ -292,6 +308,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             """
             SELECT me.conversation_id, count(m.seq) FROM members me
             JOIN messages m ON m.conversation_id = me.conversation_id AND m.seq > me.read_seq AND m.sender_id <> me.user_id
+                AND m.type NOT LIKE 'pigeon.%'
             WHERE me.user_id = \(userId) AND me.conversation_id = ANY(\(ids)) GROUP BY me.conversation_id
             """, logger: logger
         ).decode((String, Int64).self) {
@@ -304,7 +321,8 @@ public final class PostgresMessageStore: MessageStore, Service {
     }
 
     public func members(of conversationId: String) async throws -> [String]? {
-        if let cached = membersCache.withLockedValue({ $0[conversationId] }) { return cached }
+        if let cached = membersCache[conversationId] { return cached }
+        let generation = membersCache.generation(of: conversationId)
         var members: [String] = []
         for try await member in try await client.query(
             "SELECT user_id FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
@@ -312,34 +330,47 @@ public final class PostgresMessageStore: MessageStore, Service {
             members.append(member)
         }
         guard !members.isEmpty else { return nil }
-        membersCache.withLockedValue { $0[conversationId] = members }
+        membersCache.store(members, for: conversationId, ifGeneration: generation)
         return members
+    }
+
+    public func member(_ userId: String, of conversationId: String) async throws -> ConversationMember? {
+        for try await (role, joinedSeq, delivered, read) in try await client.query(
+            "SELECT role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId)",
+            logger: logger
+        ).decode((String, Int64, Int64, Int64).self) {
+            return ConversationMember(userId: userId, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read)
+        }
+        return nil
     }
 
     // MARK: History
 
     static let messageColumns = """
-        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at
+        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at,
+        edited_at, deleted_at
         """
 
-    typealias MessageTuple = (String, String, String, Int64, String, String, String, String, Int64, Int64, Int64)
+    typealias MessageTuple = (String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?)
 
     static func message(_ t: MessageTuple) -> Message {
         Message(
             serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6, body: t.7,
-            clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10)
+            clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10, editedAt: t.11, deletedAt: t.12)
     }
 
-    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
         let query: PostgresQuery
         if let after {
             query = """
-                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND seq > \(after)
+                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId)
+                    AND seq > \(max(after, visibleFrom - 1))
                 ORDER BY seq LIMIT \(limit + 1)
                 """
         } else {
             query = """
                 SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND seq < \(before ?? Int64.max)
+                    AND seq >= \(visibleFrom)
                 ORDER BY seq DESC LIMIT \(limit + 1)
                 """
         }

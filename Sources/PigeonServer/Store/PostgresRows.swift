@@ -15,8 +15,16 @@ struct MessageRows {
     var clientTimestamps: [Int64] = []
     var acceptedAt: [Int64] = []
     var storedAt: [Int64] = []
+    /// The serverId a `pigeon.edit` / `pigeon.delete` names, `""` for other messages.
+    var targetIds: [String] = []
+    /// `edited_at` and `deleted_at`, 0 for NULL (set when a later message of the batch edits or deletes it).
+    var editedAt: [Int64] = []
+    var deletedAt: [Int64] = []
 
-    mutating func append(_ message: Message) {
+    mutating func append(_ message: Message, targetId: String? = nil) {
+        targetIds.append(targetId ?? "")
+        editedAt.append(message.editedAt ?? 0)
+        deletedAt.append(message.deletedAt ?? 0)
         serverIds.append(message.serverId)
         clientMessageIds.append(message.clientMessageId)
         conversationIds.append(message.conversationId)
@@ -28,6 +36,38 @@ struct MessageRows {
         clientTimestamps.append(message.clientTimestamp)
         acceptedAt.append(message.acceptedAt)
         storedAt.append(message.storedAt)
+    }
+
+    /// Where `serverId` is among these rows.
+    func index(of serverId: String) -> Int? {
+        serverIds.lastIndex(of: serverId)
+    }
+}
+
+/// Edits and deletes to apply to messages stored before the batch, one per target (the batch's last wins; a delete
+/// wins over an edit), column by column.
+struct LifecycleRows {
+    var targetIds: [String] = []
+    /// The new text; ignored for a delete.
+    var bodies: [String] = []
+    var deleted: [Bool] = []
+    var at: [Int64] = []
+    /// The erased body each earlier `pigeon.edit` of a deleted target gets (`""` for an edit).
+    var erasedEdits: [String] = []
+
+    mutating func apply(targetId: String, newBody: String?, at now: Int64) {
+        if let index = targetIds.firstIndex(of: targetId) {
+            bodies[index] = newBody ?? ""
+            deleted[index] = newBody == nil
+            at[index] = now
+            erasedEdits[index] = newBody == nil ? MessageLifecycle.editText(serverId: targetId, body: "") : ""
+            return
+        }
+        targetIds.append(targetId)
+        bodies.append(newBody ?? "")
+        deleted.append(newBody == nil)
+        at.append(now)
+        erasedEdits.append(newBody == nil ? MessageLifecycle.editText(serverId: targetId, body: "") : "")
     }
 }
 

@@ -223,6 +223,17 @@ enum PostgresSchema {
                 "UPDATE members m SET role = 'owner' FROM conversations c WHERE c.id = m.conversation_id AND m.user_id = c.created_by",
             ]
         ),
+        (
+            8,
+            [
+                // API.md 1.1, edit and delete: when a message was last edited or deleted, and the target a pigeon.edit or
+                // pigeon.delete names (a delete erases the text of the target's earlier edits too).
+                "ALTER TABLE messages ADD COLUMN target_id TEXT",
+                "ALTER TABLE messages ADD COLUMN edited_at BIGINT",
+                "ALTER TABLE messages ADD COLUMN deleted_at BIGINT",
+                "CREATE INDEX messages_target ON messages(target_id) WHERE target_id IS NOT NULL",
+            ]
+        ),
     ]
 
     static var latestVersion: Int { migrations.last?.version ?? 0 }

@@ -13,8 +13,8 @@ public final class SQLiteMessageStore: MessageStore {
     let writer: GroupCommitWriter
     let fanout: any Fanout
     private let faultInjector: FaultInjector?
-    /// conversation id → sorted member user ids. Membership never changes after creation in v1.
-    private let membersCache = NIOLockedValueBox([String: [String]]())
+    /// conversation id → sorted member user ids.
+    let membersCache = MembersCache()
     let diskHealth: SQLiteDiskHealth
 
     public init(path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil) throws {
@@ -98,7 +98,7 @@ public final class SQLiteMessageStore: MessageStore {
                 }
             },
             afterCommit: { [fanout, membersCache] events in
-                membersCache.withLockedValue { $0[id] = userIds }
+                membersCache.changed(id, members: userIds)
                 fanout.publish(events)
             })
         return conversation
@@ -137,29 +137,34 @@ public final class SQLiteMessageStore: MessageStore {
 
     public func conversation(id: String, for userId: String) async throws -> Conversation? {
         guard let members = try await members(of: id), members.contains(userId) else { return nil }
-        return try await pool.read { db in
-            guard
-                let row = try Row.fetchOne(
-                    db, sql: "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = ?", arguments: [id])
-            else { return nil }
-            var conversation = Self.conversation(row)
-            conversation.members = try Self.conversationMembers(db, id)
-            try Self.addCallerView(db, &conversation, userId: userId)
-            return conversation
-        }
+        return try await pool.read { db in try Self.conversationView(db, id: id, for: userId) }
     }
 
-    /// The caller's view of a conversation (API.md 1.1): its newest message, and the other members' messages above
-    /// the caller's read watermark.
+    /// The conversation with its members and `userId`'s view of it, whether or not `userId` is a member.
+    private static func conversationView(_ db: Database, id: String, for userId: String) throws -> Conversation? {
+        guard
+            let row = try Row.fetchOne(
+                db, sql: "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = ?", arguments: [id])
+        else { return nil }
+        var conversation = Self.conversation(row)
+        conversation.members = try Self.conversationMembers(db, id)
+        try Self.addCallerView(db, &conversation, userId: userId)
+        return conversation
+    }
+
+    /// The caller's view of a conversation (API.md 1.1): its newest message visible to it (from its joinedSeq on),
+    /// and the other members' messages above its read watermark, not counting the server's own `pigeon.*` ones. A
+    /// non-member (who just left) sees neither.
     private static func addCallerView(_ db: Database, _ conversation: inout Conversation, userId: String) throws {
+        guard let me = conversation.members.first(where: { $0.userId == userId }) else { return }
         conversation.lastMessage = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT \(messageColumns) FROM messages WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1"),
-            arguments: [conversation.id]
+            db.cachedStatement(sql: "SELECT \(messageColumns) FROM messages WHERE conversation_id = ? AND seq >= ? ORDER BY seq DESC LIMIT 1"),
+            arguments: [conversation.id, me.joinedSeq]
         ).map(Self.message)
-        let readSeq = conversation.members.first { $0.userId == userId }?.readSeq ?? 0
         conversation.unreadCount = try Int.fetchOne(
-            db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND seq > ? AND sender_id != ?"),
-            arguments: [conversation.id, readSeq, userId]) ?? 0
+            db.cachedStatement(
+                sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND seq > ? AND sender_id != ? AND type NOT LIKE 'pigeon.%'"),
+            arguments: [conversation.id, max(me.readSeq, me.joinedSeq - 1), userId]) ?? 0
     }
 
     /// A conversation from a row of (id, kind, name, created_at, last_seq, updated_at), without its members.
@@ -174,19 +179,137 @@ public final class SQLiteMessageStore: MessageStore {
             db.cachedStatement(
                 sql: "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id"),
             arguments: [conversationId]
-        ).map { ConversationMember(userId: $0[0], role: MemberRole(rawValue: $0[1]) ?? .member, joinedSeq: $0[2], deliveredSeq: $0[3], readSeq: $0[4]) }
+        ).map(Self.member)
+    }
+
+    /// A member from a row of (user_id, role, joined_seq, delivered_seq, read_seq).
+    private static func member(_ row: Row) -> ConversationMember {
+        ConversationMember(userId: row[0], role: MemberRole(rawValue: row[1]) ?? .member, joinedSeq: row[2], deliveredSeq: row[3], readSeq: row[4])
     }
 
     public func members(of conversationId: String) async throws -> [String]? {
-        if let cached = membersCache.withLockedValue({ $0[conversationId] }) { return cached }
+        if let cached = membersCache[conversationId] { return cached }
+        let generation = membersCache.generation(of: conversationId)
         let members = try await pool.read { db in try Self.fetchMembers(db, conversationId) }
-        if let members { membersCache.withLockedValue { $0[conversationId] = members } }
+        if let members { membersCache.store(members, for: conversationId, ifGeneration: generation) }
         return members
     }
 
+    /// The members as this transaction sees them: a membership change earlier in the same group commit forgot the
+    /// cached list before writing, so the cache never answers for a list this transaction changed.
     private func membersInTransaction(_ db: Database, _ conversationId: String) throws -> [String]? {
-        if let cached = membersCache.withLockedValue({ $0[conversationId] }) { return cached }
+        if let cached = membersCache[conversationId] { return cached }
         return try Self.fetchMembers(db, conversationId)
+    }
+
+    public func member(_ userId: String, of conversationId: String) async throws -> ConversationMember? {
+        try await pool.read { db in
+            try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = ? AND user_id = ?"),
+                arguments: [conversationId, userId]
+            ).map(Self.member)
+        }
+    }
+
+    // MARK: Membership changes
+
+    private struct MembershipWrite: Sendable {
+        var members: [String]
+        var events: [StoredEvent]
+    }
+
+    public func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
+        -> Conversation
+    {
+        let written = try await write(
+            { [membersCache] db -> MembershipWrite? in
+                guard let row = try Row.fetchOne(db, sql: "SELECT kind, name, last_seq FROM conversations WHERE id = ?", arguments: [conversationId])
+                else { throw PigeonError.conversationNotFound }
+                let plan = try MembershipPlan(
+                    operation, by: actor.userId, kind: ConversationKind(rawValue: row[0]) ?? .group, name: row[1],
+                    members: try Self.conversationMembers(db, conversationId), lastSeq: row[2], maxMembers: maxMembers)
+                guard !plan.isEmpty else { return nil }
+                // Processing later in this group commit must read the new list from the tables, not the cache.
+                membersCache.changed(conversationId, members: nil)
+                let now = WallClock.nowMillis()
+                for member in plan.added {
+                    try db.execute(
+                        sql: "INSERT INTO members(conversation_id, user_id, role, joined_seq, delivered_seq, read_seq) VALUES (?, ?, ?, ?, ?, ?)",
+                        arguments: [conversationId, member.userId, member.role.rawValue, member.joinedSeq, member.deliveredSeq, member.readSeq])
+                }
+                for userId in plan.removed {
+                    try db.execute(sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?", arguments: [conversationId, userId])
+                }
+                for (userId, role) in plan.roles {
+                    try db.execute(
+                        sql: "UPDATE members SET role = ? WHERE conversation_id = ? AND user_id = ?", arguments: [role.rawValue, conversationId, userId])
+                }
+                if let name = plan.name {
+                    try db.execute(sql: "UPDATE conversations SET name = ? WHERE id = ?", arguments: [name, conversationId])
+                }
+                let payloads = EventPayload()
+                var events: [StoredEvent] = []
+                for (message, change) in zip(plan.messages(conversationId: conversationId, actor: actor, now: now), plan.changes) {
+                    try Self.insertMessage(db, message, targetId: nil)
+                    let payload = payloads.messageNew(message)
+                    for recipient in change.recipients {
+                        events.append(
+                            try Self.insertEvent(
+                                db, type: "message.new", userId: recipient, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now,
+                                message: (conversationId, message.seq)))
+                    }
+                }
+                try db.execute(
+                    sql: "UPDATE conversations SET last_seq = ?, updated_at = MAX(updated_at, ?) WHERE id = ?",
+                    arguments: [plan.lastSeq, now, conversationId])
+                return MembershipWrite(members: plan.membersAfter.map(\.userId), events: events)
+            },
+            afterCommit: { [fanout, membersCache] written in
+                guard let written else { return }
+                membersCache.changed(conversationId, members: written.members)
+                fanout.publish(written.events)
+            })
+        if written == nil, try await member(actor.userId, of: conversationId) == nil { throw PigeonError.conversationNotFound }
+        guard let conversation = try await pool.read({ db in try Self.conversationView(db, id: conversationId, for: actor.userId) }) else {
+            throw PigeonError.conversationNotFound
+        }
+        return conversation
+    }
+
+    // MARK: Editing and deleting
+
+    public func messageTarget(conversationId: String, serverId: String) async throws -> MessageTarget? {
+        try await pool.read { db in try Self.target(db, conversationId: conversationId, serverId: serverId) }
+    }
+
+    private static func target(_ db: Database, conversationId: String, serverId: String) throws -> MessageTarget? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT sender_id, type, deleted_at IS NOT NULL FROM messages WHERE server_id = ? AND conversation_id = ?"),
+            arguments: [serverId, conversationId]
+        ).map { MessageTarget(senderId: $0[0], type: $0[1], deleted: $0[2]) }
+    }
+
+    public func storedMessage(senderId: String, deviceId: String, clientMessageId: String) async throws -> SendMessageResponse? {
+        try await pool.read { db in
+            try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT server_id, accepted_at, seq FROM messages WHERE sender_id = ? AND sender_device_id = ? AND client_message_id = ?"),
+                arguments: [senderId, deviceId, clientMessageId]
+            ).map { SendMessageResponse(serverId: $0[0], clientMessageId: clientMessageId, status: .stored, acceptedAt: $0[1], seq: $0[2]) }
+        }
+    }
+
+    /// Applies a stored edit or delete to its target: the new text and `edited_at`, or the text erased (of the
+    /// target and of its earlier edits) and `deleted_at`.
+    private static func applyLifecycle(_ db: Database, targetId: String, newBody: String?, at now: Int64) throws {
+        if let newBody {
+            try db.cachedStatement(sql: "UPDATE messages SET body = ?, edited_at = ? WHERE server_id = ?").execute(arguments: [newBody, now, targetId])
+        } else {
+            try db.cachedStatement(sql: "UPDATE messages SET body = '', deleted_at = ? WHERE server_id = ?").execute(arguments: [now, targetId])
+            try db.cachedStatement(sql: "UPDATE messages SET body = ? WHERE target_id = ? AND type = ?")
+                .execute(arguments: [MessageLifecycle.editText(serverId: targetId, body: ""), targetId, ServerMessageType.edit])
+        }
     }
 
     private static func fetchMembers(_ db: Database, _ conversationId: String) throws -> [String]? {
@@ -298,31 +421,26 @@ public final class SQLiteMessageStore: MessageStore {
         guard let members = try membersInTransaction(db, message.conversationId), members.contains(message.senderId) else {
             throw PigeonError.conversationNotFound
         }
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT DO NOTHING
-                """
-        ).execute(arguments: [
-            message.conversationId, seq, message.serverId, message.clientMessageId, message.senderId, message.senderDeviceId,
-            message.type, message.body, message.clientTimestamp, message.acceptedAt, now,
-        ])
+        let lifecycle = try MessageLifecycle.target(of: message)
+        if let lifecycle {
+            // An edit or delete stored before is not checked against its target again (which it changed).
+            if let storedSeq = try Self.storedSeq(db, message) { return .alreadyStored(seq: storedSeq) }
+            let target = try Self.target(db, conversationId: message.conversationId, serverId: lifecycle.serverId)
+            if let refusal = MessageLifecycle.refusal(message, target: target) { throw refusal }
+        }
+        let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
+        try Self.insertMessage(db, stored, targetId: lifecycle?.serverId)
         if db.changesCount == 0 {
             // Stored by an earlier attempt whose buffer acknowledgement was lost (crash between the two), or the
             // same (sender, device, clientMessageId) under another serverId (a resend the buffer no longer knew).
-            let storedSeq = try Int64.fetchOne(
-                db.cachedStatement(
-                    sql: """
-                        SELECT seq FROM messages WHERE server_id = ?
-                        UNION ALL SELECT seq FROM messages WHERE sender_id = ? AND sender_device_id = ? AND client_message_id = ?
-                        LIMIT 1
-                        """),
-                arguments: [message.serverId, message.senderId, message.senderDeviceId, message.clientMessageId])
-            guard let storedSeq else { throw PigeonError.overloaded("seq \(seq) of the conversation is taken; retry shortly") }
+            guard let storedSeq = try Self.storedSeq(db, message) else {
+                throw PigeonError.overloaded("seq \(seq) of the conversation is taken; retry shortly")
+            }
             return .alreadyStored(seq: storedSeq)
         }
-        let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
+        if let lifecycle {
+            try Self.applyLifecycle(db, targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now)
+        }
         let newPayload = payloads.messageNew(stored)
         for recipient in MessageEvents.newMessageRecipients(of: message, members: members) {
             events.append(
@@ -336,6 +454,32 @@ public final class SQLiteMessageStore: MessageStore {
                 db, type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId, excludedDeviceId: nil,
                 payload: storedPayload, at: now))
         return .stored(seq: seq)
+    }
+
+    /// The seq under which `message` was stored before: by serverId, or by (sender, device, clientMessageId).
+    private static func storedSeq(_ db: Database, _ message: BufferedMessage) throws -> Int64? {
+        try Int64.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT seq FROM messages WHERE server_id = ?
+                    UNION ALL SELECT seq FROM messages WHERE sender_id = ? AND sender_device_id = ? AND client_message_id = ?
+                    LIMIT 1
+                    """),
+            arguments: [message.serverId, message.senderId, message.senderDeviceId, message.clientMessageId])
+    }
+
+    /// Inserts a message unless its serverId or (sender, device, clientMessageId) is stored already (`changesCount` 0).
+    private static func insertMessage(_ db: Database, _ message: Message, targetId: String?) throws {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
+                    client_timestamp, accepted_at, stored_at, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT DO NOTHING
+                """
+        ).execute(arguments: [
+            message.conversationId, message.seq, message.serverId, message.clientMessageId, message.senderId, message.senderDeviceId,
+            message.type, message.body, message.clientTimestamp, message.acceptedAt, message.storedAt, targetId,
+        ])
     }
 
     private func deadLetter(_ message: BufferedMessage, detail: ErrorDetail, now: Int64, payloads: EventPayload, _ db: Database) throws -> StoredEvent {
@@ -396,7 +540,8 @@ public final class SQLiteMessageStore: MessageStore {
     // MARK: History
 
     private static let messageColumns = """
-        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at
+        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at,
+        edited_at, deleted_at
         """
 
     private static let joinedMessageColumns = messageColumns.split(separator: ",")
@@ -411,16 +556,17 @@ public final class SQLiteMessageStore: MessageStore {
         Message(
             serverId: row[column], clientMessageId: row[column + 1], conversationId: row[column + 2], seq: row[column + 3],
             senderId: row[column + 4], senderDeviceId: row[column + 5], type: row[column + 6], body: row[column + 7],
-            clientTimestamp: row[column + 8], acceptedAt: row[column + 9], storedAt: row[column + 10])
+            clientTimestamp: row[column + 8], acceptedAt: row[column + 9], storedAt: row[column + 10], editedAt: row[column + 11],
+            deletedAt: row[column + 12])
     }
 
-    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
         try await pool.read { db in
             if let after {
                 var messages = try Row.fetchAll(
                     db.cachedStatement(
                         sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?"),
-                    arguments: [conversationId, after, limit + 1]
+                    arguments: [conversationId, max(after, visibleFrom - 1), limit + 1]
                 ).map(Self.message)
                 let hasMore = messages.count > limit
                 if hasMore { messages.removeLast() }
@@ -428,8 +574,8 @@ public final class SQLiteMessageStore: MessageStore {
             }
             var messages = try Row.fetchAll(
                 db.cachedStatement(
-                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"),
-                arguments: [conversationId, before ?? Int64.max, limit + 1]
+                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ? AND seq < ? AND seq >= ? ORDER BY seq DESC LIMIT ?"),
+                arguments: [conversationId, before ?? Int64.max, visibleFrom, limit + 1]
             ).map(Self.message)
             let hasMore = messages.count > limit
             if hasMore { messages.removeLast() }

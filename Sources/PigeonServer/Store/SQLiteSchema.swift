@@ -13,6 +13,9 @@ import GRDB
 ///
 /// v3 (API.md 1.1): conversations gain `kind` (direct or group; existing unnamed two-member ones are direct), members
 /// a `role` (the creator is the owner) and `joined_seq` (0 for founding members).
+///
+/// v5 (API.md 1.1, edit and delete): messages gain `edited_at` and `deleted_at`, and `target_id` (the serverId a
+/// `pigeon.edit` or `pigeon.delete` names, indexed: a delete erases the text of the target's earlier edits).
 enum SQLiteSchema {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -101,6 +104,15 @@ enum SQLiteSchema {
                     ALTER TABLE members ADD COLUMN joined_seq INTEGER NOT NULL DEFAULT 0;
                     UPDATE members SET role = 'owner'
                         WHERE user_id = (SELECT created_by FROM conversations WHERE conversations.id = members.conversation_id);
+                    """)
+        }
+        migrator.registerMigration("v5") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE messages ADD COLUMN target_id TEXT;
+                    ALTER TABLE messages ADD COLUMN edited_at INTEGER;
+                    ALTER TABLE messages ADD COLUMN deleted_at INTEGER;
+                    CREATE INDEX messages_target ON messages(target_id) WHERE target_id IS NOT NULL;
                     """)
         }
         return migrator
