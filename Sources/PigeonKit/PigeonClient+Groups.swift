@@ -90,3 +90,17 @@ extension PigeonClient {
         return local
     }
 }
+
+extension PigeonClient {
+    /// Reads a conversation from the server now (its members, roles and watermarks) and saves it; returns it as this
+    /// device has it then. Throws ``PigeonClientError/Code-swift.struct/notMember`` (and marks it left) when this user
+    /// is no longer a member. Needs the network.
+    @discardableResult
+    public func fetchConversation(_ conversationId: String) async throws -> PigeonConversation {
+        guard let id = Validation.canonicalUUID(conversationId) else { throw PigeonClientError.invalid("\"\(conversationId)\" is not a conversation id") }
+        let isMember = try await engine.refreshConversation(id)
+        guard let local = try await store.conversation(id: id) else { throw PigeonClientError(.unknownConversation, "conversation \(id) is unknown") }
+        guard isMember else { throw PigeonClientError(.notMember, "\(userId) is not a member of conversation \(id)") }
+        return local
+    }
+}
