@@ -37,9 +37,7 @@ public final class PostgresFanout: Fanout, Service {
     private let eventChannel: String
     private let ephemeralChannel: String
     private let presenceChannel: String
-    /// Conversations whose members, roles or name changed on a node (payload: the conversation id): every node drops
-    /// what it cached of them.
-    private let membersChannel: String
+    /// What runs when another node announces a membership change (``announceMembersChange(_:)``).
     private let membersChanged = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
 
     /// Per partition, the last offset handed to the local devices (by ``publish(_:)`` or the tail).
@@ -70,7 +68,6 @@ public final class PostgresFanout: Fanout, Service {
         self.eventChannel = "pigeon_events_\(epoch)"
         self.ephemeralChannel = "pigeon_ephemeral_\(epoch)"
         self.presenceChannel = "pigeon_presence_\(epoch)"
-        self.membersChannel = "pigeon_members_\(epoch)"
         self.handedOver = NIOLockedValueBox(head)
         (self.ephemeralQueue, self.ephemeralOutbox) = AsyncStream.makeStream(of: EphemeralFrame.self, bufferingPolicy: .bufferingNewest(10_000))
     }
@@ -87,11 +84,6 @@ public final class PostgresFanout: Fanout, Service {
             }
             group.addTask { await self.listen(on: self.ephemeralChannel) { [weak self] payload in self?.receiveEphemeral(payload) } }
             group.addTask { await self.listen(on: self.presenceChannel) { [weak self] payload in self?.receivePresence(payload) } }
-            group.addTask {
-                await self.listen(on: self.membersChannel) { [membersChanged = self.membersChanged] payload in
-                    if let payload { membersChanged.withLockedValue { $0 }?(payload) }
-                }
-            }
             group.addTask { await self.tail() }
             group.addTask { await self.notifyOtherNodes() }
             group.addTask { await self.sendEphemeralFrames() }
@@ -237,17 +229,23 @@ public final class PostgresFanout: Fanout, Service {
 
     // MARK: Membership changes
 
-    /// Sets what runs when any node (this one included) announces a membership change of a conversation.
+    /// The ephemeral frame type that carries a membership change between nodes (never sent to a device).
+    static let membersChangedFrame = "pigeon.members.changed"
+
+    /// Sets what runs when another node announces a membership change of a conversation.
     func onMembersChanged(_ handler: @escaping @Sendable (String) -> Void) {
         membersChanged.withLockedValue { $0 = handler }
     }
 
-    /// Tells every node that the members of `conversationId` changed (after the change committed). Best effort: a lost
-    /// notification leaves another node's cached list until its next processing batch of that conversation, which
-    /// re-reads the members under the conversation's lock (the change moved its last seq).
+    /// Tells the other nodes that the members of `conversationId` changed (after the change committed), on the
+    /// ephemeral channel every node listens to already. Best effort: a lost notification leaves another node's cached
+    /// list until its next processing batch of that conversation, which re-reads the members under the conversation's
+    /// lock (the change moved its last seq).
     func announceMembersChange(_ conversationId: String) async {
+        let frame = EphemeralFrame(type: Self.membersChangedFrame, json: conversationId, users: [], node: nodeId)
         do {
-            try await client.query("SELECT pg_notify(\(membersChannel), \(conversationId))", logger: logger)
+            let payload = String(decoding: try JSONEncoder().encode(frame), as: UTF8.self)
+            try await client.query("SELECT pg_notify(\(ephemeralChannel), \(payload))", logger: logger)
         } catch {
             logger.warning("membership change not announced", metadata: ["conversation": "\(conversationId)", "error": "\(String(reflecting: error))"])
         }
@@ -297,6 +295,10 @@ public final class PostgresFanout: Fanout, Service {
     private func receiveEphemeral(_ payload: String?) {
         guard let payload, let frame = try? JSONDecoder().decode(EphemeralFrame.self, from: Data(payload.utf8)), frame.node != nodeId
         else { return }
+        if frame.type == Self.membersChangedFrame {
+            membersChanged.withLockedValue { $0 }?(frame.json)
+            return
+        }
         local.broadcast(type: frame.type, json: frame.json, to: frame.users)
     }
 
