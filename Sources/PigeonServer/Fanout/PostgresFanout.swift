@@ -16,7 +16,7 @@ import ServiceLifecycle
 ///   in memory: change sets apply in version order, and a gap (a lost notification, a new node) reloads the table.
 ///   A node that stops heart-beating (every 2 s) stops counting after 10 s; its rows are deleted.
 /// - Ephemeral frames (typing): `NOTIFY pigeon_ephemeral_<epoch>`, best effort.
-/// - Revocations: the revoking node acts at once and wakes the others (`NOTIFY pigeon_revocations_<epoch>`, no data);
+/// - Revocations: the revoking node acts at once and wakes the others (`NOTIFY pigeon_events_<epoch>`, `r:<node id>`);
 ///   every node reads the store's revocations after the last one it read, when woken and every
 ///   ``revocationPollInterval``, so a lost notification delays a revocation on a node by at most that.
 public final class PostgresFanout: Fanout, Service {
@@ -35,6 +35,8 @@ public final class PostgresFanout: Fanout, Service {
     static let nodeTimeoutMillis = PostgresSchema.nodeTimeoutMillis
     /// The longest a node takes to act on another node's revocation when the wake-up is lost (docs/API.md).
     static let revocationPollInterval = Duration.seconds(1)
+    /// What begins the payload of a revocation wake-up on the events' channel (the rest is the node id).
+    static let revocationPrefix = "r:"
 
     private let client: PostgresClient
     private let local: LocalFanout
@@ -46,7 +48,6 @@ public final class PostgresFanout: Fanout, Service {
     private let eventChannel: String
     private let ephemeralChannel: String
     private let presenceChannel: String
-    private let revocationChannel: String
     private let readRevocations: RevocationReader
     /// The number of the last revocation this node read.
     private let revocationsRead: NIOLockedValueBox<Int64>
@@ -83,7 +84,6 @@ public final class PostgresFanout: Fanout, Service {
         self.eventChannel = "pigeon_events_\(epoch)"
         self.ephemeralChannel = "pigeon_ephemeral_\(epoch)"
         self.presenceChannel = "pigeon_presence_\(epoch)"
-        self.revocationChannel = "pigeon_revocations_\(epoch)"
         self.readRevocations = readRevocations
         self.revocationsRead = NIOLockedValueBox(revocationHead)
         self.handedOver = NIOLockedValueBox(head)
@@ -94,10 +94,19 @@ public final class PostgresFanout: Fanout, Service {
     /// runs it beside its connection pool).
     public func run() async throws {
         await withTaskGroup(of: Void.self) { group in
-            // A node's own notifications wake nothing: it handed its commits over already (or woke its tail for a gap).
+            // A node's own notifications wake nothing: it handed its commits over already (or woke its tail for a gap),
+            // and acted on its revocations. Revocations share the events' channel (a LISTEN holds a pooled
+            // connection): their payload is the node id after "r:"; a (re)connection wakes their reader, as revocations
+            // may have been missed meanwhile.
             group.addTask {
-                await self.listen(on: self.eventChannel) { [tailWakeUp = self.tailWakeUp, nodeId = self.nodeId] payload in
-                    if payload != nodeId { tailWakeUp.notify() }
+                await self.listen(on: self.eventChannel) {
+                    [tailWakeUp = self.tailWakeUp, revocationWakeUp = self.revocationWakeUp, nodeId = self.nodeId] payload in
+                    if let payload, payload.hasPrefix(Self.revocationPrefix) {
+                        if payload.dropFirst(Self.revocationPrefix.count) != nodeId { revocationWakeUp.notify() }
+                    } else if payload != nodeId {
+                        tailWakeUp.notify()
+                        if payload == nil { revocationWakeUp.notify() }
+                    }
                 }
             }
             group.addTask { await self.listen(on: self.ephemeralChannel) { [weak self] payload in self?.receiveEphemeral(payload) } }
@@ -107,12 +116,6 @@ public final class PostgresFanout: Fanout, Service {
             group.addTask { await self.sendEphemeralFrames() }
             group.addTask { await self.maintainPresence() }
             group.addTask { await self.reloadPresence() }
-            // A (re)connection wakes the reader too: revocations may have been missed meanwhile.
-            group.addTask {
-                await self.listen(on: self.revocationChannel) { [revocationWakeUp = self.revocationWakeUp, nodeId = self.nodeId] payload in
-                    if payload != nodeId { revocationWakeUp.notify() }
-                }
-            }
             group.addTask { await self.followRevocations() }
             group.addTask { await self.announceRevocations() }
             await group.waitForAll()
@@ -290,8 +293,9 @@ public final class PostgresFanout: Fanout, Service {
             await revocationNotifyWakeUp.wait()
             if Task.isCancelled { return }
             do {
-                _ = try await withDeadline(.seconds(10)) { [client, logger, revocationChannel, nodeId] in
-                    try await client.query("SELECT pg_notify(\(revocationChannel), \(nodeId))", logger: logger)
+                let payload = Self.revocationPrefix + nodeId
+                _ = try await withDeadline(.seconds(10)) { [client, logger, eventChannel] in
+                    try await client.query("SELECT pg_notify(\(eventChannel), \(payload))", logger: logger)
                 }
             } catch {
                 if Task.isCancelled { return }
