@@ -17,6 +17,9 @@ public enum PigeonEvent: Sendable, Equatable {
     case typing(conversationId: String, userId: String, active: Bool)
     /// The local database could not be opened and was rebuilt; see ``LocalDatabaseRecovery``.
     case localDatabaseRebuilt(LocalDatabaseRecovery)
+    /// The server refused this device's token (revoked, or no longer valid): the client stopped connecting and
+    /// sending for good (``ConnectionState/signedOut``); the error is the server's answer. Sent once.
+    case signedOut(PigeonClientError)
 }
 
 /// Delegate-style observation (seed 002's listener). Methods are called after the local database write, in
@@ -34,6 +37,8 @@ public protocol PigeonListener: AnyObject, Sendable {
     func onConversationUpdated(_ conversation: PigeonConversation)
     /// ``PigeonEvent/localDatabaseRebuilt(_:)``: sent once, first, by the run after a rebuild.
     func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery)
+    /// ``PigeonEvent/signedOut(_:)``: the server refused this device's token; the client stopped for good.
+    func onSignedOut(_ error: PigeonClientError)
 }
 
 extension PigeonListener {
@@ -47,6 +52,8 @@ extension PigeonListener {
     public func onConversationUpdated(_ conversation: PigeonConversation) {}
     /// Does nothing.
     public func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery) {}
+    /// Does nothing.
+    public func onSignedOut(_ error: PigeonClientError) {}
 }
 
 /// What happened when the local database could not be opened (corrupt, not a database, or from a newer version

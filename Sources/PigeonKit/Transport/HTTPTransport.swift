@@ -80,9 +80,9 @@ package struct HTTPTransport: PigeonTransport {
         try await call(.GET, "/v1/conversations/\(conversationId)/messages?after=\(after)&limit=\(limit)", body: Empty?.none)
     }
 
-    private struct Empty: Codable {}
+    struct Empty: Codable {}
 
-    private func call<Body: Encodable, Response: Decodable>(
+    func call<Body: Encodable, Response: Decodable>(
         _ method: HTTPMethod, _ path: String, body: Body?, authorized: Bool = true
     ) async throws -> Response {
         var request = HTTPClientRequest(url: baseURL + path)
