@@ -161,7 +161,8 @@ public final class PigeonClient: Sendable, Service {
     ///
     /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
     /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty or oversized body, U+0000),
-    /// ``PigeonClientError/Code-swift.struct/unknownConversation``, or a database error.
+    /// ``PigeonClientError/Code-swift.struct/unknownConversation``, ``PigeonClientError/Code-swift.struct/notMember``
+    /// (this user was removed from the conversation, or left it), or a database error.
     @discardableResult
     public func send(_ body: String, type: String = "text", to conversationId: String) throws -> PigeonMessage {
         guard Validation.isValidMessageType(type) else { throw PigeonClientError.invalid("type must be 1–32 characters of [a-z0-9._-]") }
@@ -184,13 +185,15 @@ public final class PigeonClient: Sendable, Service {
         return message
     }
 
-    /// Sends a failed message (⚠️) again: back to ⏰ with fresh tries, committed before it returns. Throws
+    /// Sends a failed message (⚠️) again: back to ⏰ with fresh tries, committed before it returns (a failed edit or
+    /// deletion shows on its message again). Throws
     /// ``PigeonClientError/Code-swift.struct/notRetryable`` for a message that has not failed or was sent from
     /// another device, ``PigeonClientError/Code-swift.struct/unknownMessage`` for no such message.
     @discardableResult
     public func retry(localId: Int64) throws -> PigeonMessage {
-        let (message, item) = try store.markRetry(localId: localId)
+        let (message, item, outcome) = try store.markRetry(localId: localId)
         hub.emit(.messageStatusChanged(message))
+        hub.emit(outcome)
         engine.requeue(item)
         return message
     }
@@ -224,6 +227,12 @@ public final class PigeonClient: Sendable, Service {
             throw PigeonClientError(.localDatabase, "conversation \(conversation.id) was not saved")
         }
         return local
+    }
+
+    /// Writes what arrived from the server as the network side would (persist, then announce): for tests of what
+    /// the SDK makes of events and history without a server.
+    package func apply(_ batch: [Incoming]) async throws {
+        try await engine.apply(batch)
     }
 
     /// Fetches the conversation list and every missing message now (what the periodic catch-up does), instead

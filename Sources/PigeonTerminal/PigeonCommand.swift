@@ -17,7 +17,10 @@ public struct PigeonCommand: AsyncParsableCommand {
             ~/.pigeon/<userId>/, the one `login` made last. Exit status: 0 done, 1 an error, 64 a usage error, \
             75 not finished in time (what was asked is saved; the next run carries on).
             """,
-        subcommands: [Login.self, New.self, List.self, Send.self, Sync.self, Read.self, Chat.self, Devices.self, Revoke.self, Logout.self, Demo.self])
+        subcommands: [
+            Login.self, New.self, List.self, Send.self, Sync.self, Read.self, Chat.self, Members.self, Add.self, Remove.self, Leave.self,
+            Edit.self, Delete.self, Devices.self, Revoke.self, Logout.self, Demo.self,
+        ])
 
     @OptionGroup public var global: GlobalOptions
 

@@ -8,6 +8,7 @@ public struct PigeonClientError: Error, Sendable, Equatable, CustomStringConvert
         private enum Base: String {
             case invalidArgument, unknownConversation, unknownMessage, notRetryable, localDatabase
             case server, network, webSocketRefused, timeout, wrongDatabase, closed
+            case forbidden, notMember
         }
 
         private let base: Base
@@ -36,6 +37,12 @@ public struct PigeonClientError: Error, Sendable, Equatable, CustomStringConvert
         public static let wrongDatabase = Code(.wrongDatabase)
         /// The client was closed.
         public static let closed = Code(.closed)
+        /// The server refused a member or name change because this user's role does not allow it (`403`): only the
+        /// owner and admins add and remove others and rename, only the owner sets roles.
+        public static let forbidden = Code(.forbidden)
+        /// This user is no longer a member of the conversation (removed, or left): the server answers `404`, and the
+        /// device keeps it read-only (``PigeonConversation/leftAtSeq``).
+        public static let notMember = Code(.notMember)
 
         /// The code's name, e.g. `timeout`.
         public var description: String { base.rawValue }

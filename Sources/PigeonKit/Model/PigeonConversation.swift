@@ -21,6 +21,18 @@ public struct PigeonConversation: Sendable, Equatable, Identifiable, Codable {
     public var members: [ConversationMember]
     /// Messages from other users with a seq above ``readSeq``.
     public var unreadCount: Int
-    /// The newest message, unsent ones included.
+    /// The newest message, unsent ones included (member changes count; edits and deletions do not).
     public var lastMessage: PigeonMessage?
+    /// Set once this user is no longer a member (removed, or left from any of its devices): the seq of that change,
+    /// or `0` when the server answered `404` without the change on this device. The conversation and its messages stay
+    /// on the device, read-only: ``members`` is empty, sending is refused, nothing more arrives.
+    public var leftAtSeq: Int64? = nil
+
+    /// Whether this user is still a member (see ``leftAtSeq``).
+    public var isMember: Bool { leftAtSeq == nil }
+
+    /// The role of `userId` in the conversation, `nil` when it is not a member.
+    public func role(of userId: String) -> MemberRole? {
+        members.first { $0.userId == userId }?.role
+    }
 }

@@ -20,6 +20,31 @@ public enum PigeonEvent: Sendable, Equatable {
     /// The server refused this device's token (revoked, or no longer valid): the client stopped connecting and
     /// sending for good (``ConnectionState/signedOut``); the error is the server's answer. Sent once.
     case signedOut(PigeonClientError)
+
+    // Group chats and the message lifecycle (API.md 1.1).
+
+    /// Members were added, removed, or left a group (a `pigeon.members` message, also announced in its place by
+    /// ``messageReceived(_:)``); the conversation is as it is now.
+    case membersChanged(PigeonConversation, MembersChange)
+    /// A member's role changed (set by the owner, or the new owner after the owner left).
+    case roleChanged(PigeonConversation, MembersChange)
+    /// The group was renamed (``PigeonConversation/name``; `nil`: it has none).
+    case conversationRenamed(PigeonConversation, MembersChange)
+    /// This user was removed from the conversation, or left it (from any of its devices): it stays on the device,
+    /// read-only (``PigeonConversation/leftAtSeq``), and nothing more arrives from it.
+    case leftConversation(PigeonConversation, MembersChange)
+    /// A message now reads a new text (``PigeonMessage/body``, ``PigeonMessage/editedAt``): an edit made here
+    /// (at once, before the server has it), or on another device, or by its sender.
+    case messageEdited(PigeonMessage)
+    /// A message is deleted (``PigeonMessage/deletedAt``; its body is `""`): made here (at once) or elsewhere.
+    case messageDeleted(PigeonMessage)
+    /// An edit or deletion made on this device failed (`change` is ⚠️ with its ``PigeonMessage/failure``): `message`,
+    /// the message it would have changed, reads as it did without it. ``PigeonClient/retry(localId:)`` on the change
+    /// tries again.
+    case messageChangeFailed(change: PigeonMessage, message: PigeonMessage)
+    /// How many members have one of this user's messages changed (``PigeonMessage/recipients``: a group's "delivered
+    /// to 3 of 5, read by 2"). A change that also moves the status is announced by ``messageStatusChanged(_:)`` too.
+    case recipientsChanged(PigeonMessage)
 }
 
 /// Delegate-style observation (seed 002's listener). Methods are called after the local database write, in
@@ -39,6 +64,15 @@ public protocol PigeonListener: AnyObject, Sendable {
     func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery)
     /// ``PigeonEvent/signedOut(_:)``: the server refused this device's token; the client stopped for good.
     func onSignedOut(_ error: PigeonClientError)
+    /// ``PigeonEvent/membersChanged(_:_:)``, ``PigeonEvent/roleChanged(_:_:)``, ``PigeonEvent/conversationRenamed(_:_:)``
+    /// and ``PigeonEvent/leftConversation(_:_:)``: a member change, with the conversation as it is now.
+    func onMembersChanged(_ conversation: PigeonConversation, _ change: MembersChange)
+    /// ``PigeonEvent/messageEdited(_:)`` and ``PigeonEvent/messageDeleted(_:)``: a message reads differently now.
+    func onMessageChanged(_ message: PigeonMessage)
+    /// ``PigeonEvent/messageChangeFailed(change:message:)``: an edit or deletion made here failed and was undone.
+    func onMessageChangeFailed(_ change: PigeonMessage, message: PigeonMessage)
+    /// ``PigeonEvent/recipientsChanged(_:)``: the per-member counts of one of this user's messages moved.
+    func onRecipientsChanged(_ message: PigeonMessage)
 }
 
 extension PigeonListener {
@@ -54,6 +88,14 @@ extension PigeonListener {
     public func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery) {}
     /// Does nothing.
     public func onSignedOut(_ error: PigeonClientError) {}
+    /// Does nothing.
+    public func onMembersChanged(_ conversation: PigeonConversation, _ change: MembersChange) {}
+    /// Does nothing.
+    public func onMessageChanged(_ message: PigeonMessage) {}
+    /// Does nothing.
+    public func onMessageChangeFailed(_ change: PigeonMessage, message: PigeonMessage) {}
+    /// Does nothing.
+    public func onRecipientsChanged(_ message: PigeonMessage) {}
 }
 
 /// What happened when the local database could not be opened (corrupt, not a database, or from a newer version

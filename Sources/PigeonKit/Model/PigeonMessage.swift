@@ -58,6 +58,19 @@ public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     public var recipientsOnline: Int?
     /// Why the message failed, when ``status`` is ``MessageStatus/failed``.
     public var failure: ErrorDetail?
+    /// When the message was last edited (the server's time once the edit is stored; this device's clock while an
+    /// edit made here waits), `nil` when never. ``body`` is then the new text.
+    public var editedAt: Int64? = nil
+    /// When the message was deleted (the server's time once stored; this device's clock while a deletion made here
+    /// waits), `nil` when it is not. ``body`` is then `""`: the text is erased, here as on the server.
+    public var deletedAt: Int64? = nil
+    /// For an edit or a deletion (see ``kind``): the server's id of the message it changes, once known.
+    public var targetServerId: String? = nil
+    /// For an edit or a deletion: the local id of the message it changes, when that message is on this device.
+    public var targetLocalId: Int64? = nil
+    /// For this user's stored messages: how many of the members it counts have it and have read it (a group's
+    /// "delivered to 3 of 5, read by 2"); `nil` before the message has its seq, and for others' messages.
+    public var recipients: RecipientCounts? = nil
 
     /// ``localId``, for `Identifiable`.
     public var id: Int64 { localId }

@@ -105,6 +105,49 @@ enum LocalDatabase {
                 ALTER TABLE members ADD COLUMN joinedSeq INTEGER NOT NULL DEFAULT 0;
                 """)
         }
+        // API.md 1.1's group chats and message lifecycle.
+        // - messages: what is shown (`body`, `editedAt`, `deletedAt`, with this device's unconfirmed edits and
+        //   deletions on top) and what the server confirmed (`confirmedBody`, NULL when it is `body`; the seq of the
+        //   last change it reflects); an edit or deletion's target; an own message's per-member counts.
+        // - conversations: left (the seq of this user's removal), to be fetched from the server, and the seqs the
+        //   member list is known at (a snapshot from the server, the last change applied).
+        // - the full-text index holds the app's messages only: a `pigeon.*` body is JSON, and an edit's body
+        //   carries the text it replaced.
+        migrator.registerMigration("v3") { db in
+            try db.execute(sql: """
+                ALTER TABLE messages ADD COLUMN editedAt INTEGER;
+                ALTER TABLE messages ADD COLUMN deletedAt INTEGER;
+                ALTER TABLE messages ADD COLUMN confirmedBody TEXT;
+                ALTER TABLE messages ADD COLUMN confirmedEditedAt INTEGER;
+                ALTER TABLE messages ADD COLUMN confirmedDeletedAt INTEGER;
+                ALTER TABLE messages ADD COLUMN changeSeq INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE messages ADD COLUMN targetServerId TEXT;
+                ALTER TABLE messages ADD COLUMN targetLocalId INTEGER;
+                ALTER TABLE messages ADD COLUMN recipientCount INTEGER;
+                ALTER TABLE messages ADD COLUMN deliveredCount INTEGER;
+                ALTER TABLE messages ADD COLUMN readCount INTEGER;
+                CREATE INDEX messages_by_target_server ON messages(targetServerId) WHERE targetServerId IS NOT NULL;
+                CREATE INDEX messages_by_target_local ON messages(targetLocalId) WHERE targetLocalId IS NOT NULL;
+                ALTER TABLE conversations ADD COLUMN leftSeq INTEGER;
+                ALTER TABLE conversations ADD COLUMN needsFetch INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE conversations ADD COLUMN membersSnapshotSeq INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE conversations ADD COLUMN membersChangeSeq INTEGER NOT NULL DEFAULT 0;
+                INSERT INTO messages_fts(messages_fts, rowid, body) SELECT 'delete', localId, body FROM messages WHERE type LIKE 'pigeon.%';
+                DROP TRIGGER messages_fts_insert;
+                DROP TRIGGER messages_fts_delete;
+                DROP TRIGGER messages_fts_update;
+                CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages WHEN new.type NOT LIKE 'pigeon.%' BEGIN
+                    INSERT INTO messages_fts(rowid, body) VALUES (new.localId, new.body);
+                END;
+                CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages WHEN old.type NOT LIKE 'pigeon.%' BEGIN
+                    INSERT INTO messages_fts(messages_fts, rowid, body) VALUES ('delete', old.localId, old.body);
+                END;
+                CREATE TRIGGER messages_fts_update AFTER UPDATE OF body ON messages WHEN old.type NOT LIKE 'pigeon.%' BEGIN
+                    INSERT INTO messages_fts(messages_fts, rowid, body) VALUES ('delete', old.localId, old.body);
+                    INSERT INTO messages_fts(rowid, body) VALUES (new.localId, new.body);
+                END;
+                """)
+        }
         return migrator
     }
 
@@ -172,7 +215,14 @@ enum LocalDatabase {
         }
         defer { try? queue.close() }
         let total = try? queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM outbox") ?? 0 }
+        // A message edited while it waited goes out with the text it was sent with (v3 keeps it in confirmedBody);
+        // its edit follows as an outbox item of its own.
         let rows = (try? queue.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT m.conversationId, m.clientMessageId, m.type, coalesce(m.confirmedBody, m.body), m.clientTimestamp
+                FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId
+                """)
+        }) ?? (try? queue.read { db in
             try Row.fetchAll(db, sql: """
                 SELECT m.conversationId, m.clientMessageId, m.type, m.body, m.clientTimestamp
                 FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId

@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import PigeonProtocol
 
@@ -29,9 +30,33 @@ struct ApplyOutcome: Sendable {
     var typing: [TypingEvent] = []
     /// Conversations whose delivered or read watermark this device owes the server.
     var receiptsDue = false
+    /// Messages whose shown text changed (an edit or deletion applied, or one of this device's reverted).
+    var shown: [(localId: Int64, change: LocalStore.ShownChange)] = []
+    /// This device's edits and deletions that failed, with the message each would have changed.
+    var changeFailures: [(change: Int64, target: Int64)] = []
+    /// This user's messages whose per-member counts changed.
+    var recipientsChanged: [Int64] = []
+    /// Member changes new on this device, in the order applied.
+    var membersChanges: [(conversationId: String, change: MembersChange)] = []
+    /// Some conversation is to be read again from the server (``LocalStore/conversationsToFetch()``).
+    var fetchNeeded = false
+    /// The events of the fields above, made at the end of the write (``LocalStore/collectLifecycleEvents(_:_:)``).
+    var lifecycleEvents: [PigeonEvent] = []
 
     mutating func noteConversation(_ id: String) {
         if !conversationsChanged.contains(id) { conversationsChanged.append(id) }
+    }
+
+    mutating func noteShown(_ localId: Int64, _ change: LocalStore.ShownChange) {
+        if let index = shown.firstIndex(where: { $0.localId == localId }) {
+            if shown[index].change != .deleted { shown[index].change = change }
+        } else {
+            shown.append((localId, change))
+        }
+    }
+
+    mutating func noteRecipients(_ localId: Int64) {
+        if !recipientsChanged.contains(localId) { recipientsChanged.append(localId) }
     }
 
     mutating func noteStatus(_ message: PigeonMessage?) {
@@ -60,10 +85,14 @@ extension LocalStore {
                     if let eventCursor = event.cursor { cursor = eventCursor }
                     try self.apply(db, event: event, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
                 case .history(_, let messages):
-                    for message in messages { try self.upsert(db, message, outcome: &outcome, touched: &touched) }
+                    // The page was read after its last message was stored: its copies reflect every change up to there.
+                    let readAfter = messages.map(\.seq).max() ?? 0
+                    for message in messages {
+                        try self.upsert(db, message, readAfter: readAfter, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
+                    }
                 case .conversations(let conversations):
                     for conversation in conversations {
-                        try self.upsert(db, conversation, outcome: &outcome, watermarksMoved: &watermarksMoved)
+                        try self.applySnapshot(db, conversation, outcome: &outcome, watermarksMoved: &watermarksMoved)
                         touched.insert(conversation.id)
                     }
                 }
@@ -80,6 +109,7 @@ extension LocalStore {
             if let cursor {
                 try db.cachedStatement(sql: "UPDATE device SET streamCursor = ? WHERE id = 1").execute(arguments: [cursor])
             }
+            try self.collectLifecycleEvents(db, &outcome)
             return outcome
         }
     }
@@ -89,7 +119,7 @@ extension LocalStore {
     ) throws {
         switch event {
         case .messageNew(_, let message):
-            try upsert(db, message, outcome: &outcome, touched: &touched)
+            try upsert(db, message, readAfter: message.seq, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
         case .messageStored(_, let stored):
             touched.insert(stored.conversationId)
             guard let localId = try ownLocalId(db, clientMessageId: stored.clientMessageId) else {
@@ -98,7 +128,7 @@ extension LocalStore {
                 return
             }
             try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?) WHERE localId = ?").execute(arguments: [stored.serverId, localId])
-            outcome.noteStatus(try recordStored(db, localId: localId, seq: stored.seq, storedAt: stored.storedAt, recipientsOnline: stored.recipientsOnline))
+            try recordStored(db, localId: localId, seq: stored.seq, storedAt: stored.storedAt, recipientsOnline: stored.recipientsOnline, outcome: &outcome)
             outcome.outboxSettled.append((localId, stored.clientMessageId))
             outcome.noteConversation(stored.conversationId)
         case .messageFailed(_, let failed):
@@ -106,12 +136,23 @@ extension LocalStore {
             try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?) WHERE localId = ?").execute(arguments: [failed.serverId, localId])
             try db.cachedStatement(sql: "DELETE FROM outbox WHERE localId = ?").execute(arguments: [localId])
             outcome.noteStatus(try applyEvidence(db, .failedOnServer, localId: localId, failure: failed.error))
+            try revertFailedChange(db, changeLocalId: localId, outcome: &outcome)
             outcome.outboxSettled.append((localId, failed.clientMessageId))
         case .receipt(_, let receipt):
             let column = receipt.kind == .read ? "readSeq" : "deliveredSeq"
-            try db.execute(
-                sql: "INSERT OR IGNORE INTO members (conversationId, userId) SELECT id, ? FROM conversations WHERE id = ?",
-                arguments: [receipt.userId, receipt.conversationId])
+            let isMember = try Int.fetchOne(
+                db.cachedStatement(sql: "SELECT count(*) FROM members WHERE conversationId = ? AND userId = ?"), arguments: [receipt.conversationId, receipt.userId]) == 1
+            if !isMember {
+                // This user's own row is needed to know which receipts the server confirmed; another member unknown
+                // here means the member list is behind: the conversation is read again (it brings the watermarks).
+                guard receipt.userId == userId else {
+                    try requestFetch(db, conversationId: receipt.conversationId, outcome: &outcome)
+                    return
+                }
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO members (conversationId, userId) SELECT id, ? FROM conversations WHERE id = ? AND leftSeq IS NULL",
+                    arguments: [receipt.userId, receipt.conversationId])
+            }
             try db.execute(
                 sql: "UPDATE members SET \(column) = max(\(column), ?) WHERE conversationId = ? AND userId = ?",
                 arguments: [receipt.upToSeq, receipt.conversationId, receipt.userId])
@@ -122,7 +163,7 @@ extension LocalStore {
             }
             watermarksMoved.insert(receipt.conversationId)
         case .conversationCreated(_, let conversation):
-            try upsert(db, conversation, outcome: &outcome, watermarksMoved: &watermarksMoved)
+            try applySnapshot(db, conversation, outcome: &outcome, watermarksMoved: &watermarksMoved)
             touched.insert(conversation.id)
         case .typing(let typing):
             outcome.typing.append(typing)
@@ -138,11 +179,16 @@ extension LocalStore {
     }
 
     /// A stored message from the server: this device's own (matched by clientMessageId: it gets its seq) or new
-    /// (inserted, unless its serverId is already here).
-    private func upsert(_ db: Database, _ message: Message, outcome: inout ApplyOutcome, touched: inout Set<String>) throws {
+    /// (inserted, unless its serverId is already here). A new message is then applied: a member change to the member
+    /// list, an edit or deletion to its target, and the changes of it that arrived before it to it. `readAfter` is a
+    /// seq the server read the copy at or after (its text reflects every change up to there).
+    private func upsert(
+        _ db: Database, _ message: Message, readAfter: Int64, outcome: inout ApplyOutcome, touched: inout Set<String>, watermarksMoved: inout Set<String>
+    ) throws {
         touched.insert(message.conversationId)
-        try db.cachedStatement(sql: "INSERT OR IGNORE INTO conversations (id, createdAt, lastActivityAt) VALUES (?, ?, ?)")
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO conversations (id, createdAt, lastActivityAt, needsFetch) VALUES (?, ?, ?, 1)")
             .execute(arguments: [message.conversationId, message.storedAt, message.storedAt])
+        if db.changesCount > 0 { outcome.fetchNeeded = true }
         try db.cachedStatement(sql: "UPDATE conversations SET lastSeq = max(lastSeq, ?), lastActivityAt = max(lastActivityAt, ?) WHERE id = ?")
             .execute(arguments: [message.seq, message.storedAt, message.conversationId])
         if message.senderDeviceId == deviceId, let localId = try ownLocalId(db, clientMessageId: message.clientMessageId) {
@@ -151,61 +197,75 @@ extension LocalStore {
                 try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?), acceptedAt = coalesce(acceptedAt, ?) WHERE localId = ?")
                     .execute(arguments: [message.serverId, message.acceptedAt, localId])
                 outcome.noteStatus(try applyEvidence(db, .accepted, localId: localId))
-                outcome.noteStatus(try recordStored(db, localId: localId, seq: message.seq, storedAt: message.storedAt, recipientsOnline: nil))
+                try recordStored(db, localId: localId, seq: message.seq, storedAt: message.storedAt, recipientsOnline: nil, outcome: &outcome)
                 outcome.outboxSettled.append((localId, message.clientMessageId))
             }
             return
         }
+        let isServerType = Validation.isServerMessageType(message.type)
         let isOutgoing = message.senderId == userId
         let readSeq = try Int64.fetchOne(db.cachedStatement(sql: "SELECT readSeq FROM conversations WHERE id = ?"), arguments: [message.conversationId]) ?? 0
         var status: MessageStatus = isOutgoing ? .stored : (message.seq <= readSeq ? .read : .delivered)
-        if isOutgoing {
-            let (delivered, read) = try othersWatermarks(db, conversationId: message.conversationId)
-            if let read, message.seq <= read {
+        var counts: RecipientCounts?
+        if isOutgoing, !isServerType {
+            let members = try members(db, conversationId: message.conversationId)
+            let counted = RecipientCounts.counting(seq: message.seq, senderId: userId, members: members)
+            if counted.readByAll {
                 status = .read
-            } else if let delivered, message.seq <= delivered {
+            } else if counted.deliveredToAll {
                 status = .delivered
             }
+            counts = counted
+        }
+        var targetServerId: String?
+        switch message.type {
+        case ServerMessageType.edit: targetServerId = (try? JSONDecoder().decode(EditBody.self, from: Data(message.body.utf8)))?.serverId
+        case ServerMessageType.delete: targetServerId = (try? JSONDecoder().decode(DeleteBody.self, from: Data(message.body.utf8)))?.serverId
+        default: break
         }
         try db.cachedStatement(sql: """
             INSERT INTO messages (conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
-                acceptedAt, storedAt, isOutgoing, status)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                acceptedAt, storedAt, isOutgoing, status, editedAt, deletedAt, confirmedEditedAt, confirmedDeletedAt, changeSeq, targetServerId,
+                recipientCount, deliveredCount, readCount)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT DO NOTHING
             """).execute(arguments: [
                 message.conversationId, message.clientMessageId, message.serverId, message.seq, message.senderId, message.senderDeviceId,
                 message.type, message.body, message.clientTimestamp, message.acceptedAt, message.storedAt, isOutgoing, status.rawValue,
+                message.editedAt, message.deletedAt, message.editedAt, message.deletedAt, max(readAfter, message.seq), targetServerId,
+                counts?.members, counts?.delivered, counts?.read,
             ])
         guard db.changesCount > 0 else { return }
-        outcome.received.append(PigeonMessage(
-            localId: db.lastInsertedRowID, conversationId: message.conversationId, clientMessageId: message.clientMessageId,
+        let localId = db.lastInsertedRowID
+        outcome.receiptsDue = true
+        var received = PigeonMessage(
+            localId: localId, conversationId: message.conversationId, clientMessageId: message.clientMessageId,
             serverId: message.serverId, seq: message.seq, senderId: message.senderId, senderDeviceId: message.senderDeviceId,
             type: message.type, body: message.body, clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt,
-            storedAt: message.storedAt, isOutgoing: isOutgoing, status: status, deliveryPath: nil, recipientsOnline: nil, failure: nil))
-        outcome.receiptsDue = true
-    }
-
-    private func upsert(_ db: Database, _ conversation: Conversation, outcome: inout ApplyOutcome, watermarksMoved: inout Set<String>) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO conversations (id, kind, name, createdAt, lastSeq, lastActivityAt) VALUES (?, ?, ?, ?, ?, ?)
-            ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, name = excluded.name, createdAt = excluded.createdAt,
-                lastSeq = max(lastSeq, excluded.lastSeq)
-            """).execute(arguments: [
-                conversation.id, conversation.kind.rawValue, conversation.name, conversation.createdAt, conversation.lastSeq, conversation.createdAt,
-            ])
-        for member in conversation.members {
-            try db.cachedStatement(sql: """
-                INSERT INTO members (conversationId, userId, role, joinedSeq, deliveredSeq, readSeq) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (conversationId, userId) DO UPDATE SET role = excluded.role, joinedSeq = excluded.joinedSeq,
-                    deliveredSeq = max(deliveredSeq, excluded.deliveredSeq), readSeq = max(readSeq, excluded.readSeq)
-                """).execute(arguments: [conversation.id, member.userId, member.role.rawValue, member.joinedSeq, member.deliveredSeq, member.readSeq])
+            storedAt: message.storedAt, isOutgoing: isOutgoing, status: status, deliveryPath: nil, recipientsOnline: nil, failure: nil,
+            editedAt: message.editedAt, deletedAt: message.deletedAt, targetServerId: targetServerId, recipients: counts)
+        switch received.kind {
+        case .message:
+            let shownBefore = outcome.shown.count
+            try applyStoredChanges(db, targetLocalId: localId, serverId: message.serverId, outcome: &outcome)
+            // Changes that came before it are part of how it arrives, not news of their own.
+            if outcome.shown.count > shownBefore {
+                outcome.shown.removeSubrange(shownBefore...)
+                received = try self.message(db, localId: localId) ?? received
+            }
+        case .membersChange(let change):
+            try applyMembersChange(db, change, conversationId: message.conversationId, seq: message.seq, outcome: &outcome, watermarksMoved: &watermarksMoved)
+        case .edit, .delete:
+            try applyStoredChange(db, changeLocalId: localId, outcome: &outcome)
+            return
+        case .unknownServerType:
+            break
         }
-        watermarksMoved.insert(conversation.id)
-        outcome.noteConversation(conversation.id)
+        outcome.received.append(received)
     }
 
-    /// Carries the members' watermarks into the statuses: outgoing messages to ✓✓ and blue, and this user's own
-    /// read watermark (from another of its devices) to the conversation's read position.
+    /// Carries the members' watermarks into the statuses: this user's messages to ✓✓ and blue (with their per-member
+    /// counts), and this user's own read watermark (from another of its devices) to the conversation's read position.
     private func applyWatermarks(_ db: Database, conversationId: String, outcome: inout ApplyOutcome) throws {
         if let ownRead = try Int64.fetchOne(db.cachedStatement(sql: "SELECT readSeq FROM members WHERE conversationId = ? AND userId = ?"), arguments: [conversationId, userId]) {
             try db.cachedStatement(sql: "UPDATE conversations SET readSeq = max(readSeq, min(?, contiguousSeq)) WHERE id = ?")
@@ -215,16 +275,7 @@ extension LocalStore {
                 WHERE conversationId = ? AND isOutgoing = 0 AND status != 'read' AND seq <= (SELECT readSeq FROM conversations WHERE id = ?)
                 """).execute(arguments: [conversationId, conversationId])
         }
-        let (delivered, read) = try othersWatermarks(db, conversationId: conversationId)
-        for (evidence, watermark) in [(StatusEvidence.deliveredToAll, delivered), (.readByAll, read)] {
-            guard let watermark, watermark > 0 else { continue }
-            let statuses = evidence == .deliveredToAll ? "('sent', 'stored')" : "('sent', 'stored', 'delivered')"
-            let ids = try Int64.fetchAll(
-                db,
-                sql: "SELECT localId FROM messages WHERE conversationId = ? AND isOutgoing = 1 AND seq <= ? AND status IN \(statuses) ORDER BY seq",
-                arguments: [conversationId, watermark])
-            for id in ids { outcome.noteStatus(try applyEvidence(db, evidence, localId: id)) }
-        }
+        try refreshRecipients(db, conversationId: conversationId, outcome: &outcome)
     }
 
     /// Moves the conversation's contiguous seq over every seq now on the device; returns it with the last known seq.

@@ -87,11 +87,8 @@ final class LocalStore: Sendable {
     /// Saves an outgoing message and its outbox item in one transaction.
     func insertOutgoing(conversationId: String, type: String, body: String, clientMessageId: String, clientTimestamp: Int64) throws -> PigeonMessage {
         try pool.write { db in
-            let exists = try db.cachedStatement(sql: "UPDATE conversations SET lastActivityAt = ? WHERE id = ?")
-            try exists.execute(arguments: [clientTimestamp, conversationId])
-            guard db.changesCount == 1 else {
-                throw PigeonClientError(.unknownConversation, "conversation \(conversationId) is not on this device")
-            }
+            try self.requireMembership(db, conversationId: conversationId)
+            try db.cachedStatement(sql: "UPDATE conversations SET lastActivityAt = ? WHERE id = ?").execute(arguments: [clientTimestamp, conversationId])
             try db.cachedStatement(sql: """
                 INSERT INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status)
                 VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending')
@@ -123,38 +120,38 @@ final class LocalStore: Sendable {
         }
     }
 
-    /// The request to put on the wire for an outbox item.
-    func sendRequest(localId: Int64) async throws -> SendMessageRequest? {
-        try await pool.read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT clientMessageId, type, body, clientTimestamp FROM messages WHERE localId = ?"), arguments: [localId])
-                .map { SendMessageRequest(clientMessageId: $0[0], type: $0[1], body: $0[2], clientTimestamp: $0[3]) }
-        }
-    }
-
     /// Applies `evidence` to an outgoing message; returns the message when its status changed.
     func applyEvidence(_ evidence: StatusEvidence, localId: Int64, failure: ErrorDetail? = nil) async throws -> PigeonMessage? {
         try await pool.write { db in try self.applyEvidence(db, evidence, localId: localId, failure: failure) }
     }
 
-    /// The accept answer arrived: the item leaves the outbox and the message is at least ✓.
-    func markAccepted(localId: Int64, response: SendMessageResponse) async throws -> PigeonMessage? {
+    /// The accept answer arrived: the item leaves the outbox and the message is at least ✓. The outcome holds the
+    /// status changes (and, for a resend answered `stored`, what storing it changed).
+    func markAccepted(localId: Int64, response: SendMessageResponse) async throws -> ApplyOutcome {
         try await pool.write { db in
+            var outcome = ApplyOutcome()
             try db.cachedStatement(sql: "DELETE FROM outbox WHERE localId = ?").execute(arguments: [localId])
             try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?), acceptedAt = coalesce(acceptedAt, ?) WHERE localId = ?")
                 .execute(arguments: [response.serverId, response.acceptedAt, localId])
-            var changed = try self.applyEvidence(db, .accepted, localId: localId)
+            outcome.noteStatus(try self.applyEvidence(db, .accepted, localId: localId))
             if response.status == .stored, let seq = response.seq {
-                changed = try self.recordStored(db, localId: localId, seq: seq, storedAt: nil, recipientsOnline: nil) ?? changed
+                try self.recordStored(db, localId: localId, seq: seq, storedAt: nil, recipientsOnline: nil, outcome: &outcome)
             }
-            return changed
+            try self.collectLifecycleEvents(db, &outcome)
+            return outcome
         }
     }
 
-    /// Retries spent or refused: the item stays in the outbox as failed (so `retry` can restart it).
-    func markFailed(localId: Int64, reason: ErrorDetail, attempts: Int) async throws -> PigeonMessage? {
+    /// Retries spent or refused: the item stays in the outbox as failed (so `retry` can restart it). A failed edit
+    /// or deletion no longer shows on its target.
+    func markFailed(localId: Int64, reason: ErrorDetail, attempts: Int) async throws -> ApplyOutcome {
         try await pool.write { db in
+            var outcome = ApplyOutcome()
             try db.cachedStatement(sql: "UPDATE outbox SET failed = 1, attempts = ? WHERE localId = ?").execute(arguments: [attempts, localId])
-            return try self.applyEvidence(db, .failedLocally, localId: localId, failure: reason)
+            outcome.noteStatus(try self.applyEvidence(db, .failedLocally, localId: localId, failure: reason))
+            try self.revertFailedChange(db, changeLocalId: localId, outcome: &outcome)
+            try self.collectLifecycleEvents(db, &outcome)
+            return outcome
         }
     }
 
@@ -166,7 +163,7 @@ final class LocalStore: Sendable {
 
     /// Puts a failed message back in the outbox. A message the *server* refused (dead-lettered) gets a new
     /// clientMessageId: resending the old one would only be answered with the old failure.
-    func markRetry(localId: Int64) throws -> (PigeonMessage, OutboxItem) {
+    func markRetry(localId: Int64) throws -> (PigeonMessage, OutboxItem, ApplyOutcome) {
         try pool.write { db in
             guard let message = try self.message(db, localId: localId) else {
                 throw PigeonClientError(.unknownMessage, "no message with local id \(localId)")
@@ -191,7 +188,11 @@ final class LocalStore: Sendable {
             updated.status = .pending
             updated.failure = nil
             updated.clientMessageId = clientMessageId
-            return (updated, OutboxItem(localId: localId, conversationId: message.conversationId, clientMessageId: clientMessageId))
+            // A retried edit or deletion shows on its target again.
+            var outcome = ApplyOutcome()
+            if let target = message.targetLocalId, message.isChange { try self.refreshShown(db, localId: target, outcome: &outcome) }
+            try self.collectLifecycleEvents(db, &outcome)
+            return (updated, OutboxItem(localId: localId, conversationId: message.conversationId, clientMessageId: clientMessageId), outcome)
         }
     }
 
@@ -213,11 +214,14 @@ final class LocalStore: Sendable {
         return try message(db, localId: localId)
     }
 
-    /// Gives an outgoing message its seq, then lets the members' watermarks take it as far as they prove.
-    func recordStored(_ db: Database, localId: Int64, seq: Int64, storedAt: Int64?, recipientsOnline: Int?) throws -> PigeonMessage? {
-        guard let conversationId = try String.fetchOne(db.cachedStatement(sql: "SELECT conversationId FROM messages WHERE localId = ?"), arguments: [localId]) else {
-            return nil
+    /// Gives an outgoing message its seq, then lets the members' watermarks take it as far as they prove (with its
+    /// per-member counts). An edit or deletion is then applied to its target; a message, the changes of it that
+    /// arrived before its serverId was known here.
+    func recordStored(_ db: Database, localId: Int64, seq: Int64, storedAt: Int64?, recipientsOnline: Int?, outcome: inout ApplyOutcome) throws {
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT conversationId, type, serverId, status FROM messages WHERE localId = ?"), arguments: [localId]) else {
+            return
         }
+        let (conversationId, type, statusBefore): (String, String, String) = (row[0], row[1], row[3])
         // A row already holding this seq (say, a copy fetched from history before the ack) is the same message.
         try db.cachedStatement(sql: "DELETE FROM messages WHERE conversationId = ? AND seq = ? AND localId != ?").execute(arguments: [conversationId, seq, localId])
         let path: String? = recipientsOnline.map { $0 > 0 ? DeliveryPath.direct.rawValue : DeliveryPath.mailbox.rawValue }
@@ -228,28 +232,24 @@ final class LocalStore: Sendable {
             """).execute(arguments: [seq, storedAt, recipientsOnline, path, localId])
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE localId = ?").execute(arguments: [localId])
         try db.cachedStatement(sql: "UPDATE conversations SET lastSeq = max(lastSeq, ?) WHERE id = ?").execute(arguments: [seq, conversationId])
-        var changed = try applyEvidence(db, .stored, localId: localId)
-        let (delivered, read) = try othersWatermarks(db, conversationId: conversationId)
-        if let delivered, seq <= delivered { changed = try applyEvidence(db, .deliveredToAll, localId: localId) ?? changed }
-        if let read, seq <= read { changed = try applyEvidence(db, .readByAll, localId: localId) ?? changed }
+        outcome.noteStatus(try applyEvidence(db, .stored, localId: localId))
+        if type == ServerMessageType.edit || type == ServerMessageType.delete {
+            try applyStoredChange(db, changeLocalId: localId, outcome: &outcome)
+        } else if !Validation.isServerMessageType(type) {
+            try recount(db, localId: localId, seq: seq, members: members(db, conversationId: conversationId), stored: nil, outcome: &outcome)
+            if let serverId = row[2] as String? { try applyStoredChanges(db, targetLocalId: localId, serverId: serverId, outcome: &outcome) }
+        }
         // The status stayed (history brought the seq first), but the delivery path is news: announce that once.
-        if changed == nil, path != nil, previousPath == nil { return try message(db, localId: localId) }
-        return changed
-    }
-
-    /// The lowest delivered and read watermarks among the other members (`nil` when there is no other member).
-    func othersWatermarks(_ db: Database, conversationId: String) throws -> (Int64?, Int64?) {
-        let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT min(deliveredSeq), min(readSeq), count(*) FROM members WHERE conversationId = ? AND userId != ?"),
-            arguments: [conversationId, userId])
-        guard let row, (row[2] as Int) > 0 else { return (nil, nil) }
-        return (row[0], row[1])
+        let statusAfter = try String.fetchOne(db.cachedStatement(sql: "SELECT status FROM messages WHERE localId = ?"), arguments: [localId])
+        if statusAfter == statusBefore, path != nil, previousPath == nil { outcome.noteStatus(try message(db, localId: localId)) }
     }
 
     // MARK: Reading
 
     static let messageColumns = """
         localId, conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
-        acceptedAt, storedAt, isOutgoing, status, failureCode, failureMessage, deliveryPath, recipientsOnline
+        acceptedAt, storedAt, isOutgoing, status, failureCode, failureMessage, deliveryPath, recipientsOnline,
+        editedAt, deletedAt, targetServerId, targetLocalId, recipientCount, deliveredCount, readCount
         """
 
     static func message(from row: Row) -> PigeonMessage {
@@ -259,7 +259,9 @@ final class LocalStore: Sendable {
             senderDeviceId: row[6], type: row[7], body: row[8], clientTimestamp: row[9], acceptedAt: row[10], storedAt: row[11],
             isOutgoing: row[12], status: MessageStatus(rawValue: row[13]) ?? .pending,
             deliveryPath: (row[16] as String?).flatMap(DeliveryPath.init(rawValue:)), recipientsOnline: row[17],
-            failure: failureCode.map { ErrorDetail(code: ErrorCode(rawValue: $0), message: row[15] ?? "") })
+            failure: failureCode.map { ErrorDetail(code: ErrorCode(rawValue: $0), message: row[15] ?? "") },
+            editedAt: row[18], deletedAt: row[19], targetServerId: row[20], targetLocalId: row[21],
+            recipients: (row[22] as Int?).map { RecipientCounts(members: $0, delivered: row[23] ?? 0, read: row[24] ?? 0) })
     }
 
     func message(_ db: Database, localId: Int64) throws -> PigeonMessage? {
@@ -278,14 +280,19 @@ final class LocalStore: Sendable {
         }
     }
 
+    /// The messages a conversation's pages list: the app's and the member changes, not the edits and deletions
+    /// (applied to the messages they change instead).
+    static let listed = "type NOT IN ('pigeon.edit', 'pigeon.delete')"
+
     /// A page of a conversation, oldest first (newest last). Without `beforeSeq`: the newest `limit` messages,
-    /// the unsent ones (no seq yet) last. With it: the `limit` stored messages just before that seq.
+    /// the unsent ones (no seq yet) last. With it: the `limit` stored messages just before that seq. Edits and
+    /// deletions are not listed (see ``listed``).
     func messages(conversationId: String, beforeSeq: Int64?, limit: Int) throws -> (messages: [PigeonMessage], hasMore: Bool) {
         try pool.read { db in
             var page: [PigeonMessage] = []
             var remaining = limit
             if beforeSeq == nil {
-                let unsent = try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NULL ORDER BY localId DESC LIMIT ?"),
+                let unsent = try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NULL AND \(Self.listed) ORDER BY localId DESC LIMIT ?"),
                     arguments: [conversationId, limit + 1]
                 ).map(Self.message(from:))
                 if unsent.count > limit { return (Array(unsent.prefix(limit).reversed()), true) }
@@ -293,7 +300,7 @@ final class LocalStore: Sendable {
                 remaining -= unsent.count
             }
             let stored = try Row.fetchAll(db.cachedStatement(sql: """
-                    SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NOT NULL AND seq < ?
+                    SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NOT NULL AND seq < ? AND \(Self.listed)
                     ORDER BY seq DESC LIMIT ?
                     """),
                 arguments: [conversationId, beforeSeq ?? Int64.max, remaining + 1]
@@ -340,23 +347,23 @@ final class LocalStore: Sendable {
     }
 
     func conversation(_ db: Database, id: String) throws -> PigeonConversation? {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq, kind FROM conversations WHERE id = ?"), arguments: [id])
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq, kind, leftSeq FROM conversations WHERE id = ?"), arguments: [id])
         else { return nil }
         let readSeq: Int64 = row[5]
         let members = try Row.fetchAll(db.cachedStatement(sql: "SELECT userId, role, joinedSeq, deliveredSeq, readSeq FROM members WHERE conversationId = ? ORDER BY userId"), arguments: [id]
         ).map { ConversationMember(userId: $0[0], role: MemberRole(rawValue: $0[1]) ?? .member, joinedSeq: $0[2], deliveredSeq: $0[3], readSeq: $0[4]) }
         let name: String? = row[1]
         let kind = (row[6] as String?).flatMap(ConversationKind.init(rawValue:)) ?? Conversation.kind(name: name, memberCount: members.count)
-        let unread = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversationId = ? AND seq > ? AND isOutgoing = 0"), arguments: [id, readSeq]) ?? 0
+        let unread = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversationId = ? AND seq > ? AND isOutgoing = 0 AND type NOT LIKE 'pigeon.%'"), arguments: [id, readSeq]) ?? 0
         let last = try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ?
+                SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND \(Self.listed)
                 ORDER BY seq IS NULL DESC, localId DESC LIMIT 1
                 """),
             arguments: [id]
         ).map(Self.message(from:))
         let newest: PigeonMessage?
         if let last, last.seq != nil {
-            newest = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1"),
+            newest = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NOT NULL AND \(Self.listed) ORDER BY seq DESC LIMIT 1"),
                 arguments: [id]
             ).map(Self.message(from:))
         } else {
@@ -364,7 +371,7 @@ final class LocalStore: Sendable {
         }
         return PigeonConversation(
             id: row[0], kind: kind, name: name, createdAt: row[2], lastSeq: row[3], contiguousSeq: row[4], readSeq: readSeq, members: members,
-            unreadCount: unread, lastMessage: newest)
+            unreadCount: unread, lastMessage: newest, leftAtSeq: row[7])
     }
 
     // MARK: Read receipts and sync state
@@ -396,7 +403,7 @@ final class LocalStore: Sendable {
                 sql: """
                     SELECT c.id, c.contiguousSeq, c.readSeq, coalesce(m.deliveredSeq, 0), coalesce(m.readSeq, 0)
                     FROM conversations c LEFT JOIN members m ON m.conversationId = c.id AND m.userId = ?
-                    WHERE c.contiguousSeq > coalesce(m.deliveredSeq, 0) OR c.readSeq > coalesce(m.readSeq, 0)
+                    WHERE c.leftSeq IS NULL AND (c.contiguousSeq > coalesce(m.deliveredSeq, 0) OR c.readSeq > coalesce(m.readSeq, 0))
                     """,
                 arguments: [userId])
             for row in rows {
@@ -427,10 +434,11 @@ final class LocalStore: Sendable {
         try db.execute(sql: "UPDATE device SET needsFullSync = ? WHERE id = 1", arguments: [value])
     }
 
-    /// Conversations whose known last seq is beyond what is on the device.
+    /// Conversations whose known last seq is beyond what is on the device (not those this user left: the server
+    /// answers 404 there).
     func gaps() async throws -> [(conversationId: String, after: Int64)] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, contiguousSeq FROM conversations WHERE lastSeq > contiguousSeq ORDER BY id").map { ($0[0], $0[1]) }
+            try Row.fetchAll(db, sql: "SELECT id, contiguousSeq FROM conversations WHERE lastSeq > contiguousSeq AND leftSeq IS NULL ORDER BY id").map { ($0[0], $0[1]) }
         }
     }
 }

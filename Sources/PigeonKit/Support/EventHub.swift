@@ -69,9 +69,21 @@ final class EventHub: Sendable {
                 case .localDatabaseRebuilt(let recovery): listener.onLocalDatabaseRebuilt(recovery)
                 case .signedOut(let error): listener.onSignedOut(error)
                 case .typing: break
+                case .membersChanged(let conversation, let change), .roleChanged(let conversation, let change),
+                    .conversationRenamed(let conversation, let change), .leftConversation(let conversation, let change):
+                    listener.onMembersChanged(conversation, change)
+                case .messageEdited(let message), .messageDeleted(let message): listener.onMessageChanged(message)
+                case .messageChangeFailed(let change, let message): listener.onMessageChangeFailed(change, message: message)
+                case .recipientsChanged(let message): listener.onRecipientsChanged(message)
                 }
             }
         }
+    }
+
+    /// Announces what a write of the engine's own (an accept answer, a failure, a retry, a change) did.
+    func emit(_ outcome: ApplyOutcome) {
+        for message in outcome.statusChanged { emit(.messageStatusChanged(message)) }
+        for event in outcome.lifecycleEvents { emit(event) }
     }
 
     func finish() {

@@ -17,11 +17,21 @@ extension ClientEngine {
         }
     }
 
+    /// Also reads the conversations the database asks for first (one this user was added to: its members, and
+    /// the seq it joined at, where its history starts). A `404` for a conversation means this user is no longer in
+    /// it: it is marked left and no longer fetched.
     func fillGaps() async throws {
+        try await fetchConversations()
         var rounds = 0
         while let (conversationId, after) = try await store.gaps().first, rounds < 100_000 {
             rounds += 1
-            let page = try await transport.messages(conversationId: conversationId, after: after, limit: settings.fetchPageSize)
+            let page: MessagePage
+            do {
+                page = try await transport.messages(conversationId: conversationId, after: after, limit: settings.fetchPageSize)
+            } catch let error as PigeonClientError where error.serverError?.code == .notFound {
+                try await markLeft(conversationId)
+                continue
+            }
             try await apply([.history(conversationId: conversationId, page.messages)])
             if page.messages.isEmpty {
                 // The server has nothing after `after`: the seq we expected does not exist (yet); wait for news.
@@ -50,6 +60,7 @@ extension ClientEngine {
     func catchUp() async throws {
         let conversations = try await transport.conversations()
         try await apply([.conversations(conversations)])
+        try await confirmMemberships(listed: conversations)
         try await fillGaps()
         try await store.setNeedsFullSync(false)
     }

@@ -34,6 +34,10 @@ extension ClientEngine {
                     let due = outbox.withLockedValue { $0.dispatchDue(now: now, policy: settings.retryPolicy) }
                     for item in due {
                         guard let request = await prepareDispatch(item) else { continue }
+                        if case .targetNotSent = request {
+                            await targetNotSent(item)
+                            continue
+                        }
                         // Over HTTP the answer takes a round trip: the loop does not wait for it.
                         group.addTask { await self.handOver(item, request, on: connection) }
                     }
@@ -44,10 +48,10 @@ extension ClientEngine {
     }
 
     /// Marks the message `sending` (announced before it leaves) and reads its request; `nil` when it is gone.
-    private func prepareDispatch(_ item: OutboxItem) async -> SendMessageRequest? {
+    private func prepareDispatch(_ item: OutboxItem) async -> OutboxRequest? {
         do {
             if let changed = try await store.applyEvidence(.dispatched, localId: item.localId) { hub.emit(.messageStatusChanged(changed)) }
-            guard let request = try await store.sendRequest(localId: item.localId) else {
+            guard let request = try await store.outboxRequest(localId: item.localId) else {
                 _ = outbox.withLockedValue { $0.remove(item.localId) }
                 return nil
             }
@@ -58,8 +62,26 @@ extension ClientEngine {
         }
     }
 
-    private func handOver(_ item: OutboxItem, _ request: SendMessageRequest, on connection: any EventStreamConnection) async {
-        switch await connection.send(request, to: item.conversationId) {
+    /// An edit or deletion whose target never reached the server (it failed, so it stepped out of the line ahead):
+    /// it fails too, and can be retried once the target is sent.
+    private func targetNotSent(_ item: OutboxItem) async {
+        let reason = ErrorDetail(code: .invalidRequest, message: "the message it changes was not sent: retry that message first")
+        let (action, attempts) = outbox.withLockedValue { queue in
+            (queue.update(item.localId) { $0.refused(reason) }, queue.items[item.localId]?.attempts ?? 0)
+        }
+        await perform(action, localId: item.localId, attempts: attempts)
+        outboxWake.signal()
+    }
+
+    private func handOver(_ item: OutboxItem, _ request: OutboxRequest, on connection: any EventStreamConnection) async {
+        let handover: MessageHandover
+        switch request {
+        case .send(let send): handover = await connection.send(send, to: item.conversationId)
+        case .edit(let serverId, let edit): handover = await connection.edit(edit, of: serverId, in: item.conversationId)
+        case .delete(let serverId, let delete): handover = await connection.delete(delete, of: serverId, in: item.conversationId)
+        case .targetNotSent: return
+        }
+        switch handover {
         case .queued:
             break
         case .accepted(let response):
@@ -81,8 +103,10 @@ extension ClientEngine {
                 localId = try await store.message(clientMessageId: clientMessageId)?.localId
             }
             guard let localId else { return }
+            // Written first, then out of the line: the next item (an edit of this message, say) reads its serverId.
+            let outcome = try await store.markAccepted(localId: localId, response: response)
             _ = outbox.withLockedValue { $0.remove(localId) }
-            if let changed = try await store.markAccepted(localId: localId, response: response) { hub.emit(.messageStatusChanged(changed)) }
+            hub.emit(outcome)
         } catch {
             logger.error("recording an ack failed", metadata: ["error": "\(error)"])
         }
@@ -119,7 +143,7 @@ extension ClientEngine {
             case .retryLater:
                 try await store.recordAttempts(localId: localId, attempts: attempts)
             case .fail(let reason):
-                if let changed = try await store.markFailed(localId: localId, reason: reason, attempts: attempts) { hub.emit(.messageStatusChanged(changed)) }
+                hub.emit(try await store.markFailed(localId: localId, reason: reason, attempts: attempts))
             }
         } catch {
             logger.error("recording an outbox change failed", metadata: ["localId": "\(localId)", "error": "\(error)"])

@@ -115,7 +115,7 @@ final class ClientEngine: Sendable {
             }
             outboxWake.signal()
         }
-        if !outcome.gaps.isEmpty { gapWake.signal() }
+        if !outcome.gaps.isEmpty || outcome.fetchNeeded { gapWake.signal() }
         if outcome.resetRequested { catchUpWake.signal() }
         if outcome.receiptsDue || !outcome.conversationsChanged.isEmpty { receiptWake.signal() }
     }

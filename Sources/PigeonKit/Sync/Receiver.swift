@@ -38,6 +38,7 @@ actor Receiver {
                     hub.emit(.conversationUpdated(conversation))
                 }
             }
+            for event in outcome.lifecycleEvents { hub.emit(event) }
             for typing in outcome.typing {
                 hub.emit(.typing(conversationId: typing.conversationId, userId: typing.userId, active: typing.active))
             }

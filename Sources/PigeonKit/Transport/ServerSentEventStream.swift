@@ -81,6 +81,22 @@ final class ServerSentEventStream: EventStreamConnection {
         }
     }
 
+    func edit(_ request: EditMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
+        do {
+            return .accepted(try await operations.editMessage(conversationId: conversationId, serverId: serverId, request))
+        } catch {
+            return .failed(error as? PigeonClientError ?? PigeonClientError(.network, "\(error)"))
+        }
+    }
+
+    func delete(_ request: DeleteMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
+        do {
+            return .accepted(try await operations.deleteMessage(conversationId: conversationId, serverId: serverId, request))
+        } catch {
+            return .failed(error as? PigeonClientError ?? PigeonClientError(.network, "\(error)"))
+        }
+    }
+
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
         _ = try await operations.postReceipt(conversationId: conversationId, request)
     }

@@ -27,6 +27,10 @@ package protocol EventStreamConnection: Sendable {
     /// Tells the other members this user is (or stopped) typing. Throws when the connection is closed or the
     /// server refused it.
     func sendTyping(_ active: Bool, in conversationId: String) async throws
+    /// Hands an edit of the message `serverId` to the server, like a send (same answers, same idempotency).
+    func edit(_ request: EditMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover
+    /// Hands a deletion of the message `serverId` to the server, like a send.
+    func delete(_ request: DeleteMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover
     /// Closes the connection; ``nextBatch()`` then returns `nil`.
     func close()
 }
@@ -63,4 +67,19 @@ package protocol PigeonTransport: Sendable {
     func conversations() async throws -> [Conversation]
     /// One page of a conversation's stored messages after seq `after`, ascending.
     func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage
+    /// `GET /v1/conversations/{id}`: the conversation with its members now (404 when the caller is not a member).
+    func conversation(id: String) async throws -> Conversation
+    /// `POST /v1/conversations/{id}/members`: the conversation after the change.
+    func addMembers(conversationId: String, _ request: AddMembersRequest) async throws -> Conversation
+    /// `DELETE /v1/conversations/{id}/members/{userId}` (leaving, when `userId` is the caller's): the conversation
+    /// after the change.
+    func removeMember(conversationId: String, userId: String) async throws -> Conversation
+    /// `PATCH /v1/conversations/{id}/members/{userId}`: the conversation after the change.
+    func setRole(conversationId: String, userId: String, _ request: SetRoleRequest) async throws -> Conversation
+    /// `PATCH /v1/conversations/{id}`: the conversation after the change.
+    func renameConversation(conversationId: String, _ request: RenameConversationRequest) async throws -> Conversation
+    /// `POST /v1/conversations/{id}/messages/{serverId}/edit`: the accept answer, as for a send.
+    func editMessage(conversationId: String, serverId: String, _ request: EditMessageRequest) async throws -> SendMessageResponse
+    /// `POST /v1/conversations/{id}/messages/{serverId}/delete`: the accept answer, as for a send.
+    func deleteMessage(conversationId: String, serverId: String, _ request: DeleteMessageRequest) async throws -> SendMessageResponse
 }

@@ -100,6 +100,24 @@ final class WebSocketEventStream: EventStreamConnection {
         }
     }
 
+    func edit(_ request: EditMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
+        do {
+            try write(.edit(conversationId: conversationId, serverId: serverId, request))
+            return .queued
+        } catch {
+            return .connectionClosed
+        }
+    }
+
+    func delete(_ request: DeleteMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
+        do {
+            try write(.delete(conversationId: conversationId, serverId: serverId, request))
+            return .queued
+        } catch {
+            return .connectionClosed
+        }
+    }
+
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
         try write(.receipt(conversationId: conversationId, request))
     }

@@ -25,6 +25,8 @@ actor ChatSession {
         self.conversationId = conversation.id
         self.terminal = terminal
         self.state = ChatScreenState(userId: client.userId, title: MessageFormat.title(of: conversation, me: client.userId))
+        state.isGroup = conversation.kind == .group
+        state.hasLeft = !conversation.isMember
     }
 
     /// Runs until the user quits (Ctrl-C, Ctrl-D on an empty line, `/quit`) or input ends.
@@ -170,10 +172,35 @@ actor ChatSession {
             if argument.isEmpty { state.search = ChatScreenState.Search() } else { runSearch(argument) }
         case "/read":
             try? client.markRead(conversationId: conversationId)
+        case "/edit":
+            guard !argument.trimmingCharacters(in: .whitespaces).isEmpty else {
+                notify("/edit <new text> replaces the text of the selected message (↑ selects)", isError: true)
+                return
+            }
+            change { try client.edit(localId: $0.localId, body: argument) }
+        case "/delete":
+            change { try client.delete(localId: $0.localId) }
         case "/quit", "/q", "/exit": quitting = true
         case "/help": notify(ChatScreen.help + " · //text sends a text that starts with /")
         default:
-            notify("unknown command \(parts[0]): /offline /online /retry /search /read /quit (//text sends \"/text\")", isError: true)
+            notify("unknown command \(parts[0]): /edit /delete /offline /online /retry /search /read /quit (//text sends \"/text\")", isError: true)
+        }
+    }
+
+    /// Edits or deletes the selected message (one's own: the server refuses the others', and the change then shows ⚠️
+    /// and is undone).
+    private func change(_ body: (PigeonMessage) throws -> PigeonMessage) {
+        guard let selected = state.selected, let target = state.messages.first(where: { $0.localId == selected }) else {
+            notify("select a message first (↑ and ↓), then /edit <text> or /delete", isError: true)
+            return
+        }
+        do {
+            let change = try body(target)
+            notify(change.type == ServerMessageType.delete ? "Deleting the message…" : "Editing the message…")
+            state.selected = nil
+            reload()
+        } catch {
+            notify("not changed: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
         }
     }
 
@@ -197,15 +224,19 @@ actor ChatSession {
     }
 
     /// Retries the selected message, or the newest failed one.
+    /// Retries the selected message (or a failed edit or deletion of it), or the newest failed one.
     private func retry() {
-        let failed = state.messages.filter { $0.isOutgoing && $0.status == .failed }
-        guard let target = failed.first(where: { $0.localId == state.selected }) ?? failed.last else {
+        let changes = ((try? client.unsentMessages()) ?? []).filter { $0.isChange && $0.status == .failed && $0.conversationId == conversationId }
+        let failed = (state.messages.filter { $0.isOutgoing && $0.status == .failed } + changes).sorted { $0.localId < $1.localId }
+        guard let target = failed.first(where: { $0.localId == state.selected || ($0.isChange && $0.targetLocalId == state.selected) }) ?? failed.last else {
             notify(state.selected == nil ? "No failed message to retry" : "Only a failed message (⚠️) can be retried", isError: true)
             return
         }
         do {
             _ = try client.retry(localId: target.localId)
-            notify("Retrying \"\(TextWidth.truncated(target.body, to: 30))\"")
+            let what = target.isChange
+                ? "the \(target.type == ServerMessageType.delete ? "deletion" : "edit")" : "\"\(TextWidth.truncated(target.body, to: 30))\""
+            notify("Retrying \(what)")
             reload()
         } catch {
             notify("cannot retry: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
@@ -246,6 +277,8 @@ actor ChatSession {
         case .conversationUpdated(let conversation):
             guard conversation.id == conversationId else { return }
             state.title = MessageFormat.title(of: conversation, me: client.userId)
+            state.isGroup = conversation.kind == .group
+            state.hasLeft = !conversation.isMember
         case .connectionStateChanged(let connection):
             state.connection = connection
         case .typing(let conversationId, let userId, let active):
@@ -257,6 +290,20 @@ actor ChatSession {
         case .signedOut(let error):
             signedOut = error
             return
+        case .membersChanged(let conversation, _), .roleChanged(let conversation, _), .conversationRenamed(let conversation, _):
+            guard conversation.id == conversationId else { return }
+            state.title = MessageFormat.title(of: conversation, me: client.userId)
+            state.isGroup = conversation.kind == .group
+        case .leftConversation(let conversation, let change):
+            guard conversation.id == conversationId else { return }
+            state.hasLeft = true
+            notify(change.by == client.userId ? "You left this conversation" : "\(change.by) removed you from this conversation", isError: true)
+        case .messageEdited(let message), .messageDeleted(let message), .recipientsChanged(let message):
+            guard message.conversationId == conversationId else { return }
+        case .messageChangeFailed(let change, let message):
+            guard message.conversationId == conversationId else { return }
+            let what = change.type == ServerMessageType.delete ? "deletion" : "edit"
+            notify("\(what) not saved: \(change.failure?.message ?? "refused"); the message reads as before (Ctrl-R retries it)", isError: true)
         }
         reload()
         draw()

@@ -58,6 +58,7 @@ extension PigeonCommand {
                 var state = ChatScreenState(userId: me, title: MessageFormat.title(of: found, me: me))
                 state.messages = page.messages
                 state.hasOlder = page.hasMore
+                state.isGroup = found.kind == .group
                 let colors = standardOutputIsColorTerminal
                 for line in ChatScreen.messageLines(state, width: terminalWidth() ?? 80) { printLine(line.ansi(colors: colors)) }
                 return
@@ -81,7 +82,7 @@ extension PigeonCommand {
                 if let last = conversation.lastMessage {
                     line.append(MessageFormat.clock(MessageFormat.timestamp(of: last), timeZone: .current) + " ", TextStyle(foreground: .gray))
                     line.append(MessageFormat.sender(of: last, me: me) + ": ", TextStyle(foreground: .cyan))
-                    line.append(TextWidth.truncated(TextWidth.sanitized(last.body), to: 40))
+                    line.append(TextWidth.truncated(TextWidth.sanitized(MessageFormat.preview(of: last, me: me)), to: 40))
                     if last.isOutgoing { line.append(" " + Ticks.symbol(for: last.status), Ticks.style(for: last.status)) }
                 }
                 printLine(line.ansi(colors: colors))

@@ -22,6 +22,14 @@ struct MessageJSON: Encodable {
     var tick: String
     var deliveryPath: String?
     var failure: String?
+    var editedAt: Int64?
+    var deletedAt: Int64?
+    /// For this user's stored messages: how many of the members it counts have it and have read it.
+    var recipients: RecipientCounts?
+    /// A `pigeon.members` message: the change.
+    var membersChange: MembersChange?
+    /// An edit or deletion: the serverId of the message it changes.
+    var targetServerId: String?
 
     init(_ message: PigeonMessage) {
         localId = message.localId
@@ -41,17 +49,28 @@ struct MessageJSON: Encodable {
         tick = message.isOutgoing ? Ticks.symbol(for: message.status) : ""
         deliveryPath = message.deliveryPath?.rawValue
         failure = message.failure?.message
+        editedAt = message.editedAt
+        deletedAt = message.deletedAt
+        recipients = message.recipients
+        if case .membersChange(let change) = message.kind { membersChange = change }
+        targetServerId = message.targetServerId
     }
 }
 
 struct ConversationJSON: Encodable {
     struct Member: Encodable {
         var userId: String
+        var role: String
+        var joinedSeq: Int64
         var deliveredSeq: Int64
         var readSeq: Int64
     }
 
     var id: String
+    var kind: String
+    /// Whether this user is still a member (false once removed or left).
+    var member: Bool
+    var leftAtSeq: Int64?
     var name: String?
     var title: String
     var members: [Member]
@@ -62,9 +81,14 @@ struct ConversationJSON: Encodable {
 
     init(_ conversation: PigeonConversation, me: String) {
         id = conversation.id
+        kind = conversation.kind.rawValue
+        member = conversation.isMember
+        leftAtSeq = conversation.leftAtSeq
         name = conversation.name
         title = MessageFormat.title(of: conversation, me: me)
-        members = conversation.members.map { Member(userId: $0.userId, deliveredSeq: $0.deliveredSeq, readSeq: $0.readSeq) }
+        members = conversation.members.map {
+            Member(userId: $0.userId, role: $0.role.rawValue, joinedSeq: $0.joinedSeq, deliveredSeq: $0.deliveredSeq, readSeq: $0.readSeq)
+        }
         unreadCount = conversation.unreadCount
         lastSeq = conversation.lastSeq
         readSeq = conversation.readSeq

@@ -49,6 +49,10 @@ public struct ChatScreenState: Sendable, Equatable {
     public var showsInput = true
     /// The status line's text when there is nothing else to say (nil: the keys).
     public var help: String?
+    /// A group: one's own messages show per-member counts (``Ticks/tick(for:inGroup:frame:)``).
+    public var isGroup = false
+    /// This user was removed from the conversation or left it: read-only.
+    public var hasLeft = false
 
     public init(userId: String, title: String) {
         self.userId = userId
@@ -75,7 +79,7 @@ public struct RenderedScreen: Sendable, Equatable {
 /// messages with times and live ticks, a status line (notices, typing, hints) and the input line.
 public enum ChatScreen {
     public static let offlineBanner = "No connection - messages will send when online"
-    static let help = "Enter send · ↑↓ select · Ctrl-R retry · PgUp/PgDn scroll · Ctrl-F search · /offline /online /quit"
+    static let help = "Enter send · ↑↓ select · /edit /delete · Ctrl-R retry · PgUp/PgDn scroll · Ctrl-F search · /quit"
 
     public static func render(_ state: ChatScreenState, width: Int, height: Int) -> RenderedScreen {
         let width = max(20, width)
@@ -136,14 +140,26 @@ public enum ChatScreen {
     /// Every loaded message as screen lines: a day line when the day changes, then "HH:mm name body", wrapped, with
     /// the tick of one's own messages at the right end of its last line; a failed message says why and how to retry.
     static func messageLines(_ state: ChatScreenState, width: Int) -> [StyledLine] {
-        let names = state.messages.map { MessageFormat.sender(of: $0, me: state.userId) }
+        let shown = state.messages.filter {
+            switch $0.kind {
+            case .message, .membersChange: true
+            case .edit, .delete, .unknownServerType: false
+            }
+        }
+        let names = shown.map { MessageFormat.sender(of: $0, me: state.userId) }
         let nameWidth = min(12, max(3, names.map { TextWidth.of($0) }.max() ?? 3))
         let prefixWidth = 1 + 5 + 1 + nameWidth + 1
-        let bodyWidth = max(8, width - prefixWidth - 3)
+        let ticks = shown.map { message -> (String, TextStyle)? in
+            guard message.isOutgoing, message.kind == .message else { return nil }
+            return Ticks.tick(for: message, inGroup: state.isGroup, frame: state.frame)
+        }
+        // Ticks are right-aligned in one column, as wide as the widest (a group's "✓✓ 3/5" is wider than "✓✓").
+        let tickWidth = max(2, ticks.compactMap { $0.map { TextWidth.of($0.0) } }.max() ?? 2)
+        let bodyWidth = max(8, width - prefixWidth - 1 - tickWidth)
         var lines: [StyledLine] = []
         if state.hasOlder { lines.append(StyledLine("  ↑ older messages: PgUp", TextStyle(foreground: .gray))) }
         var lastDay: DateComponents?
-        for (message, name) in zip(state.messages, names) {
+        for ((message, name), tick) in zip(zip(shown, names), ticks) {
             let time = MessageFormat.timestamp(of: message)
             let day = MessageFormat.dayKey(time, timeZone: state.timeZone)
             if day != lastDay {
@@ -153,8 +169,22 @@ public enum ChatScreen {
                 lastDay = day
             }
             let selected = state.selected == message.localId
+            if case .membersChange(let change) = message.kind {
+                var line = StyledLine(selected ? "›" : " ", TextStyle(foreground: .yellow, bold: true))
+                line.append(MessageFormat.clock(time, timeZone: state.timeZone), TextStyle(foreground: .gray))
+                line.append(String(repeating: " ", count: nameWidth + 2))
+                line.append(TextWidth.sanitized(MessageFormat.describe(change, me: state.userId)), TextStyle(foreground: .gray))
+                lines.append(line)
+                continue
+            }
             let own = message.senderId == state.userId
-            let bodyLines = TextWidth.wrapped(TextWidth.sanitized(message.body, keepNewlines: true), width: bodyWidth)
+            let deleted = message.deletedAt != nil
+            let text = deleted ? MessageFormat.deletedText : TextWidth.sanitized(message.body, keepNewlines: true)
+            var bodyLines = TextWidth.wrapped(text, width: bodyWidth)
+            var editedMark = message.editedAt != nil && !deleted
+            if editedMark, let last = bodyLines.last, TextWidth.of(last) + TextWidth.of(MessageFormat.editedMark) + 1 > bodyWidth {
+                bodyLines.append("")
+            }
             for (index, part) in bodyLines.enumerated() {
                 var line = StyledLine(selected && index == 0 ? "›" : " ", TextStyle(foreground: .yellow, bold: true))
                 if index == 0 {
@@ -165,11 +195,20 @@ public enum ChatScreen {
                 } else {
                     line.append(String(repeating: " ", count: prefixWidth - 1))
                 }
-                line.append(part, selected ? TextStyle(inverse: true) : .plain)
-                if index == bodyLines.count - 1, message.isOutgoing {
-                    let tick = Ticks.symbol(for: message.status, frame: state.frame)
-                    line.append(String(repeating: " ", count: max(1, bodyWidth - TextWidth.of(part) + 1 + (2 - TextWidth.of(tick)))))
-                    line.append(tick, Ticks.style(for: message.status))
+                let bodyStyle = deleted ? TextStyle(foreground: .gray, dim: true) : .plain
+                line.append(part, selected ? TextStyle(foreground: bodyStyle.foreground, inverse: true) : bodyStyle)
+                var used = TextWidth.of(part)
+                if index == bodyLines.count - 1 {
+                    if editedMark {
+                        let mark = (part.isEmpty ? "" : " ") + MessageFormat.editedMark
+                        line.append(mark, TextStyle(foreground: .gray))
+                        used += TextWidth.of(mark)
+                        editedMark = false
+                    }
+                    if let (symbol, style) = tick {
+                        line.append(String(repeating: " ", count: max(1, bodyWidth - used + 1 + (tickWidth - TextWidth.of(symbol)))))
+                        line.append(symbol, style)
+                    }
                 }
                 lines.append(line)
             }

@@ -27,6 +27,20 @@ public enum Ticks {
         }
     }
 
+    /// The tick of one of the viewer's messages. In a group with more than one other member, a stored message
+    /// shows how many have it: `✓✓ 3/5` (delivered to 3 of 5), `✓✓ read 2/5` once delivered to all, and blue `✓✓`
+    /// once read by all (``PigeonMessage/recipients``).
+    public static func tick(for message: PigeonMessage, inGroup: Bool, frame: Int = 0) -> (String, TextStyle) {
+        let plain = (symbol(for: message.status, frame: frame), style(for: message.status))
+        guard inGroup, let counts = message.recipients, counts.members > 1, [.sent, .stored, .delivered].contains(message.status) else {
+            return plain
+        }
+        let read = counts.read > 0 ? " read \(counts.read)/\(counts.members)" : ""
+        if counts.delivered == 0 { return plain }
+        if counts.delivered < counts.members { return ("✓✓ \(counts.delivered)/\(counts.members)" + read, TextStyle(foreground: .gray)) }
+        return ("✓✓" + read, TextStyle(foreground: .gray))
+    }
+
     /// What a status is called, for people ("sent", "delivered", …) and in JSON (the wire names).
     public static func label(for status: MessageStatus) -> String {
         switch status {
@@ -72,6 +86,42 @@ public enum MessageFormat {
         if let name = conversation.name, !name.isEmpty { return TextWidth.sanitized(name) }
         let others = conversation.members.map(\.userId).filter { $0 != me }
         return others.isEmpty ? "just you" : others.joined(separator: ", ")
+    }
+
+    /// What a deleted message shows in its place.
+    public static let deletedText = "message deleted"
+    /// What follows an edited message's text.
+    public static let editedMark = "(edited)"
+
+    /// A member change as a line of the conversation: "alice added carol", "bob left", "alice renamed the group to
+    /// Trip"; the viewer is "you".
+    public static func describe(_ change: MembersChange, me: String) -> String {
+        func name(_ user: String) -> String { user == me ? "you" : user }
+        func names(_ users: [String]) -> String {
+            let all = users.map(name)
+            guard all.count > 1 else { return all.first ?? "nobody" }
+            return all.dropLast().joined(separator: ", ") + " and " + all.last!
+        }
+        let by = name(change.by)
+        switch change.action {
+        case .added: return "\(by) added \(names(change.userIds))" + (change.role == .admin ? " as admin" : "")
+        case .removed: return "\(by) removed \(names(change.userIds))"
+        case .left: return "\(names(change.userIds)) left"
+        case .role:
+            let role = change.role?.rawValue ?? "member"
+            if change.role == .owner { return "\(names(change.userIds)) \(change.userIds == [me] ? "are" : "is") now the owner" }
+            return "\(by) made \(names(change.userIds)) \(role == "admin" ? "an admin" : "a member")"
+        case .renamed:
+            guard let name = change.name else { return "\(by) removed the group's name" }
+            return "\(by) renamed the group to \(name)"
+        }
+    }
+
+    /// A message in one line of text, for a list: a member change described, a deleted message as such.
+    public static func preview(of message: PigeonMessage, me: String) -> String {
+        if case .membersChange(let change) = message.kind { return describe(change, me: me) }
+        if message.deletedAt != nil { return deletedText }
+        return message.body
     }
 
     /// Who sent a message, as the viewer sees it.

@@ -14,6 +14,7 @@ final class FaultyTransport: PigeonTransport {
     private let fetchCount = NIOLockedValueBox(0)
     private let connections = NIOLockedValueBox<[any EventStreamConnection]>([])
     private let listingCount = NIOLockedValueBox(0)
+    private let conversationFetchCount = NIOLockedValueBox(0)
     private let operationObserver = NIOLockedValueBox<@Sendable (ClientOperation) -> Void>({ _ in })
 
     init(base: any PigeonTransport) {
@@ -78,6 +79,38 @@ final class FaultyTransport: PigeonTransport {
         return try await base.conversations()
     }
 
+    func conversation(id: String) async throws -> Conversation {
+        conversationFetchCount.withLockedValue { $0 += 1 }
+        return try await base.conversation(id: id)
+    }
+
+    /// How often one conversation was read (`GET /v1/conversations/{id}`).
+    var conversationFetches: Int { conversationFetchCount.withLockedValue { $0 } }
+
+    func addMembers(conversationId: String, _ request: AddMembersRequest) async throws -> Conversation {
+        try await base.addMembers(conversationId: conversationId, request)
+    }
+
+    func removeMember(conversationId: String, userId: String) async throws -> Conversation {
+        try await base.removeMember(conversationId: conversationId, userId: userId)
+    }
+
+    func setRole(conversationId: String, userId: String, _ request: SetRoleRequest) async throws -> Conversation {
+        try await base.setRole(conversationId: conversationId, userId: userId, request)
+    }
+
+    func renameConversation(conversationId: String, _ request: RenameConversationRequest) async throws -> Conversation {
+        try await base.renameConversation(conversationId: conversationId, request)
+    }
+
+    func editMessage(conversationId: String, serverId: String, _ request: EditMessageRequest) async throws -> SendMessageResponse {
+        try await base.editMessage(conversationId: conversationId, serverId: serverId, request)
+    }
+
+    func deleteMessage(conversationId: String, serverId: String, _ request: DeleteMessageRequest) async throws -> SendMessageResponse {
+        try await base.deleteMessage(conversationId: conversationId, serverId: serverId, request)
+    }
+
     func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {
         fetchCount.withLockedValue { $0 += 1 }
         let fail = failingFetches.withLockedValue { remaining -> Bool in
@@ -110,6 +143,16 @@ private final class FilteredConnection: EventStreamConnection {
     func send(_ request: SendMessageRequest, to conversationId: String) async -> MessageHandover {
         transport.record(.send(conversationId: conversationId, request))
         return await base.send(request, to: conversationId)
+    }
+
+    func edit(_ request: EditMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
+        transport.record(.edit(conversationId: conversationId, serverId: serverId, request))
+        return await base.edit(request, of: serverId, in: conversationId)
+    }
+
+    func delete(_ request: DeleteMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
+        transport.record(.delete(conversationId: conversationId, serverId: serverId, request))
+        return await base.delete(request, of: serverId, in: conversationId)
     }
 
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {

@@ -1,0 +1,263 @@
+import Foundation
+import GRDB
+import PigeonProtocol
+
+/// Editing and deleting (API.md 1.1) in the local database.
+///
+/// An edit or a deletion is a message of its own (`pigeon.edit`, `pigeon.delete`) with its own seq, status and, when
+/// made here, outbox item. The message it changes (its target) keeps two revisions: the one the server confirmed
+/// (`confirmedBody`, `confirmedEditedAt`, `confirmedDeletedAt`, and `changeSeq`, the seq of the last change it
+/// reflects; see ``ConfirmedRevision``) and the one shown (`body`, `editedAt`, `deletedAt`: the confirmed one with this
+/// device's changes that are not stored yet on top; see ``MessageRevision``). The full-text index follows `body`, so a
+/// search sees what is shown. `confirmedBody` is NULL when it equals `body`.
+extension LocalStore {
+    /// A change of a message's text that this device shows or announces.
+    enum ShownChange: Sendable, Equatable {
+        case edited, deleted
+    }
+
+    /// Saves an edit (`newBody`) or a deletion (`nil`) of the message `targetLocalId` with its outbox item, and shows it
+    /// on the target at once. Returns the change (pending, ⏰) and the outcome to announce.
+    func insertChange(
+        targetLocalId: Int64, newBody: String?, clientMessageId: String, clientTimestamp: Int64
+    ) throws -> (PigeonMessage, ApplyOutcome) {
+        try pool.write { db in
+            guard let target = try self.message(db, localId: targetLocalId) else {
+                throw PigeonClientError(.unknownMessage, "no message with local id \(targetLocalId)")
+            }
+            guard target.kind == .message else {
+                throw PigeonClientError.invalid("message \(targetLocalId) is a \(target.type) message: only the app's messages are edited or deleted")
+            }
+            try self.requireMembership(db, conversationId: target.conversationId)
+            guard target.deletedAt == nil else {
+                throw PigeonClientError.invalid("message \(targetLocalId) is deleted")
+            }
+            if target.serverId == nil, target.status == .failed {
+                throw PigeonClientError.invalid("message \(targetLocalId) was not sent (⚠️): retry it first")
+            }
+            let type: String
+            let body: String
+            if let newBody {
+                type = ServerMessageType.edit
+                body = Self.json(EditBody(serverId: target.serverId ?? "", body: newBody))
+            } else {
+                type = ServerMessageType.delete
+                body = Self.json(DeleteBody(serverId: target.serverId ?? ""))
+            }
+            try db.cachedStatement(sql: """
+                INSERT INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status,
+                    targetServerId, targetLocalId)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending', ?, ?)
+                """).execute(arguments: [
+                    target.conversationId, clientMessageId, self.userId, self.deviceId, type, body, clientTimestamp, target.serverId, targetLocalId,
+                ])
+            let localId = db.lastInsertedRowID
+            try db.cachedStatement(sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) VALUES (?, ?, ?)")
+                .execute(arguments: [localId, target.conversationId, clientMessageId])
+            var outcome = ApplyOutcome()
+            try self.refreshShown(db, localId: targetLocalId, outcome: &outcome)
+            try self.collectLifecycleEvents(db, &outcome)
+            guard let change = try self.message(db, localId: localId) else {
+                throw PigeonClientError(.localDatabase, "the change \(localId) was not saved")
+            }
+            return (change, outcome)
+        }
+    }
+
+    /// Recomputes what a message shows: its confirmed revision with this device's pending (not stored, not failed)
+    /// edits and deletions on top, oldest first. Notes a change of what is shown.
+    func refreshShown(_ db: Database, localId: Int64, outcome: inout ApplyOutcome) throws {
+        guard let row = try Row.fetchOne(
+            db.cachedStatement(sql: """
+                SELECT body, editedAt, deletedAt, coalesce(confirmedBody, body), confirmedEditedAt, confirmedDeletedAt, confirmedBody
+                FROM messages WHERE localId = ?
+                """),
+            arguments: [localId])
+        else { return }
+        let shownBefore = MessageRevision(body: row[0], editedAt: row[1], deletedAt: row[2])
+        let confirmed = MessageRevision(body: row[3], editedAt: row[4], deletedAt: row[5])
+        let pending = try Row.fetchAll(
+            db.cachedStatement(sql: """
+                SELECT type, body, clientTimestamp FROM messages
+                WHERE targetLocalId = ? AND senderDeviceId = ? AND seq IS NULL AND status != 'failed' ORDER BY localId
+                """),
+            arguments: [localId, deviceId]
+        ).compactMap { row -> MessageRevision.Change? in
+            let (type, body, at): (String, String, Int64) = (row[0], row[1], row[2])
+            if type == ServerMessageType.delete { return .delete(at: at) }
+            return (try? JSONDecoder().decode(EditBody.self, from: Data(body.utf8))).map { .edit(body: $0.body, at: at) }
+        }
+        let shown = confirmed.showing(pending: pending)
+        let confirmedBody: String? = shown.body == confirmed.body ? nil : confirmed.body
+        if shown != shownBefore || confirmedBody != row[6] as String? {
+            try db.cachedStatement(sql: "UPDATE messages SET body = ?, editedAt = ?, deletedAt = ?, confirmedBody = ? WHERE localId = ?")
+                .execute(arguments: [shown.body, shown.editedAt, shown.deletedAt, confirmedBody, localId])
+        }
+        if shown != shownBefore {
+            outcome.noteShown(localId, shown.deletedAt != nil && shownBefore.deletedAt == nil ? .deleted : .edited)
+        }
+    }
+
+    /// An edit or a deletion now stored (it has its seq): applied to its target's confirmed revision, if the target
+    /// is on this device (else when it arrives: ``applyStoredChanges(_:targetLocalId:serverId:outcome:)``).
+    func applyStoredChange(_ db: Database, changeLocalId: Int64, outcome: inout ApplyOutcome) throws {
+        guard let row = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT type, body, seq, storedAt, clientTimestamp, targetServerId, targetLocalId FROM messages WHERE localId = ?"),
+            arguments: [changeLocalId])
+        else { return }
+        let (type, body): (String, String) = (row[0], row[1])
+        guard let seq = row[2] as Int64? else { return }
+        let at: Int64 = row[3] ?? row[4]
+        let change: MessageRevision.Change
+        let bodyServerId: String?
+        if type == ServerMessageType.edit, let edit = try? JSONDecoder().decode(EditBody.self, from: Data(body.utf8)) {
+            change = .edit(body: edit.body, at: at)
+            bodyServerId = edit.serverId
+        } else if type == ServerMessageType.delete, let delete = try? JSONDecoder().decode(DeleteBody.self, from: Data(body.utf8)) {
+            change = .delete(at: at)
+            bodyServerId = delete.serverId
+        } else {
+            return
+        }
+        let serverId = (row[5] as String?) ?? bodyServerId.flatMap { $0.isEmpty ? nil : $0 }
+        var targetLocalId: Int64? = row[6]
+        if targetLocalId == nil, let serverId {
+            targetLocalId = try Int64.fetchOne(db.cachedStatement(sql: "SELECT localId FROM messages WHERE serverId = ?"), arguments: [serverId])
+        }
+        guard let targetLocalId,
+            let target = try Row.fetchOne(
+                db.cachedStatement(sql: """
+                    SELECT coalesce(confirmedBody, body), confirmedEditedAt, confirmedDeletedAt, changeSeq, serverId, type FROM messages WHERE localId = ?
+                    """),
+                arguments: [targetLocalId])
+        else { return }
+        guard !Validation.isServerMessageType(target[5]) else { return }
+        try db.cachedStatement(sql: "UPDATE messages SET targetLocalId = ?, targetServerId = coalesce(targetServerId, ?) WHERE localId = ?")
+            .execute(arguments: [targetLocalId, target[4] as String?, changeLocalId])
+        var confirmed = ConfirmedRevision(
+            revision: MessageRevision(body: target[0], editedAt: target[1], deletedAt: target[2]), changeSeq: target[3])
+        guard confirmed.apply(change, seq: seq) else {
+            try db.cachedStatement(sql: "UPDATE messages SET changeSeq = ? WHERE localId = ?").execute(arguments: [confirmed.changeSeq, targetLocalId])
+            try refreshShown(db, localId: targetLocalId, outcome: &outcome)
+            return
+        }
+        try db.cachedStatement(sql: """
+            UPDATE messages SET confirmedBody = ?, confirmedEditedAt = ?, confirmedDeletedAt = ?, changeSeq = ? WHERE localId = ?
+            """).execute(arguments: [
+                confirmed.revision.body, confirmed.revision.editedAt, confirmed.revision.deletedAt, confirmed.changeSeq, targetLocalId,
+            ])
+        if case .delete = change { try eraseEdits(db, targetLocalId: targetLocalId, serverId: target[4]) }
+        try refreshShown(db, localId: targetLocalId, outcome: &outcome)
+    }
+
+    /// A message new on this device (or one that just got its serverId): applies the stored edits and deletions of it
+    /// that arrived before it, in seq order.
+    func applyStoredChanges(_ db: Database, targetLocalId: Int64, serverId: String, outcome: inout ApplyOutcome) throws {
+        let changes = try Int64.fetchAll(
+            db.cachedStatement(sql: "SELECT localId FROM messages WHERE targetServerId = ? AND seq IS NOT NULL AND (targetLocalId IS NULL OR targetLocalId = ?) ORDER BY seq"),
+            arguments: [serverId, targetLocalId])
+        for change in changes { try applyStoredChange(db, changeLocalId: change, outcome: &outcome) }
+    }
+
+    /// A deleted message's text is erased from its edits too, as on the server.
+    private func eraseEdits(_ db: Database, targetLocalId: Int64, serverId: String?) throws {
+        try db.cachedStatement(sql: """
+            UPDATE messages SET body = ? WHERE type = ? AND (targetLocalId = ? OR (? IS NOT NULL AND targetServerId = ?))
+            """).execute(arguments: [
+                Self.json(EditBody(serverId: serverId ?? "", body: "")), ServerMessageType.edit, targetLocalId, serverId, serverId,
+            ])
+    }
+
+    /// An edit or deletion of this device failed (refused, or dead-lettered): its target shows what it showed without it.
+    func revertFailedChange(_ db: Database, changeLocalId: Int64, outcome: inout ApplyOutcome) throws {
+        guard let target = try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT targetLocalId FROM messages WHERE localId = ? AND type IN (?, ?) AND status = 'failed'"),
+            arguments: [changeLocalId, ServerMessageType.edit, ServerMessageType.delete])
+        else { return }
+        try refreshShown(db, localId: target, outcome: &outcome)
+        outcome.changeFailures.append((changeLocalId, target))
+    }
+
+    /// What to put on the wire for an outbox item: a send, or an edit or deletion of a message whose serverId is
+    /// known (then also written to the change, so a salvaged outbox keeps it); `.targetNotSent` when the target never
+    /// reached the server (it failed). `nil` when the message is gone.
+    func outboxRequest(localId: Int64) async throws -> OutboxRequest? {
+        try await pool.write { db in
+            guard let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT clientMessageId, type, body, clientTimestamp, targetServerId, targetLocalId FROM messages WHERE localId = ?"),
+                arguments: [localId])
+            else { return nil }
+            let (clientMessageId, type, body, clientTimestamp): (String, String, String, Int64) = (row[0], row[1], row[2], row[3])
+            guard type == ServerMessageType.edit || type == ServerMessageType.delete else {
+                let sent = try String.fetchOne(db.cachedStatement(sql: "SELECT coalesce(confirmedBody, body) FROM messages WHERE localId = ?"), arguments: [localId])
+                return .send(SendMessageRequest(clientMessageId: clientMessageId, type: type, body: sent ?? body, clientTimestamp: clientTimestamp))
+            }
+            var serverId: String? = row[4]
+            if serverId == nil, let target = row[5] as Int64? {
+                serverId = try String.fetchOne(db.cachedStatement(sql: "SELECT serverId FROM messages WHERE localId = ?"), arguments: [target])
+            }
+            let edit = type == ServerMessageType.edit ? try? JSONDecoder().decode(EditBody.self, from: Data(body.utf8)) : nil
+            if serverId == nil {
+                let named = edit?.serverId ?? (try? JSONDecoder().decode(DeleteBody.self, from: Data(body.utf8)))?.serverId
+                serverId = named.flatMap { $0.isEmpty ? nil : $0 }
+            }
+            guard let serverId else { return .targetNotSent }
+            if row[4] as String? == nil {
+                let rewritten = edit.map { Self.json(EditBody(serverId: serverId, body: $0.body)) } ?? Self.json(DeleteBody(serverId: serverId))
+                try db.cachedStatement(sql: "UPDATE messages SET targetServerId = ?, body = ? WHERE localId = ?").execute(arguments: [serverId, rewritten, localId])
+            }
+            if let edit {
+                return .edit(serverId: serverId, EditMessageRequest(clientMessageId: clientMessageId, body: edit.body, clientTimestamp: clientTimestamp))
+            }
+            return .delete(serverId: serverId, DeleteMessageRequest(clientMessageId: clientMessageId, clientTimestamp: clientTimestamp))
+        }
+    }
+
+    /// Turns what a write noted into events, reading the messages and conversations as the write leaves them: shown
+    /// edits and deletions, refused changes, per-member counts, member changes.
+    func collectLifecycleEvents(_ db: Database, _ outcome: inout ApplyOutcome) throws {
+        var events: [PigeonEvent] = []
+        let failedTargets = Set(outcome.changeFailures.map(\.target))
+        for (localId, change) in outcome.shown where !failedTargets.contains(localId) {
+            guard let message = try message(db, localId: localId) else { continue }
+            events.append(change == .deleted ? .messageDeleted(message) : .messageEdited(message))
+        }
+        for (changeLocalId, target) in outcome.changeFailures {
+            guard let change = try message(db, localId: changeLocalId), let message = try message(db, localId: target) else { continue }
+            events.append(.messageChangeFailed(change: change, message: message))
+        }
+        for localId in outcome.recipientsChanged {
+            if let message = try message(db, localId: localId) { events.append(.recipientsChanged(message)) }
+        }
+        for (conversationId, change) in outcome.membersChanges {
+            guard let conversation = try conversation(db, id: conversationId) else { continue }
+            let concernsMe = change.userIds.contains(userId)
+            switch change.action {
+            case .removed where concernsMe, .left where concernsMe: events.append(.leftConversation(conversation, change))
+            case .added, .removed, .left: events.append(.membersChanged(conversation, change))
+            case .role: events.append(.roleChanged(conversation, change))
+            case .renamed: events.append(.conversationRenamed(conversation, change))
+            }
+        }
+        outcome.lifecycleEvents += events
+        outcome.shown = []
+        outcome.changeFailures = []
+        outcome.recipientsChanged = []
+        outcome.membersChanges = []
+    }
+
+    static func json(_ value: some Encodable) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+    }
+}
+
+/// What an outbox item puts on the wire.
+enum OutboxRequest: Sendable {
+    case send(SendMessageRequest)
+    case edit(serverId: String, EditMessageRequest)
+    case delete(serverId: String, DeleteMessageRequest)
+    /// An edit or deletion of a message that never reached the server (it failed): it cannot go.
+    case targetNotSent
+}
