@@ -88,6 +88,8 @@ public struct ServerConfiguration: Sendable {
     public var keepAliveInterval = Duration.seconds(15)
     /// A typing indicator not refreshed for this long is turned off.
     public var typingTimeout = Duration.seconds(10)
+    /// The shortest time between two writes of one device's `lastSeenAt` (``DeviceActivity``).
+    public var deviceLastSeenInterval = Duration.seconds(60)
 
     /// Test hook: called for each message inside the processing transaction; throwing fails that message.
     public var processingFaultInjector: ProcessingFaultInjector?

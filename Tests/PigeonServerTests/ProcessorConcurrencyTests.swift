@@ -92,6 +92,14 @@ import Testing
             try await base.registerDevice(userId: userId, name: name, tokenHash: tokenHash, rule: rule)
         }
         func device(tokenHash: String) async throws -> DeviceIdentity? { try await base.device(tokenHash: tokenHash) }
+        func devices(of userId: String) async throws -> [DeviceRecord] { try await base.devices(of: userId) }
+        func revokeDevice(_ device: DeviceIdentity, at revokedAt: Int64) async throws -> DeviceRevocation? {
+            try await base.revokeDevice(device, at: revokedAt)
+        }
+        func recordDevicesSeen(_ seen: [DeviceIdentity: Int64]) async throws { try await base.recordDevicesSeen(seen) }
+        func recordJWTDevice(_ device: DeviceIdentity, issuedAt: Int64?, at now: Int64) async throws -> JWTDeviceState {
+            try await base.recordJWTDevice(device, issuedAt: issuedAt, at: now)
+        }
         func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
             try await base.createConversation(creator: creator, members: members, name: name)
         }

@@ -7,4 +7,8 @@ public enum ConnectionState: String, Sendable, Equatable, Codable {
     case connecting
     /// The event stream is open: the outbox is flushed and events arrive live.
     case online
+    /// The server refused this device's token (`401`: the device was revoked, from another device or by
+    /// ``PigeonClient/logout(wipeLocalData:)``, or its JWT is no longer valid). Final: the client stops connecting and
+    /// sending; unsent messages stay in the local database. Open a client with new credentials to go on.
+    case signedOut
 }

@@ -17,6 +17,9 @@ public enum PigeonEvent: Sendable, Equatable {
     case typing(conversationId: String, userId: String, active: Bool)
     /// The local database could not be opened and was rebuilt; see ``LocalDatabaseRecovery``.
     case localDatabaseRebuilt(LocalDatabaseRecovery)
+    /// The server refused this device's token (revoked, or no longer valid): the client stopped connecting and
+    /// sending for good (``ConnectionState/signedOut``); the error is the server's answer. Sent once.
+    case signedOut(PigeonClientError)
 
     // Group chats and the message lifecycle (API.md 1.1).
 
@@ -59,6 +62,8 @@ public protocol PigeonListener: AnyObject, Sendable {
     func onConversationUpdated(_ conversation: PigeonConversation)
     /// ``PigeonEvent/localDatabaseRebuilt(_:)``: sent once, first, by the run after a rebuild.
     func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery)
+    /// ``PigeonEvent/signedOut(_:)``: the server refused this device's token; the client stopped for good.
+    func onSignedOut(_ error: PigeonClientError)
     /// ``PigeonEvent/membersChanged(_:_:)``, ``PigeonEvent/roleChanged(_:_:)``, ``PigeonEvent/conversationRenamed(_:_:)``
     /// and ``PigeonEvent/leftConversation(_:_:)``: a member change, with the conversation as it is now.
     func onMembersChanged(_ conversation: PigeonConversation, _ change: MembersChange)
@@ -81,6 +86,8 @@ extension PigeonListener {
     public func onConversationUpdated(_ conversation: PigeonConversation) {}
     /// Does nothing.
     public func onLocalDatabaseRebuilt(_ recovery: LocalDatabaseRecovery) {}
+    /// Does nothing.
+    public func onSignedOut(_ error: PigeonClientError) {}
     /// Does nothing.
     public func onMembersChanged(_ conversation: PigeonConversation, _ change: MembersChange) {}
     /// Does nothing.

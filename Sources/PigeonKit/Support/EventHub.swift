@@ -67,6 +67,7 @@ final class EventHub: Sendable {
                 case .conversationUpdated(let conversation): listener.onConversationUpdated(conversation)
                 case .connectionStateChanged(let state): listener.onConnectionStateChanged(state)
                 case .localDatabaseRebuilt(let recovery): listener.onLocalDatabaseRebuilt(recovery)
+                case .signedOut(let error): listener.onSignedOut(error)
                 case .typing: break
                 case .membersChanged(let conversation, let change), .roleChanged(let conversation, let change),
                     .conversationRenamed(let conversation, let change), .leftConversation(let conversation, let change):

@@ -5,13 +5,14 @@ extension ClientEngine {
     /// connection, wakes the loops that have work for it.
     func connectionLoop() async {
         var backoff = ReconnectBackoff(base: settings.reconnectBaseDelay, max: settings.reconnectMaxDelay)
-        while !Task.isCancelled {
+        while !Task.isCancelled, connectionState != .signedOut {
             guard isNetworkEnabled else {
                 setState(.offline)
                 await connectionWake.wait()
                 continue
             }
             setState(.connecting)
+            var refusedToken: PigeonClientError?
             do {
                 let connection = try await openStream()
                 backoff.reset()
@@ -39,6 +40,7 @@ extension ClientEngine {
                 let error = error as? PigeonClientError ?? PigeonClientError(.network, "\(error)")
                 slot.withLockedValue { $0.lastError = error }
                 logger.debug("event stream failed", metadata: ["error": "\(error)"])
+                if error.refusesToken { refusedToken = error }
             }
             let connection = slot.withLockedValue { slot -> (any EventStreamConnection)? in
                 defer { slot.connection = nil }
@@ -47,6 +49,10 @@ extension ClientEngine {
             connection?.close()
             outbox.withLockedValue { $0.connectionLost() }
             setState(.offline)
+            if let refusedToken {
+                signOut(refusedToken)
+                return
+            }
             guard !Task.isCancelled, isNetworkEnabled else { continue }
             await connectionWake.wait(timeout: backoff.nextDelay(jitter: jitter()))
         }
@@ -102,4 +108,26 @@ extension ClientEngine {
             try await transport.postTyping(conversationId: conversationId, active: active)
         }
     }
+
+    /// The server refused the token: the client stops for good (no stream, so no sends, receipts or fetches; nothing
+    /// is lost locally), moves to ``ConnectionState/signedOut`` and says so once.
+    func signOut(_ error: PigeonClientError) {
+        let (first, connection) = slot.withLockedValue { slot -> (Bool, (any EventStreamConnection)?) in
+            guard slot.state != .signedOut else { return (false, nil) }
+            slot.state = .signedOut
+            slot.lastError = error
+            defer { slot.connection = nil }
+            return (true, slot.connection)
+        }
+        guard first else { return }
+        connection?.close()
+        hub.emit(.connectionStateChanged(.signedOut))
+        logger.info("the server refused this device's token; signed out", metadata: ["error": "\(error)"])
+        hub.emit(.signedOut(error))
+    }
+}
+
+extension PigeonClientError {
+    /// Whether the server refused the token itself (`401 unauthorized`): revoked, or no longer valid.
+    var refusesToken: Bool { httpStatus == 401 || serverError?.code == .unauthorized }
 }

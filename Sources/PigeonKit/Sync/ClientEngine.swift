@@ -65,9 +65,10 @@ final class ClientEngine: Sendable {
         slot.withLockedValue { $0.state == .online ? $0.connection : nil }
     }
 
+    /// Moves to `state`; once ``ConnectionState/signedOut`` nothing moves it any more.
     func setState(_ state: ConnectionState) {
         let changed = slot.withLockedValue { slot -> Bool in
-            guard slot.state != state else { return false }
+            guard slot.state != state, slot.state != .signedOut else { return false }
             slot.state = state
             return true
         }

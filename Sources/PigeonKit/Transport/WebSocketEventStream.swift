@@ -1,8 +1,10 @@
+import AsyncHTTPClient
 import Foundation
 import HTTPTypes
 import HummingbirdWSClient
 import Logging
 import NIOConcurrencyHelpers
+import NIOCore
 import PigeonProtocol
 
 /// The event stream over `GET /v1/ws`, operations out on the same socket. The socket lives in a task owned by this
@@ -63,11 +65,26 @@ final class WebSocketEventStream: EventStreamConnection {
         connection.task.withLockedValue { $0 = runTask }
         do {
             try await gate.wait(timeout: timeout)
+        } catch let error as PigeonClientError where error.code == .webSocketRefused {
+            connection.close()
+            throw await refusal(url: url, token: token, timeout: timeout) ?? error
         } catch {
             connection.close()
             throw error
         }
         return connection
+    }
+
+    /// Why the server refused an upgrade, when it was the token: the same request without the upgrade answers `401`
+    /// then (anything else, a proxy's refusal included, leaves the refusal as it was: `nil`).
+    private static func refusal(url: String, token: String, timeout: Duration) async -> PigeonClientError? {
+        var request = HTTPClientRequest(url: url)
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        guard let response = try? await HTTPClient.pigeonKit.execute(request, timeout: TimeAmount(timeout)),
+            response.status == .unauthorized,
+            let body = try? await response.body.collect(upTo: 1 << 16)
+        else { return nil }
+        return HTTPTransport.serverError(status: 401, headers: response.headers, body: body)
     }
 
     func nextBatch() async throws -> [ServerFrame]? {

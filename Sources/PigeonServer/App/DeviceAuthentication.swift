@@ -12,7 +12,9 @@ struct DeviceAuthenticationMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
         var context = context
-        context.device = try await authenticator.device(request, allowQuery: allowQuery)
+        let authenticated = try await authenticator.authenticate(request, allowQuery: allowQuery)
+        context.device = authenticated.device
+        context.tokenIssuedAt = authenticated.issuedAt
         return try await next(request, context)
     }
 }
@@ -21,20 +23,28 @@ struct DeviceAuthenticationMiddleware: RouterMiddleware {
 struct DeviceRequestContext: ChildRequestContext {
     var coreContext: CoreRequestContextStorage
     let device: DeviceIdentity
+    /// When the device's token was issued (a JWT's `iat`, seconds; `nil`: opaque or no `iat`).
+    let tokenIssuedAt: Int64?
 
     init(context: PigeonRequestContext) throws {
         guard let device = context.device else { throw PigeonError.unauthorized }
         self.coreContext = context.coreContext
         self.device = device
+        self.tokenIssuedAt = context.tokenIssuedAt
     }
 }
 
 extension Authenticator {
     /// The device behind a request's bearer token (`PigeonError.unauthorized` for a missing or bad one).
     func device(_ request: Request, allowQuery: Bool) async throws -> DeviceIdentity {
+        try await authenticate(request, allowQuery: allowQuery).device
+    }
+
+    /// The device behind a request's bearer token, with the token's issue time.
+    func authenticate(_ request: Request, allowQuery: Bool) async throws -> AuthenticatedDevice {
         let token = try Authenticator.token(
             authorization: request.headers[.authorization], queryToken: request.uri.queryParameters.get("access_token"),
             allowQuery: allowQuery)
-        return try await device(token: token)
+        return try await authenticate(token: token)
     }
 }

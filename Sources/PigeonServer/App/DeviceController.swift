@@ -1,19 +1,63 @@
 import HTTPTypes
 import Hummingbird
+import Logging
 import PigeonProtocol
 
 /// `POST /v1/devices`: registration of a device (API.md 1.1, "Registration and identity"). A token, when given,
 /// proves who the caller is: only then may a user that has devices get another one.
+///
+/// `GET /v1/devices` and `DELETE /v1/devices/{deviceId}` (API.md 1.1, "Devices: list and revoke"): the caller's
+/// user's devices, and their revocation. A revocation is committed, then acted on by every node through the
+/// ``Fanout`` (this one before the answer): the device's tokens answer `401`, its streams end.
 struct DeviceController: Sendable {
     let authenticator: Authenticator
+    let store: any MessageStore
+    let fanout: any Fanout
     let abuse: AbuseGuard
     let metrics: PigeonMetrics
     let openRegistration: Bool
     let trustedProxies: [AddressBlock]
     let maxBodyBytes: Int
+    let logger: Logger
 
+    /// `POST /v1/devices` (a token is optional there).
     func addRoutes(to group: RouterGroup<PigeonRequestContext>) {
         group.post("/devices", use: register)
+    }
+
+    /// `GET /v1/devices` and `DELETE /v1/devices/{deviceId}`, for an authenticated device.
+    func addDeviceRoutes(to group: RouterGroup<DeviceRequestContext>) {
+        group.get("/devices", use: list)
+        group.delete("/devices/{deviceId}", use: revoke)
+    }
+
+    @Sendable func list(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let caller = context.device
+        let records = try await store.devices(of: caller.userId)
+        let devices = records.map { record in
+            DeviceInfo(
+                deviceId: record.deviceId, deviceName: record.name, createdAt: record.createdAt, lastSeenAt: record.lastSeenAt,
+                current: record.deviceId == caller.deviceId)
+        }
+        return try JSONBody.response(DeviceList(devices: devices), status: .ok)
+    }
+
+    /// Revokes one of the caller's user's devices (itself included). An unknown id, another user's device, a revoked
+    /// one and a malformed id are all `404` and change nothing (docs/API.md).
+    @Sendable func revoke(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let caller = context.device
+        guard let deviceId = context.parameters.get("deviceId"), JWTClaimRules.isValidDeviceId(deviceId) else {
+            throw PigeonError(.notFound, "no such device: a device id is 1-128 printable ASCII characters without spaces")
+        }
+        let device = DeviceIdentity(userId: caller.userId, deviceId: deviceId)
+        guard let revocation = try await store.revokeDevice(device, at: WallClock.nowMillis()) else {
+            throw PigeonError(.notFound, "no device \(deviceId) among this user's devices")
+        }
+        fanout.deviceRevoked(revocation)
+        logger.info(
+            "device revoked",
+            metadata: ["userId": "\(device.userId)", "deviceId": "\(device.deviceId)", "byDeviceId": "\(caller.deviceId)"])
+        return Response(status: .noContent)
     }
 
     @Sendable func register(_ request: Request, context: PigeonRequestContext) async throws -> Response {

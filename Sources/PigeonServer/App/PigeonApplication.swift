@@ -23,13 +23,15 @@ public enum PigeonApplication {
         let router = Router(context: PigeonRequestContext.self)
         router.middlewares.add(ErrorMiddleware())
         let v1 = router.group("/v1")
-        DeviceController(
-            authenticator: core.authenticator, abuse: core.abuse, metrics: core.metrics, openRegistration: configuration.isOpenRegistrationEnabled,
-            trustedProxies: configuration.trustedProxies, maxBodyBytes: configuration.maxBodyBytes
-        ).addRoutes(to: v1)
+        let devices = DeviceController(
+            authenticator: core.authenticator, store: core.store, fanout: core.fanout, abuse: core.abuse, metrics: core.metrics,
+            openRegistration: configuration.isOpenRegistrationEnabled, trustedProxies: configuration.trustedProxies,
+            maxBodyBytes: configuration.maxBodyBytes, logger: logger)
+        devices.addRoutes(to: v1)
         // Routes of a device: the token in the Authorization header...
         let device = v1.group().add(middleware: DeviceAuthenticationMiddleware(authenticator: core.authenticator))
             .group(context: DeviceRequestContext.self)
+        devices.addDeviceRoutes(to: device)
         ConversationController(
             store: core.store, ingest: core.ingest, access: access, abuse: core.abuse, maxMembers: configuration.maxMembers,
             maxBodyBytes: configuration.maxBodyBytes
@@ -67,7 +69,7 @@ public enum PigeonApplication {
                     limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.housekeeping, core.processor, core.typing],
+            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing],
             onServerRunning: { channel in
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
             },

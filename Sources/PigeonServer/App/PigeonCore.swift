@@ -19,6 +19,8 @@ final class PigeonCore: Sendable {
     let buffer: any IngestBuffer
     let ingest: Ingest
     let authenticator: Authenticator
+    /// When each device was last seen, written off the requests' path.
+    let activity: DeviceActivity
     /// Registrations per address, conversations and stored bytes per user.
     let abuse: AbuseGuard
     let processor: Processor
@@ -43,17 +45,17 @@ final class PigeonCore: Sendable {
         let store: any MessageStore
         let fanout: any Fanout
         var sqliteStore: SQLiteMessageStore?
+        let local = LocalFanout(hub: hub)
         switch configuration.store {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
-            let local = LocalFanout(hub: hub)
             let opened = try SQLiteMessageStore(
                 path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector)
             (store, fanout, sqliteStore) = (opened, local, opened)
             sqliteFiles.append(path)
         case .postgres(let url):
             let opened = try await PostgresMessageStore.open(
-                url: url, local: LocalFanout(hub: hub), faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
+                url: url, local: local, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
                 stageTimer: metrics.stageTimer)
             (store, fanout) = (opened, opened.fanout)
             // Which devices are connected to which node (`recipientsOnline` counts every node's).
@@ -85,15 +87,19 @@ final class PigeonCore: Sendable {
                 throw error
             }
         }
-        let authenticator = try await Authenticator(store: store, configuration: configuration.auth, logger: logger)
+        let activity = DeviceActivity(store: store, interval: configuration.deviceLastSeenInterval, logger: logger)
+        let authenticator = try await Authenticator(store: store, configuration: configuration.auth, activity: activity, logger: logger)
+        // Every revocation this node acts on (its own and the other nodes'): its tokens are checked against the store again.
+        local.observeRevocations { [authenticator] revocation in authenticator.forget(revocation) }
         return PigeonCore(
             configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, buffer: buffer,
-            authenticator: authenticator, sqliteFiles: sqliteFiles, backendServices: backendServices)
+            authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices)
     }
 
     private init(
         configuration: ServerConfiguration, logger: Logger, metrics: PigeonMetrics, hub: StreamHub, fanout: any Fanout,
-        store: any MessageStore, buffer: any IngestBuffer, authenticator: Authenticator, sqliteFiles: [String], backendServices: [any Service]
+        store: any MessageStore, buffer: any IngestBuffer, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
+        backendServices: [any Service]
     ) {
         self.configuration = configuration
         self.logger = logger
@@ -103,6 +109,7 @@ final class PigeonCore: Sendable {
         self.store = store
         self.buffer = buffer
         self.authenticator = authenticator
+        self.activity = activity
         self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
         self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
         self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)

@@ -10,6 +10,8 @@ public struct PigeonRequestContext: RequestContext, WebSocketRequestContext, Rem
     /// The TCP peer (a reverse proxy when there is one: see ``ClientAddress``).
     public let remoteAddress: SocketAddress?
     var device: DeviceIdentity?
+    /// When the token that authenticated ``device`` was issued (a JWT's `iat`, seconds; `nil`: opaque or no `iat`).
+    var tokenIssuedAt: Int64?
     /// Where a WebSocket's stream starts, fixed before the upgrade is answered (so nothing committed after the
     /// client sees the upgrade can be missed).
     var streamStart: StreamStart?
@@ -19,6 +21,7 @@ public struct PigeonRequestContext: RequestContext, WebSocketRequestContext, Rem
         self.webSocket = .init()
         self.remoteAddress = source.channel.remoteAddress
         self.device = nil
+        self.tokenIssuedAt = nil
         self.streamStart = nil
     }
 }

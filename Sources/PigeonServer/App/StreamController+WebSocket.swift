@@ -14,19 +14,20 @@ extension StreamController {
             context.device != nil && context.streamStart != nil ? .upgrade([:]) : .dontUpgrade
         } onUpgrade: { inbound, outbound, context in
             guard let device = context.requestContext.device, let start = context.requestContext.streamStart else { return }
-            try await runWebSocket(device: device, start: start, inbound: inbound, outbound: outbound)
+            try await runWebSocket(
+                device: device, tokenIssuedAt: context.requestContext.tokenIssuedAt, start: start, inbound: inbound, outbound: outbound)
         }
         return router
     }
 
     /// Runs one WebSocket: its operations (read one at a time, paused while the replies to write are over the
     /// session's high-water mark), the receipts they batch, and the writer of its stream under the session's
-    /// watch. A stream the server ends is closed with its code (4008, 4009); the close frame gets the close
+    /// watch. A stream the server ends is closed with its code (4001, 4008, 4009); the close frame gets the close
     /// timeout to reach a client that may not read, then the socket is closed regardless.
     private func runWebSocket(
-        device: DeviceIdentity, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
+        device: DeviceIdentity, tokenIssuedAt: Int64?, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
     ) async throws {
-        let session = makeStreamSession(device: device, transport: "ws")
+        let session = makeStreamSession(device: device, tokenIssuedAt: tokenIssuedAt, transport: "ws")
         let receipts = ReceiptQueue()
         let ended: StreamSession.EndReason?
         do {
@@ -39,6 +40,8 @@ extension StreamController {
                                 session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
                                 continue
                             }
+                            // An operation is a request of the device's (its `lastSeenAt`).
+                            self.authenticator.activity.seen(device)
                             await self.handleOperation(text, device: device, session: session, receipts: receipts)
                             await session.waitUntilDrained()
                             if session.isEnding { break }
@@ -206,7 +209,9 @@ struct WebSocketAuthMiddleware: RouterMiddleware {
         // Hummingbird's WebSocket handler logs the first bytes of every frame at trace level, with this logger:
         // message bodies never reach the log.
         context.logger.logLevel = max(context.logger.logLevel, .debug)
-        context.device = try? await authenticator.device(request, allowQuery: true)
+        let authenticated = try? await authenticator.authenticate(request, allowQuery: true)
+        context.device = authenticated?.device
+        context.tokenIssuedAt = authenticated?.issuedAt
         if context.device != nil {
             // A malformed cursor (or a store failure) leaves no start: not upgraded, the HTTP route answers.
             context.streamStart = try? await store.resolveStart(request.cursorParameter(allowHeader: false))

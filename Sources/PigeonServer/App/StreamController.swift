@@ -58,7 +58,7 @@ struct StreamController: Sendable {
 
     @Sendable func serverSentEvents(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let cursor = try request.cursorParameter(allowHeader: true)
-        let session = makeStreamSession(device: context.device, transport: "sse")
+        let session = makeStreamSession(device: context.device, tokenIssuedAt: context.tokenIssuedAt, transport: "sse")
         let start: StreamStart
         do {
             start = try await store.resolveStart(cursor)
@@ -72,16 +72,19 @@ struct StreamController: Sendable {
             body: ResponseBody { writer in
                 let ended = try await self.runServerSentEvents(session: session, start: start, writer: writer)
                 // Ended by the server (too slow, write timeout, replaced): the connection is closed, not the
-                // response finished, as the client may not be reading; it reconnects with its last id.
-                if let ended { throw StreamEnded(reason: ended) }
+                // response finished, as the client may not be reading; it reconnects with its last id. A revoked
+                // device's stream is finished: its reconnection gets 401.
+                if let ended, ended != .revoked { throw StreamEnded(reason: ended) }
                 try await writer.finish(nil)
             })
     }
 
-    /// A registered session of `device` under the configured stream limits.
-    func makeStreamSession(device: DeviceIdentity, transport: String) -> StreamSession {
+    /// A registered session of `device` (its token issued at `tokenIssuedAt`) under the configured stream limits.
+    func makeStreamSession(device: DeviceIdentity, tokenIssuedAt: Int64?, transport: String) -> StreamSession {
         let metrics = self.metrics
-        let session = hub.makeSession(device: device, transport: transport, limits: streamLimits) { metrics.limitHit($0) }
+        let session = hub.makeSession(device: device, tokenIssuedAt: tokenIssuedAt, transport: transport, limits: streamLimits) {
+            metrics.limitHit($0)
+        }
         hub.register(session, maxStreamsPerDevice: streamLimits.maxStreamsPerDevice)
         return session
     }

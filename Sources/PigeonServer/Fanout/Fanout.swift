@@ -11,6 +11,10 @@
 ///   heart-beating stops counting within seconds). It is the evidence for `recipientsOnline`, not a guarantee.
 /// - ``broadcast(type:json:to:)`` is best effort and at most once: a frame reaches the devices of `users` connected to
 ///   this node and to the other nodes it can reach now; it is never stored, repeated or replayed.
+/// - ``deviceRevoked(_:)`` takes a revocation committed by this node's store. This node acts on it before the call
+///   returns (its cached tokens of the device are forgotten, its streams of the device end); every other live node
+///   within about a second, even when a wake-up is lost (the store's revocations are the source, and are re-read).
+///   Acting on a revocation twice is harmless.
 public protocol Fanout: Sendable {
     /// Hands events committed by this node to the devices connected to every node.
     func publish(_ committed: [StoredEvent])
@@ -18,6 +22,9 @@ public protocol Fanout: Sendable {
     func onlineDevices(of users: [String]) -> Set<DeviceIdentity>
     /// Sends a frame that is never stored to the connected devices of `users` on every node.
     func broadcast(type: String, json: String, to users: [String])
+    /// Ends a revoked device's access on every node: cached tokens forgotten, streams of tokens issued before the
+    /// revocation ended (WebSocket close code 4001, SSE finished).
+    func deviceRevoked(_ revocation: DeviceRevocation)
 }
 
 extension Fanout {

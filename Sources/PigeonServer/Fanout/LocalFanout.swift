@@ -1,7 +1,11 @@
+import NIOConcurrencyHelpers
+
 /// The fan-out of a single node: committed events and frames go straight to its stream hub, presence is the hub's.
 public final class LocalFanout: Fanout {
     private let sink: any EventSink
     private let hub: StreamHub?
+    /// Told of every revocation this node acts on, before the hub ends the device's streams (the authenticator's caches).
+    private let revocationObservers = NIOLockedValueBox<[@Sendable (DeviceRevocation) -> Void]>([])
 
     /// The fan-out of a node's own stream hub.
     public init(hub: StreamHub) {
@@ -31,5 +35,18 @@ public final class LocalFanout: Fanout {
 
     public func broadcast(type: String, json: String, to users: [String]) {
         hub?.publishEphemeral(type: type, json: json, to: users, excluding: nil)
+    }
+
+    /// Calls `observer` with every revocation this node acts on (its own, and the other nodes' as they arrive), before
+    /// the device's streams end.
+    func observeRevocations(_ observer: @escaping @Sendable (DeviceRevocation) -> Void) {
+        revocationObservers.withLockedValue { $0.append(observer) }
+    }
+
+    /// Acts on a revocation on this node: the observers first (so a reconnect is refused), then the device's streams
+    /// of tokens issued before it end.
+    public func deviceRevoked(_ revocation: DeviceRevocation) {
+        for observer in revocationObservers.withLockedValue({ $0 }) { observer(revocation) }
+        hub?.endStreams(revokedBy: revocation)
     }
 }

@@ -16,6 +16,9 @@ import ServiceLifecycle
 ///   in memory: change sets apply in version order, and a gap (a lost notification, a new node) reloads the table.
 ///   A node that stops heart-beating (every 2 s) stops counting after 10 s; its rows are deleted.
 /// - Ephemeral frames (typing): `NOTIFY pigeon_ephemeral_<epoch>`, best effort.
+/// - Revocations: the revoking node acts at once and wakes the others (`NOTIFY pigeon_events_<epoch>`, `r:<node id>`);
+///   every node reads the store's revocations after the last one it read, when woken and every
+///   ``revocationPollInterval``, so a lost notification delays a revocation on a node by at most that.
 public final class PostgresFanout: Fanout, Service {
     /// Reads the events of `users` (`nil`: every user's) after the given offset of each partition and up to its
     /// head, at most `pageSize` per partition, each partition's in offset order; answers them and each partition's
@@ -24,8 +27,16 @@ public final class PostgresFanout: Fanout, Service {
         events: [StoredEvent], heads: [Int64]
     )
 
+    /// Reads the revocations numbered after `after`, in order, at most `limit`; answers them and the number of the last
+    /// one read (`after` when none).
+    typealias RevocationReader = @Sendable (_ after: Int64, _ limit: Int) async throws -> (revocations: [DeviceRevocation], through: Int64)
+
     /// A node that has not heart-beaten for this long is gone: its devices no longer count as online.
     static let nodeTimeoutMillis = PostgresSchema.nodeTimeoutMillis
+    /// The longest a node takes to act on another node's revocation when the wake-up is lost (docs/API.md).
+    static let revocationPollInterval = Duration.seconds(1)
+    /// What begins the payload of a revocation wake-up on the events' channel (the rest is the node id).
+    static let revocationPrefix = "r:"
 
     private let client: PostgresClient
     private let local: LocalFanout
@@ -37,10 +48,14 @@ public final class PostgresFanout: Fanout, Service {
     private let eventChannel: String
     private let ephemeralChannel: String
     private let presenceChannel: String
-    /// Conversations whose members, roles or name changed on a node (payload: the conversation id): every node drops
-    /// what it cached of them.
-    private let membersChannel: String
+    /// What runs when another node announces a membership change (``announceMembersChange(_:)``).
     private let membersChanged = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
+    private let readRevocations: RevocationReader
+    /// The number of the last revocation this node read.
+    private let revocationsRead: NIOLockedValueBox<Int64>
+    private let revocationWakeUp = AsyncSignal()
+    /// Set after a local revocation: the other nodes are to be woken.
+    private let revocationNotifyWakeUp = AsyncSignal()
 
     /// Per partition, the last offset handed to the local devices (by ``publish(_:)`` or the tail).
     private let handedOver: NIOLockedValueBox<[Int64]>
@@ -56,10 +71,11 @@ public final class PostgresFanout: Fanout, Service {
     private let view = NIOLockedValueBox(PresenceView())
     private let reloadWakeUp = AsyncSignal()
 
-    /// `head`: the newest offset of each partition when the node starts (its devices get what comes after).
+    /// `head`: the newest offset of each partition when the node starts (its devices get what comes after);
+    /// `revocationHead`: the number of the newest revocation then (its caches are empty: older ones are in the store).
     init(
-        client: PostgresClient, epoch: String, nodeId: String, head: [Int64], local: LocalFanout, logger: Logger,
-        stageTimer: ProcessingStageTimer = .none, readEvents: @escaping EventReader
+        client: PostgresClient, epoch: String, nodeId: String, head: [Int64], revocationHead: Int64, local: LocalFanout, logger: Logger,
+        stageTimer: ProcessingStageTimer = .none, readEvents: @escaping EventReader, readRevocations: @escaping RevocationReader
     ) {
         self.client = client
         self.stageTimer = stageTimer
@@ -70,7 +86,8 @@ public final class PostgresFanout: Fanout, Service {
         self.eventChannel = "pigeon_events_\(epoch)"
         self.ephemeralChannel = "pigeon_ephemeral_\(epoch)"
         self.presenceChannel = "pigeon_presence_\(epoch)"
-        self.membersChannel = "pigeon_members_\(epoch)"
+        self.readRevocations = readRevocations
+        self.revocationsRead = NIOLockedValueBox(revocationHead)
         self.handedOver = NIOLockedValueBox(head)
         (self.ephemeralQueue, self.ephemeralOutbox) = AsyncStream.makeStream(of: EphemeralFrame.self, bufferingPolicy: .bufferingNewest(10_000))
     }
@@ -79,24 +96,30 @@ public final class PostgresFanout: Fanout, Service {
     /// runs it beside its connection pool).
     public func run() async throws {
         await withTaskGroup(of: Void.self) { group in
-            // A node's own notifications wake nothing: it handed its commits over already (or woke its tail for a gap).
+            // A node's own notifications wake nothing: it handed its commits over already (or woke its tail for a gap),
+            // and acted on its revocations. Revocations share the events' channel (a LISTEN holds a pooled
+            // connection): their payload is the node id after "r:"; a (re)connection wakes their reader, as revocations
+            // may have been missed meanwhile.
             group.addTask {
-                await self.listen(on: self.eventChannel) { [tailWakeUp = self.tailWakeUp, nodeId = self.nodeId] payload in
-                    if payload != nodeId { tailWakeUp.notify() }
+                await self.listen(on: self.eventChannel) {
+                    [tailWakeUp = self.tailWakeUp, revocationWakeUp = self.revocationWakeUp, nodeId = self.nodeId] payload in
+                    if let payload, payload.hasPrefix(Self.revocationPrefix) {
+                        if payload.dropFirst(Self.revocationPrefix.count) != nodeId { revocationWakeUp.notify() }
+                    } else if payload != nodeId {
+                        tailWakeUp.notify()
+                        if payload == nil { revocationWakeUp.notify() }
+                    }
                 }
             }
             group.addTask { await self.listen(on: self.ephemeralChannel) { [weak self] payload in self?.receiveEphemeral(payload) } }
             group.addTask { await self.listen(on: self.presenceChannel) { [weak self] payload in self?.receivePresence(payload) } }
-            group.addTask {
-                await self.listen(on: self.membersChannel) { [membersChanged = self.membersChanged] payload in
-                    if let payload { membersChanged.withLockedValue { $0 }?(payload) }
-                }
-            }
             group.addTask { await self.tail() }
             group.addTask { await self.notifyOtherNodes() }
             group.addTask { await self.sendEphemeralFrames() }
             group.addTask { await self.maintainPresence() }
             group.addTask { await self.reloadPresence() }
+            group.addTask { await self.followRevocations() }
+            group.addTask { await self.announceRevocations() }
             await group.waitForAll()
         }
     }
@@ -237,19 +260,73 @@ public final class PostgresFanout: Fanout, Service {
 
     // MARK: Membership changes
 
-    /// Sets what runs when any node (this one included) announces a membership change of a conversation.
+    /// The ephemeral frame type that carries a membership change between nodes (never sent to a device).
+    static let membersChangedFrame = "pigeon.members.changed"
+
+    /// Sets what runs when another node announces a membership change of a conversation.
     func onMembersChanged(_ handler: @escaping @Sendable (String) -> Void) {
         membersChanged.withLockedValue { $0 = handler }
     }
 
-    /// Tells every node that the members of `conversationId` changed (after the change committed). Best effort: a lost
-    /// notification leaves another node's cached list until its next processing batch of that conversation, which
-    /// re-reads the members under the conversation's lock (the change moved its last seq).
+    /// Tells the other nodes that the members of `conversationId` changed (after the change committed), on the
+    /// ephemeral channel every node listens to already. Best effort: a lost notification leaves another node's cached
+    /// list until its next processing batch of that conversation, which re-reads the members under the conversation's
+    /// lock (the change moved its last seq).
     func announceMembersChange(_ conversationId: String) async {
+        let frame = EphemeralFrame(type: Self.membersChangedFrame, json: conversationId, users: [], node: nodeId)
         do {
-            try await client.query("SELECT pg_notify(\(membersChannel), \(conversationId))", logger: logger)
+            let payload = String(decoding: try JSONEncoder().encode(frame), as: UTF8.self)
+            try await client.query("SELECT pg_notify(\(ephemeralChannel), \(payload))", logger: logger)
         } catch {
             logger.warning("membership change not announced", metadata: ["conversation": "\(conversationId)", "error": "\(String(reflecting: error))"])
+        }
+    }
+
+    // MARK: Revocations
+
+    public func deviceRevoked(_ revocation: DeviceRevocation) {
+        local.deviceRevoked(revocation)
+        revocationNotifyWakeUp.notify()
+    }
+
+    /// Reads the revocations after the last one read, when woken and every ``revocationPollInterval``, and acts on
+    /// each on this node (its own ones again: harmless).
+    private func followRevocations() async {
+        while !Task.isCancelled {
+            await revocationWakeUp.wait(timeout: Self.revocationPollInterval)
+            if Task.isCancelled { return }
+            do {
+                var full = true
+                while full {
+                    let after = revocationsRead.withLockedValue { $0 }
+                    let read = try await withDeadline(.seconds(10)) { [readRevocations] in try await readRevocations(after, 500) }
+                    for revocation in read.revocations { local.deviceRevoked(revocation) }
+                    revocationsRead.withLockedValue { $0 = max($0, read.through) }
+                    full = read.revocations.count == 500
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("reading revocations failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
+                try? await Task.sleep(for: .milliseconds(200))
+                revocationWakeUp.notify()
+            }
+        }
+    }
+
+    /// Wakes the other nodes after local revocations (one `NOTIFY` naming this node, coalesced).
+    private func announceRevocations() async {
+        while !Task.isCancelled {
+            await revocationNotifyWakeUp.wait()
+            if Task.isCancelled { return }
+            do {
+                let payload = Self.revocationPrefix + nodeId
+                _ = try await withDeadline(.seconds(10)) { [client, logger, eventChannel] in
+                    try await client.query("SELECT pg_notify(\(eventChannel), \(payload))", logger: logger)
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.debug("revocation notification not sent", metadata: ["error": "\(String(reflecting: error))"])
+            }
         }
     }
 
@@ -297,6 +374,10 @@ public final class PostgresFanout: Fanout, Service {
     private func receiveEphemeral(_ payload: String?) {
         guard let payload, let frame = try? JSONDecoder().decode(EphemeralFrame.self, from: Data(payload.utf8)), frame.node != nodeId
         else { return }
+        if frame.type == Self.membersChangedFrame {
+            membersChanged.withLockedValue { $0 }?(frame.json)
+            return
+        }
         local.broadcast(type: frame.type, json: frame.json, to: frame.users)
     }
 

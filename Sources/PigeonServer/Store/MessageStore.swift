@@ -23,13 +23,14 @@ public struct DeviceRegistrationRule: Sendable {
         self.maxDevices = maxDevices
     }
 
-    /// The refusal for a user that has `existing` devices, or `nil` when the registration may be written.
-    func refusal(existing: Int) -> PigeonError? {
-        if onlyFirstDevice && existing > 0 {
+    /// The refusal for a user that has ever had `everHad` devices (revoked ones included: a userId whose devices were
+    /// all revoked is still taken) of which `active` are not revoked, or `nil` when the registration may be written.
+    func refusal(everHad: Int, active: Int) -> PigeonError? {
+        if onlyFirstDevice && everHad > 0 {
             return PigeonError(.unauthorized, "this userId already has devices: register another one with the token of one of them")
         }
-        if existing >= maxDevices {
-            return PigeonError(.forbidden, "this user has \(existing) devices, the most allowed; revoke one first")
+        if active >= maxDevices {
+            return PigeonError(.forbidden, "this user has \(active) devices, the most allowed; revoke one first")
         }
         return nil
     }
@@ -45,6 +46,70 @@ public struct MessageTarget: Sendable, Equatable {
         self.senderId = senderId
         self.type = type
         self.deleted = deleted
+    }
+}
+
+/// A device of a user as the store keeps it: registered, or seen through a JWT (API.md 1.1, "Devices: list and
+/// revoke").
+public struct DeviceRecord: Sendable, Equatable {
+    public var deviceId: String
+    /// The name it registered with; `nil` for none (always for a device seen through a JWT).
+    public var name: String?
+    /// When it registered, or was first seen through a JWT (milliseconds since the epoch).
+    public var createdAt: Int64
+    /// When it last made an authenticated request, as last written (``DeviceActivity`` writes it at most once a
+    /// minute per device).
+    public var lastSeenAt: Int64
+
+    public init(deviceId: String, name: String?, createdAt: Int64, lastSeenAt: Int64) {
+        self.deviceId = deviceId
+        self.name = name
+        self.createdAt = createdAt
+        self.lastSeenAt = lastSeenAt
+    }
+}
+
+/// A committed revocation of a device.
+public struct DeviceRevocation: Sendable, Hashable {
+    public var device: DeviceIdentity
+    /// When it was revoked (milliseconds since the epoch).
+    public var revokedAt: Int64
+
+    public init(device: DeviceIdentity, revokedAt: Int64) {
+        self.device = device
+        self.revokedAt = revokedAt
+    }
+
+    /// The last second (of a JWT's `iat`) whose tokens the revocation refuses: a token of the device issued in a later
+    /// second is accepted; one issued in this second or before, or without `iat`, is not. Opaque tokens are gone.
+    public var tokensIssuedThrough: Int64 { revokedAt / 1000 }
+
+    /// Whether a token of this device issued at `issuedAt` (a JWT's `iat` in seconds; `nil`: an opaque token or a
+    /// JWT without `iat`) is refused by this revocation.
+    public func refuses(tokenIssuedAt issuedAt: Int64?) -> Bool {
+        guard let issuedAt else { return true }
+        return issuedAt <= tokensIssuedThrough
+    }
+}
+
+/// What the store knows of a device seen through a JWT (``MessageStore/recordJWTDevice(_:issuedAt:at:)``).
+public struct JWTDeviceState: Sendable, Equatable {
+    /// Its latest revocation, if it was ever revoked: tokens issued up to that second stay refused.
+    public var lastRevokedAt: Int64?
+    /// Whether it is listed in `GET /v1/devices` (not revoked, or seen again with a token issued after its
+    /// revocation).
+    public var isListed: Bool
+
+    public init(lastRevokedAt: Int64?, isListed: Bool) {
+        self.lastRevokedAt = lastRevokedAt
+        self.isListed = isListed
+    }
+
+    /// Whether a token issued at `issuedAt` (seconds; `nil`: no `iat`) is refused by the device's latest revocation.
+    public func refuses(tokenIssuedAt issuedAt: Int64?) -> Bool {
+        guard let lastRevokedAt else { return false }
+        guard let issuedAt else { return true }
+        return issuedAt <= lastRevokedAt / 1000
     }
 }
 
@@ -161,9 +226,26 @@ public protocol MessageStore: Sendable {
     /// Registers a device of `userId`, atomically checking `rule` against the user's devices at that moment
     /// (two concurrent registrations of a new user cannot both count as its first).
     func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity
-    /// The device whose opaque token hashes to `tokenHash`, or `nil`: the only way a device token is checked (the
-    /// store never sees a token itself).
+    /// The device whose opaque token hashes to `tokenHash`, or `nil` (also once the device is revoked): the only way a
+    /// device token is checked (the store never sees a token itself).
     func device(tokenHash: String) async throws -> DeviceIdentity?
+    /// The devices of `userId` that are not revoked, registered or seen through a JWT, oldest first (ties: by id).
+    func devices(of userId: String) async throws -> [DeviceRecord]
+    /// Revokes a device that is not revoked yet, atomically: its opaque token stops matching (``device(tokenHash:)``),
+    /// it leaves ``devices(of:)``, and JWTs of it issued up to `revokedAt`'s second are refused from now on
+    /// (``recordJWTDevice(_:issuedAt:at:)``). It keeps counting as a device the user has had (``registerDevice``'s
+    /// rule), and the messages it sent stay. `nil`, and nothing written, for a device the user does not have (or no
+    /// longer has: revoked already). Caches of other nodes learn of it through the ``Fanout``.
+    func revokeDevice(_ device: DeviceIdentity, at revokedAt: Int64) async throws -> DeviceRevocation?
+    /// Records when devices were last seen (milliseconds since the epoch); a time never moves back, unknown devices
+    /// are skipped. One write for the whole batch (``DeviceActivity`` calls it at most about once a minute per
+    /// device, off the requests' path).
+    func recordDevicesSeen(_ seen: [DeviceIdentity: Int64]) async throws
+    /// A device that authenticated with a JWT (`sub` + `did`, issued at `issuedAt` seconds, `nil` without `iat`):
+    /// recorded on first sight (no name, created and seen `now`), so that ``devices(of:)`` lists it; a revoked one is
+    /// listed again when `issuedAt` is after its latest revocation's second. Answers its state after the call, from
+    /// which the caller refuses tokens issued before the revocation.
+    func recordJWTDevice(_ device: DeviceIdentity, issuedAt: Int64?, at now: Int64) async throws -> JWTDeviceState
 
     /// Creates a conversation of `creator` and `members` (the creator always included, repeats dropped; the routes
     /// validate the list first) and, in the same transaction, a `conversation.created` event for every member, whose

@@ -62,11 +62,12 @@ public final class PostgresMessageStore: MessageStore, Service {
             ).decode((Int32, Int64).self) {
                 head[Int(part)] = offset
             }
+            let revocationHead = try await Self.revocationHead(connection, logger: logger)
             try await connection.close()
             let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
             return PostgresMessageStore(
-                epoch: epoch, head: head, client: client, local: local, faultInjector: faultInjector, logger: logger, nodeId: nodeId,
-                stageTimer: stageTimer)
+                epoch: epoch, head: head, revocationHead: revocationHead, client: client, local: local, faultInjector: faultInjector,
+                logger: logger, nodeId: nodeId, stageTimer: stageTimer)
         } catch {
             try? await connection.close()
             throw error
@@ -74,8 +75,8 @@ public final class PostgresMessageStore: MessageStore, Service {
     }
 
     private init(
-        epoch: String, head: [Int64], client: PostgresClient, local: LocalFanout, faultInjector: ProcessingFaultInjector?, logger: Logger,
-        nodeId: String, stageTimer: ProcessingStageTimer
+        epoch: String, head: [Int64], revocationHead: Int64, client: PostgresClient, local: LocalFanout, faultInjector: ProcessingFaultInjector?,
+        logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer
     ) {
         self.epoch = epoch
         self.stageTimer = stageTimer
@@ -84,11 +85,14 @@ public final class PostgresMessageStore: MessageStore, Service {
         self.faultInjector = faultInjector
         self.logger = logger
         self.fanout = PostgresFanout(
-            client: client, epoch: epoch, nodeId: nodeId, head: head, local: local, logger: logger, stageTimer: stageTimer
-        ) {
-            [client, logger] after, users, pageSize in
-            try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
-        }
+            client: client, epoch: epoch, nodeId: nodeId, head: head, revocationHead: revocationHead, local: local, logger: logger,
+            stageTimer: stageTimer,
+            readEvents: { [client, logger] after, users, pageSize in
+                try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
+            },
+            readRevocations: { [client, logger] after, limit in
+                try await Self.readRevocations(client, after: after, limit: limit, logger: logger)
+            })
         fanout.onMembersChanged { [membersCache, lastSeqCache, watermarkCache] conversationId in
             membersCache.changed(conversationId, members: nil)
             lastSeqCache.withLockedValue { $0[conversationId] = nil }
@@ -155,34 +159,6 @@ public final class PostgresMessageStore: MessageStore, Service {
         } catch let error as PostgresTransactionError {
             throw error.closureError ?? error.beginError ?? error.commitError ?? error
         }
-    }
-
-    // MARK: Devices
-
-    public func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity {
-        let deviceId = Identifiers.uuidV4()
-        try await transaction { connection in
-            // One registration of a user at a time, so the count below cannot change before the insert commits.
-            try await connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\("pigeon-devices:" + userId), 0))", logger: logger)
-            var existing = 0
-            for try await count in try await connection.query(
-                "SELECT COUNT(*)::BIGINT FROM devices WHERE user_id = \(userId)", logger: logger
-            ).decode(Int64.self) { existing = Int(count) }
-            if let refusal = rule.refusal(existing: existing) { throw refusal }
-            try await connection.query(
-                "INSERT INTO devices(id, user_id, name, token_hash, created_at) VALUES (\(deviceId), \(userId), \(name), \(tokenHash), \(WallClock.nowMillis()))",
-                logger: logger)
-        }
-        return DeviceIdentity(userId: userId, deviceId: deviceId)
-    }
-
-    public func device(tokenHash: String) async throws -> DeviceIdentity? {
-        for try await (userId, deviceId) in try await client.query(
-            "SELECT user_id, id FROM devices WHERE token_hash = \(tokenHash)", logger: logger
-        ).decode((String, String).self) {
-            return DeviceIdentity(userId: userId, deviceId: deviceId)
-        }
-        return nil
     }
 
     // MARK: Conversations

@@ -224,6 +224,28 @@ enum PostgresSchema {
             ]
         ),
         (
+            7,
+            [
+                // API.md 1.1, devices: a device is the pair (user, device id), so that JWT `did`s of different users never
+                // collide; a device seen through a JWT has no token hash. A revoked device keeps its row (its user still
+                // counts as having had a device): `revoked_at` is set while it is revoked, `last_revoked_at` keeps the
+                // latest revocation (a JWT device seen again with a newer token is listed again, older tokens stay
+                // refused), and `revocation_seq` orders the revocations the nodes follow (+Devices, PostgresFanout).
+                "ALTER TABLE devices DROP CONSTRAINT devices_pkey",
+                "ALTER TABLE devices ADD PRIMARY KEY (user_id, id)",
+                "DROP INDEX devices_user",
+                "ALTER TABLE devices ALTER COLUMN token_hash DROP NOT NULL",
+                "ALTER TABLE devices ADD COLUMN last_seen_at BIGINT",
+                "UPDATE devices SET last_seen_at = created_at",
+                "ALTER TABLE devices ALTER COLUMN last_seen_at SET NOT NULL",
+                "ALTER TABLE devices ADD COLUMN revoked_at BIGINT",
+                "ALTER TABLE devices ADD COLUMN last_revoked_at BIGINT",
+                "ALTER TABLE devices ADD COLUMN revocation_seq BIGINT",
+                "CREATE SEQUENCE device_revocation_seq",
+                "CREATE INDEX devices_revocation ON devices(revocation_seq) WHERE revocation_seq IS NOT NULL",
+            ]
+        ),
+        (
             8,
             [
                 // API.md 1.1, edit and delete: when a message was last edited or deleted, and the target a pigeon.edit or

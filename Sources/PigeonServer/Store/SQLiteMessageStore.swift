@@ -47,33 +47,10 @@ public final class SQLiteMessageStore: MessageStore {
 
     /// A group-committed write; a disk that refuses it is answered with ``SQLiteDiskHealth/refusal``.
     @discardableResult
-    private func write<T: Sendable>(
+    func write<T: Sendable>(
         _ body: @escaping @Sendable (Database) throws -> T, afterCommit: (@Sendable (T) -> Void)? = nil
     ) async throws -> T {
         try await diskHealth.guarding { try await writer.write(body, afterCommit: afterCommit) }
-    }
-
-    // MARK: Devices
-
-    public func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity {
-        let deviceId = Identifiers.uuidV4()
-        let now = WallClock.nowMillis()
-        _ = try await write { db in
-            let existing = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM devices WHERE user_id = ?", arguments: [userId]) ?? 0
-            if let refusal = rule.refusal(existing: existing) { throw refusal }
-            try db.execute(
-                sql: "INSERT INTO devices(id, user_id, name, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-                arguments: [deviceId, userId, name, tokenHash, now])
-        }
-        return DeviceIdentity(userId: userId, deviceId: deviceId)
-    }
-
-    public func device(tokenHash: String) async throws -> DeviceIdentity? {
-        try await pool.read { db in
-            try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT user_id, id FROM devices WHERE token_hash = ?"), arguments: [tokenHash]
-            ).map { DeviceIdentity(userId: $0[0], deviceId: $0[1]) }
-        }
     }
 
     // MARK: Conversations

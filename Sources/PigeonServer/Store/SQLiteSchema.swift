@@ -14,6 +14,12 @@ import GRDB
 /// v3 (API.md 1.1): conversations gain `kind` (direct or group; existing unnamed two-member ones are direct), members
 /// a `role` (the creator is the owner) and `joined_seq` (0 for founding members).
 ///
+/// v4 (API.md 1.1, devices): a device is the pair (user, device id), so that JWT `did`s of different users never
+/// collide; devices seen through a JWT have no token hash. Devices gain `last_seen_at` (existing ones: their
+/// creation), `revoked_at` (set while revoked; a revoked device keeps its row, so its user still counts as having had
+/// a device) and `last_revoked_at` (the latest revocation, kept when a JWT device is seen again with a newer token:
+/// older tokens stay refused).
+///
 /// v5 (API.md 1.1, edit and delete): messages gain `edited_at` and `deleted_at`, and `target_id` (the serverId a
 /// `pigeon.edit` or `pigeon.delete` names, indexed: a delete erases the text of the target's earlier edits).
 enum SQLiteSchema {
@@ -104,6 +110,25 @@ enum SQLiteSchema {
                     ALTER TABLE members ADD COLUMN joined_seq INTEGER NOT NULL DEFAULT 0;
                     UPDATE members SET role = 'owner'
                         WHERE user_id = (SELECT created_by FROM conversations WHERE conversations.id = members.conversation_id);
+                    """)
+        }
+        migrator.registerMigration("v4") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE devices_v4(
+                        user_id TEXT NOT NULL,
+                        id TEXT NOT NULL,
+                        name TEXT,
+                        token_hash TEXT UNIQUE,
+                        created_at INTEGER NOT NULL,
+                        last_seen_at INTEGER NOT NULL,
+                        revoked_at INTEGER,
+                        last_revoked_at INTEGER,
+                        PRIMARY KEY(user_id, id)) WITHOUT ROWID;
+                    INSERT INTO devices_v4(user_id, id, name, token_hash, created_at, last_seen_at)
+                        SELECT user_id, id, name, token_hash, created_at, created_at FROM devices;
+                    DROP TABLE devices;
+                    ALTER TABLE devices_v4 RENAME TO devices;
                     """)
         }
         migrator.registerMigration("v5") { db in

@@ -10,6 +10,10 @@ public final class StreamHub: EventSink {
     private let openCount = NIOLockedValueBox<[String: Int]>([:])
     /// Counts registrations: a reader of ``connectedUsers()`` can tell whether a stream was added since.
     private let registrations = NIOLockedValueBox<UInt64>(0)
+    /// Revocations of the last ``recentRevocationWindow``: a stream whose token was checked just before a revocation
+    /// and that registers just after it ends at once.
+    private let recentRevocations = NIOLockedValueBox<[DeviceIdentity: (revocation: DeviceRevocation, at: ContinuousClock.Instant)]>([:])
+    private static let recentRevocationWindow = Duration.seconds(60)
 
     public init() {
         self.shards = (0..<Self.shardCount).map { _ in NIOLockedValueBox([:]) }
@@ -21,15 +25,17 @@ public final class StreamHub: EventSink {
         return shards[Int(UInt(bitPattern: hasher.finalize()) % UInt(Self.shardCount))]
     }
 
-    /// A new session of `device`; `limitHit` counts the limits it hits (`PigeonMetrics.limitHit`).
+    /// A new session of `device`, opened with a token issued at `tokenIssuedAt` (``StreamSession/tokenIssuedAt``);
+    /// `limitHit` counts the limits it hits (`PigeonMetrics.limitHit`).
     func makeSession(
-        device: DeviceIdentity, transport: String, limits: StreamLimits, limitHit: @escaping @Sendable (String) -> Void
+        device: DeviceIdentity, tokenIssuedAt: Int64? = nil, transport: String, limits: StreamLimits,
+        limitHit: @escaping @Sendable (String) -> Void
     ) -> StreamSession {
         let id = nextSessionID.withLockedValue { id -> UInt64 in
             id += 1
             return id
         }
-        return StreamSession(device: device, id: id, transport: transport, limits: limits, limitHit: limitHit)
+        return StreamSession(device: device, tokenIssuedAt: tokenIssuedAt, id: id, transport: transport, limits: limits, limitHit: limitHit)
     }
 
     /// Told when a device gets its first stream on this node (`true`) or loses its last one (`false`).
@@ -58,6 +64,9 @@ public final class StreamHub: EventSink {
             old.end(.replaced)
         }
         if first { presenceObserver.withLockedValue { $0 }?(session.device, true) }
+        if let recent = recentRevocations.withLockedValue({ $0[session.device]?.revocation }), recent.refuses(tokenIssuedAt: session.tokenIssuedAt) {
+            session.end(.revoked)
+        }
     }
 
     func unregister(_ session: StreamSession) {
@@ -108,6 +117,25 @@ public final class StreamHub: EventSink {
                 session.send(type: type, json: json)
             }
         }
+    }
+
+    /// Ends the streams of a revoked device opened with tokens the revocation refuses
+    /// (``StreamSession/EndReason/revoked``); how many.
+    @discardableResult
+    func endStreams(revokedBy revocation: DeviceRevocation) -> Int {
+        let now = ContinuousClock.now
+        recentRevocations.withLockedValue { recent in
+            recent = recent.filter { now - $0.value.at < Self.recentRevocationWindow }
+            if let known = recent[revocation.device]?.revocation, known.revokedAt >= revocation.revokedAt { return }
+            recent[revocation.device] = (revocation, now)
+        }
+        let ending = shard(revocation.device.userId).withLockedValue { sessions in
+            (sessions[revocation.device.userId] ?? []).filter {
+                $0.device == revocation.device && revocation.refuses(tokenIssuedAt: $0.tokenIssuedAt)
+            }
+        }
+        for session in ending { session.end(.revoked) }
+        return ending.count
     }
 
     /// Ends every open stream (graceful shutdown).

@@ -32,12 +32,15 @@ final class StreamSession: Sendable {
         case writeTimeout
         /// The device opened more streams than allowed; this was its oldest.
         case replaced
+        /// The device was revoked (`DELETE /v1/devices/{deviceId}`): its token no longer works.
+        case revoked
 
         /// The WebSocket close code and reason (API.md).
         var webSocketClose: (code: Int, reason: String) {
             switch self {
             case .tooSlow, .writeTimeout: (4008, "too slow: reconnect with your cursor")
             case .replaced: (4009, "replaced by a newer stream of this device")
+            case .revoked: (4001, "device revoked: its token no longer works")
             }
         }
     }
@@ -61,6 +64,9 @@ final class StreamSession: Sendable {
     }
 
     let device: DeviceIdentity
+    /// When the token that opened it was issued (a JWT's `iat`, seconds; `nil`: opaque, or no `iat`): a revocation
+    /// ends the streams of tokens issued up to its second.
+    let tokenIssuedAt: Int64?
     let id: UInt64
     let transport: String
     private let limits: StreamLimits
@@ -78,8 +84,12 @@ final class StreamSession: Sendable {
     private static let itemOverhead = 64
 
     /// `limitHit` counts a limit hit by name (`PigeonMetrics.limitHit`).
-    init(device: DeviceIdentity, id: UInt64, transport: String, limits: StreamLimits, limitHit: @escaping @Sendable (String) -> Void) {
+    init(
+        device: DeviceIdentity, tokenIssuedAt: Int64? = nil, id: UInt64, transport: String, limits: StreamLimits,
+        limitHit: @escaping @Sendable (String) -> Void
+    ) {
         self.device = device
+        self.tokenIssuedAt = tokenIssuedAt
         self.id = id
         self.transport = transport
         self.limits = limits

@@ -17,6 +17,8 @@ actor ChatSession {
     private var noticeExpires: ContinuousClock.Instant?
     private var typingSince: [String: ContinuousClock.Instant] = [:]
     private var typingSent: ContinuousClock.Instant?
+    /// Set when the server refused this device's token: the session ends and `pigeon chat` says why.
+    private(set) var signedOut: PigeonClientError?
 
     init(client: PigeonClient, conversation: PigeonConversation, terminal: Terminal) {
         self.client = client
@@ -41,7 +43,10 @@ actor ChatSession {
                 }
             }
             group.addTask {
-                for await event in events { await self.handle(event) }
+                for await event in events {
+                    await self.handle(event)
+                    if case .signedOut = event { return }
+                }
             }
             group.addTask {
                 while !Task.isCancelled {
@@ -282,6 +287,9 @@ actor ChatSession {
             state.typing = typingSince.keys.sorted()
         case .localDatabaseRebuilt(let recovery):
             notify("local database rebuilt from the server (\(recovery.reason))", isError: true)
+        case .signedOut(let error):
+            signedOut = error
+            return
         case .membersChanged(let conversation, _), .roleChanged(let conversation, _), .conversationRenamed(let conversation, _):
             guard conversation.id == conversationId else { return }
             state.title = MessageFormat.title(of: conversation, me: client.userId)

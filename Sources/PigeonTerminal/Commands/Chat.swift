@@ -31,7 +31,12 @@ extension PigeonCommand {
                 }
                 found = newest
             }
-            await ChatSession(client: session.client, conversation: found, terminal: terminal).run()
+            let chat = ChatSession(client: session.client, conversation: found, terminal: terminal)
+            await chat.run()
+            if let error = await chat.signedOut {
+                throw CLIError(
+                    "this device was signed out: the server no longer accepts its token (\(error.message)); unsent messages stay on this device; log in again with `pigeon login <userId>`")
+            }
         }
     }
 }

@@ -127,6 +127,7 @@ public enum ChatScreen {
             case .online: ("●", "online", .green)
             case .connecting: ("◌", "connecting", .yellow)
             case .offline: ("○", state.networkEnabled ? "offline" : "offline (by you)", .red)
+            case .signedOut: ("✕", "signed out", .red)
             }
         let right = "\(state.userId) · \(symbol) \(label) "
         let left = TextWidth.truncated(" Pigeon · \(TextWidth.sanitized(state.title))", to: width - TextWidth.of(right) - 1)

@@ -76,6 +76,12 @@ public struct Profile: Sendable {
         }
     }
 
+    /// Deletes the stored device (after a logout): the profile is no longer logged in.
+    func forgetDevice() throws {
+        guard FileManager.default.fileExists(atPath: deviceFile.path) else { return }
+        try FileManager.default.removeItem(at: deviceFile)
+    }
+
     /// Makes this the profile used when none is given (only profiles under ``root``).
     func makeCurrent() throws {
         guard directory.deletingLastPathComponent().standardizedFileURL == Self.root.standardizedFileURL else { return }
