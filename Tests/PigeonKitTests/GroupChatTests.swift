@@ -35,8 +35,10 @@ struct GroupChatTests {
             let expected = try await server.history(conversationId: group.id, token: alice.credentials.token).filter { $0.seq >= joined }
             #expect(expected.map(\.seq) == [4, 5, 6, 7])
             func check(_ device: TestDevice, _ name: String) async throws {
-                try await waitUntil("\(name) has seq 7", describe: { "\((try? device.allMessages(in: group.id).map(\.seq)) ?? [])" }) {
-                    try device.client.conversation(id: group.id)?.contiguousSeq == 7
+                // Seq 7 may come live before the conversation it fetched (it was unknown there) is saved.
+                try await waitUntil("\(name) has seq 7 and the conversation", describe: { "\((try? device.allMessages(in: group.id).map(\.seq)) ?? [])" }) {
+                    let conversation = try device.client.conversation(id: group.id)
+                    return conversation?.contiguousSeq == 7 && conversation?.name == "club"
                 }
                 let messages = try device.allMessages(in: group.id)
                 #expect(messages.map(\.seq) == [4, 5, 6, 7], "\(name): nothing older than its join, nothing missing")
@@ -193,9 +195,13 @@ struct GroupChatTests {
                 try await waitUntil("read by \(index + 1) of 3") { try alice.message(message.localId).recipients?.read == index + 1 }
                 #expect(try alice.message(message.localId).status == (index == 2 ? .read : .delivered))
             }
-            let counts = alice.events.compactMap { event -> RecipientCounts? in
-                if case .recipientsChanged(let changed) = event, changed.localId == message.localId { return changed.recipients } else { return nil }
+            func counts() -> [RecipientCounts] {
+                alice.events.compactMap { event -> RecipientCounts? in
+                    if case .recipientsChanged(let changed) = event, changed.localId == message.localId { return changed.recipients } else { return nil }
+                }
             }
+            #expect(await eventually { counts().count == 7 }, "each change announced once: \(counts())")
+            let counts = counts()
             #expect(counts.map(\.delivered) == [0, 1, 2, 3, 3, 3, 3], "\(counts)")
             #expect(counts.map(\.read) == [0, 0, 0, 0, 1, 2, 3], "\(counts)")
             let statuses = alice.statusHistory(localId: message.localId)
