@@ -54,4 +54,26 @@ import Testing
         #expect(loggedOut.status == 1 && loggedOut.stderr.contains("not logged in"), "\(loggedOut)")
         try await server.stop()
     }
+
+    /// `pigeon chat` on a device revoked from another one: the screen closes, one clear line says why, exit status 1.
+    @Test func chatEndsWithAClearLineWhenItsDeviceIsRevoked() async throws {
+        let server = try PigeonServerProcess()
+        try await server.start()
+        let cli = PigeonCLI(server: server.url)
+        #expect(try await cli.run(["login", "alice", "--device-name", "laptop"], profile: "laptop").status == 0)
+        #expect(try await cli.run(["login", "alice", "--device-name", "phone", "--from-profile", "\(cli.home)/laptop"], profile: "phone").status == 0)
+        let conversation = try await cli.run(["new", "bob"], profile: "phone").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let phone = try await devices(cli, "phone").first { $0["current"] as? Bool == true }?["deviceId"] as? String
+
+        let command = "env PIGEON_HOME=\(cli.home) \(PigeonCLI.binaryPath) --server \(server.url) --profile \(cli.home)/phone chat \(conversation); echo EXITED:$?; sleep 60"
+        let tmux = try TmuxSession(command: command)
+        defer { tmux.kill() }
+        let screen = { (try? tmux.screen()) ?? "" }
+        try await waitUntil("the chat is online", describe: screen) { screen().contains("● online") }
+        let revoked = try await cli.run(["revoke", try #require(phone)], profile: "laptop")
+        #expect(revoked.status == 0, "\(revoked)")
+        try await waitUntil("pigeon chat exits saying the device was signed out", describe: screen) { screen().contains("EXITED:1") }
+        #expect(screen().contains("pigeon: this device was signed out"), "\(screen())")
+        try await server.stop()
+    }
 }

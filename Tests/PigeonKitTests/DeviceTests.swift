@@ -90,9 +90,14 @@ import Testing
             try await clock.advance(by: .milliseconds(100), until: "the phone reports it was signed out") {
                 phone.client.connectionState == .signedOut
             }
-            let reported = phone.events.compactMap { event -> PigeonClientError? in
-                if case .signedOut(let error) = event { error } else { nil }
+            let signedOutEvents = {
+                phone.events.compactMap { event -> PigeonClientError? in
+                    if case .signedOut(let error) = event { error } else { nil }
+                }
             }
+            // The state is read at once; the events stream reaches the test's recorder a moment later.
+            try await waitUntil("the phone's events say it was signed out") { !signedOutEvents().isEmpty }
+            let reported = signedOutEvents()
             #expect(reported.count == 1)
             #expect(reported.first?.httpStatus == 401)
             #expect(phone.events.contains(.connectionStateChanged(.signedOut)))
@@ -109,6 +114,7 @@ import Testing
             }
             #expect(transport.calls == callsWhenReported, "the signed-out client still asked the server \(transport.calls - callsWhenReported) times")
             #expect(phone.client.connectionState == .signedOut)
+            #expect(signedOutEvents().count == 1, "reported once")
             #expect(try phone.message(message.localId).status == .pending)
             #expect(try phone.client.unsentMessages().map(\.localId) == [message.localId], "nothing is lost locally")
             #expect(try await server.history(conversationId: conversation, token: laptop.credentials.token).isEmpty)
