@@ -11,8 +11,9 @@ extension PigeonClient {
         public var userId: String
         /// This device, as the server registered it (the JWT's `did`): its receipts, cursor and outbox are its own.
         public var deviceId: String
-        /// The bearer token of every request and stream. When the server no longer accepts it (401), messages stay
-        /// queued and ``PigeonClient/lastConnectionError`` says `unauthorized`.
+        /// The bearer token of every request and stream. When the server no longer accepts it (401: the device was
+        /// revoked), the client signs out (``ConnectionState/signedOut``): messages stay queued and
+        /// ``PigeonClient/lastConnectionError`` says `unauthorized`.
         public var token: String
 
         /// Credentials as the app's backend minted them, or as stored from an earlier ``PigeonClient/registerDevice(serverURL:userId:deviceName:existingDevice:timeout:)``.
