@@ -48,6 +48,34 @@ import Testing
             counted()
             return try await base.messages(conversationId: conversationId, after: after, limit: limit)
         }
+        func conversation(id: String) async throws -> Conversation {
+            counted()
+            return try await base.conversation(id: id)
+        }
+        func addMembers(conversationId: String, _ request: AddMembersRequest) async throws -> Conversation {
+            counted()
+            return try await base.addMembers(conversationId: conversationId, request)
+        }
+        func removeMember(conversationId: String, userId: String) async throws -> Conversation {
+            counted()
+            return try await base.removeMember(conversationId: conversationId, userId: userId)
+        }
+        func setRole(conversationId: String, userId: String, _ request: SetRoleRequest) async throws -> Conversation {
+            counted()
+            return try await base.setRole(conversationId: conversationId, userId: userId, request)
+        }
+        func renameConversation(conversationId: String, _ request: RenameConversationRequest) async throws -> Conversation {
+            counted()
+            return try await base.renameConversation(conversationId: conversationId, request)
+        }
+        func editMessage(conversationId: String, serverId: String, _ request: EditMessageRequest) async throws -> SendMessageResponse {
+            counted()
+            return try await base.editMessage(conversationId: conversationId, serverId: serverId, request)
+        }
+        func deleteMessage(conversationId: String, serverId: String, _ request: DeleteMessageRequest) async throws -> SendMessageResponse {
+            counted()
+            return try await base.deleteMessage(conversationId: conversationId, serverId: serverId, request)
+        }
     }
 
     @Test func devicesListsTheUsersDevicesWithThisOneMarked() async throws {
