@@ -115,4 +115,64 @@ final class TmuxSession: Sendable {
         try await waitUntil("pigeon chat exits", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "EXITED:0") != nil }
         try await server.stop()
     }
+
+    /// A group seen from alice's chat while bob works from his shell: his "added" line, his edit and his deletion
+    /// appear live in place, alice edits her own message with /edit, and her tick counts the members who have it.
+    @Test func chatShowsMemberChangesEditsAndDeletionsLiveInPlace() async throws {
+        let server = try PigeonServerProcess()
+        try await server.start()
+        let cli = PigeonCLI(server: server.url)
+        for user in ["alice", "bob", "carol"] { #expect(try await cli.run(["login", user], profile: user).status == 0) }
+        let conversation = try await cli.run(["new", "alice", "--name", "Crew"], profile: "bob").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try await cli.run(["send", conversation, "meet at the statoin", "--wait", "20"], profile: "bob").status == 0)
+        #expect(try await cli.run(["send", conversation, "bring the secret plans", "--wait", "20"], profile: "bob").status == 0)
+        #expect(try await cli.run(["send", conversation, "see you", "--wait", "20"], profile: "bob").status == 0)
+
+        let command = "env PIGEON_HOME=\(cli.home) \(PigeonCLI.binaryPath) --server \(server.url) --profile \(cli.home)/alice chat \(conversation); echo EXITED:$?; sleep 60"
+        let tmux = try TmuxSession(command: command)
+        defer { tmux.kill() }
+        func lines() -> [String] { ((try? tmux.screen()) ?? "").split(separator: "\n").map(String.init) }
+        func row(_ text: String) -> Int? { lines().firstIndex { $0.contains(text) } }
+        func waitFor(_ what: String, _ condition: @escaping () -> Bool) async throws {
+            try await waitUntil(what, describe: { (try? tmux.screen()) ?? "" }) { condition() }
+        }
+        try await waitFor("the chat shows bob's messages") { row("● online") != nil && row("see you") != nil }
+        let typoRow = try #require(row("meet at the statoin"))
+        let secretRow = try #require(row("bring the secret plans"))
+
+        let added = try await cli.run(["add", conversation, "carol"], profile: "bob")
+        #expect(added.status == 0, "\(added)")
+        try await waitFor("the added line appears after bob's messages") { (row("bob added carol") ?? 0) > (row("see you") ?? Int.max) }
+
+        #expect(try await cli.run(["edit", conversation, "1", "meet at the station", "--wait", "20"], profile: "bob").status == 0)
+        try await waitFor("the edit shows in place") {
+            self.rowOf("meet at the station (edited)", in: lines()) != nil && row("statoin") == nil
+        }
+        #expect(try await cli.run(["delete", conversation, "2", "--wait", "20"], profile: "bob").status == 0)
+        try await waitFor("the deletion shows in place") { row("message deleted") != nil && row("secret") == nil }
+        // In place: still before "see you", in the order they were sent (rows shift up as lines are added below).
+        let current = lines()
+        let edited = try #require(rowOf("meet at the station", in: current))
+        let gone = try #require(rowOf("message deleted", in: current))
+        let later = try #require(rowOf("see you", in: current))
+        #expect(edited < gone && gone < later && later - edited == secretRow - typoRow + 1, "\(current.joined(separator: "\n"))")
+
+        // Alice's own message: ✓, then "✓✓ 1/2" once bob's device has it (carol's has not synced); then /edit.
+        try tmux.type("count me in")
+        try tmux.press("Enter")
+        try await waitFor("alice's message is on the server") { lines().first { $0.contains("count me in") }?.hasSuffix("✓") == true }
+        #expect(try await cli.run(["sync"], profile: "bob").status == 0)
+        try await waitFor("one of two members has it") { lines().first { $0.contains("count me in") }?.hasSuffix("✓✓ 1/2") == true }
+        try tmux.press("Up")
+        try tmux.type("/edit count me out")
+        try tmux.press("Enter")
+        try await waitFor("alice's edit shows") { row("count me out (edited)") != nil && row("count me in") == nil }
+        let bobs = try await cli.run(["ls", conversation, "--json"], profile: "bob")
+        #expect(bobs.status == 0 && bobs.stdout.contains("count me out"), "\(bobs)")
+        try tmux.press("C-c")
+        try await waitFor("pigeon chat exits") { row("EXITED:0") != nil }
+        try await server.stop()
+    }
+
+    private func rowOf(_ text: String, in lines: [String]) -> Int? { lines.firstIndex { $0.contains(text) } }
 }

@@ -83,7 +83,7 @@ import Testing
         // One of alice's messages, sent from her other device: counted against bob and carol.
         let mine = next(from: "alice", device: "alice-phone", body: "dinner at eight")
         try await client.apply([.event(.messageNew(cursor: "c1", message: mine))])
-        var own = try #require(try device.all(in: id).first)
+        var own = try #require(device.all(in: id).first)
         #expect(own.isOutgoing && own.recipients == RecipientCounts(members: 2, delivered: 0, read: 0))
         try await client.apply([.event(.receipt(cursor: "c2", ReceiptEvent(conversationId: id, userId: "bob", kind: .delivered, upToSeq: 1, at: 1)))])
         own = try #require(try client.message(localId: own.localId))
@@ -116,7 +116,7 @@ import Testing
         // Bob's message, edited, then deleted.
         let typo = next(from: "bob", body: "see you at the statoin")
         try await client.apply([.event(.messageNew(cursor: "c7", message: typo))])
-        let target = try #require(try device.all(in: id).last)
+        let target = try #require(device.all(in: id).last)
         #expect(try client.search("statoin", in: id).map(\.localId) == [target.localId])
         let edit = next(ServerMessageType.edit, from: "bob", body: Self.json(EditBody(serverId: typo.serverId, body: "see you at the station")))
         try await client.apply([.event(.messageNew(cursor: "c8", message: edit))])
@@ -134,7 +134,7 @@ import Testing
         #expect(edited.body == "" && edited.deletedAt == delete.storedAt)
         #expect(try client.search("station", in: id).isEmpty, "a deleted message is found by no word")
         #expect(await eventually { device.events.contains { if case .messageDeleted(let m) = $0 { m.localId == target.localId } else { false } } })
-        let editRow = try #require(try Self.changes(device, in: id).first { $0.type == ServerMessageType.edit })
+        let editRow = try #require(Self.changes(device, in: id).first { $0.type == ServerMessageType.edit })
         #expect(editRow.kind == .edit(target: .init(serverId: typo.serverId, localId: target.localId), body: ""), "its edits' text is erased too")
 
         // Renamed; unread counts leave the server's messages out.
@@ -174,7 +174,7 @@ import Testing
         copy.body = "two"
         copy.editedAt = second.storedAt
         try await client.apply([.history(conversationId: id, [copy, second])])
-        let shown = try #require(try device.all(in: id).first)
+        let shown = try #require(device.all(in: id).first)
         #expect(shown.body == "three" && shown.editedAt == third.storedAt)
         #expect(try client.conversation(id: id)?.contiguousSeq == 3)
         #expect(try client.search("two").isEmpty && client.search("three").count == 1)
@@ -217,7 +217,7 @@ import Testing
         ])
         let original = Self.message(1, in: id, from: "alice", device: "alice-laptop", body: "the meeting is at nine")
         try await client.apply([.event(.conversationCreated(cursor: "c0", conversation: created)), .event(.messageNew(cursor: "c1", message: original))])
-        let target = try #require(try device.all(in: id).first)
+        let target = try #require(device.all(in: id).first)
 
         let edit = try client.edit(localId: target.localId, body: "the meeting is at ten")
         #expect(edit.status == .pending && edit.kind == .edit(target: .init(serverId: original.serverId, localId: target.localId), body: "the meeting is at ten"))
@@ -260,7 +260,7 @@ import Testing
         let membersChange = Self.message(
             3, in: id, type: ServerMessageType.members, from: "alice", body: Self.json(MembersChange(action: .renamed, userIds: [], name: "x", by: "alice")))
         try await client.apply([.event(.messageNew(cursor: "c4", message: membersChange))])
-        let changeRow = try #require(try device.all(in: id).last)
+        let changeRow = try #require(device.all(in: id).last)
         let notEditable = #expect(throws: PigeonClientError.self) { try client.edit(localId: changeRow.localId, body: "x") }
         #expect(notEditable?.code == .invalidArgument)
     }

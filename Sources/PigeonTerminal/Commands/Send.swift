@@ -104,7 +104,10 @@ extension PigeonCommand {
                 printLine("Synced with \(session.server): \(conversations.count) conversation\(conversations.count == 1 ? "" : "s"), \(unread) unread, \(max(0, sent)) sent")
             }
             if !report.failed.isEmpty {
-                let list = report.failed.map { "\"\(TextWidth.truncated(TextWidth.sanitized($0.body), to: 30))\" (\($0.failure?.message ?? "failed"))" }
+                let me = session.device.userId
+            let list = report.failed.map {
+                "\"\(TextWidth.truncated(TextWidth.sanitized(MessageFormat.preview(of: $0, me: me)), to: 30))\" (\($0.failure?.message ?? "failed"))"
+            }
                 throw CLIError("\(report.failed.count) message\(report.failed.count == 1 ? "" : "s") not sent: \(list.joined(separator: ", ")); `pigeon chat` and Ctrl-R retries")
             }
         }

@@ -119,9 +119,12 @@ public enum MessageFormat {
 
     /// A message in one line of text, for a list: a member change described, a deleted message as such.
     public static func preview(of message: PigeonMessage, me: String) -> String {
-        if case .membersChange(let change) = message.kind { return describe(change, me: me) }
-        if message.deletedAt != nil { return deletedText }
-        return message.body
+        switch message.kind {
+        case .membersChange(let change): return describe(change, me: me)
+        case .edit(_, let body): return "edit: \(body)"
+        case .delete: return "deletion"
+        case .message, .unknownServerType: return message.deletedAt != nil ? deletedText : message.body
+        }
     }
 
     /// Who sent a message, as the viewer sees it.
