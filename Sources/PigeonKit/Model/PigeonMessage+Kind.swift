@@ -32,6 +32,7 @@ extension PigeonMessage {
         /// The target's local id, when the target is on this device.
         public var localId: Int64?
 
+        /// A reference by the server's id and, when known here, the local id.
         public init(serverId: String?, localId: Int64?) {
             self.serverId = serverId
             self.localId = localId
@@ -78,6 +79,7 @@ public struct RecipientCounts: Sendable, Equatable, Codable {
     /// Those who have read it (their read watermark reached its seq).
     public var read: Int
 
+    /// Counts as given (PigeonKit computes them from the members' watermarks).
     public init(members: Int, delivered: Int, read: Int) {
         self.members = members
         self.delivered = delivered
