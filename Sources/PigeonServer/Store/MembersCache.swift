@@ -10,11 +10,25 @@ final class MembersCache: Sendable {
         var members: [String: [String]] = [:]
         var generations: [String: UInt64] = [:]
         var clock: UInt64 = 0
+        /// The generation of every conversation without one of its own: the clock at the last start-over.
+        var floor: UInt64 = 0
+
+        /// Forgets everything; a read that started before cannot store its list (its generation is below `floor`).
+        mutating func startOver() {
+            clock += 1
+            floor = clock
+            members.removeAll(keepingCapacity: true)
+            generations.removeAll(keepingCapacity: true)
+        }
     }
 
     private let state = NIOLockedValueBox(State())
-    /// Most conversations kept (the cache starts over when it would hold more).
-    static let limit = 200_000
+    /// Most conversations (lists, and recorded changes) kept: the cache starts over when it would hold more.
+    let limit: Int
+
+    init(limit: Int = 200_000) {
+        self.limit = limit
+    }
 
     subscript(conversationId: String) -> [String]? {
         state.withLockedValue { $0.members[conversationId] }
@@ -26,14 +40,14 @@ final class MembersCache: Sendable {
 
     /// The change count of a conversation, to pass to ``store(_:for:ifGeneration:)``.
     func generation(of conversationId: String) -> UInt64 {
-        state.withLockedValue { $0.generations[conversationId] ?? 0 }
+        state.withLockedValue { $0.generations[conversationId] ?? $0.floor }
     }
 
     /// Keeps a list read from the database, unless the conversation changed since `generation`.
     func store(_ members: [String], for conversationId: String, ifGeneration generation: UInt64) {
         state.withLockedValue { state in
-            guard (state.generations[conversationId] ?? 0) == generation else { return }
-            if state.members.count >= Self.limit { state.members.removeAll(keepingCapacity: true) }
+            guard (state.generations[conversationId] ?? state.floor) == generation else { return }
+            if state.members.count >= limit { state.startOver() }
             state.members[conversationId] = members
         }
     }
@@ -41,6 +55,7 @@ final class MembersCache: Sendable {
     /// Records a change: the list is `members` from now on (nil or empty: forgotten, read again when needed).
     func changed(_ conversationId: String, members: [String]?) {
         state.withLockedValue { state in
+            if state.generations.count >= limit || state.members.count >= limit { state.startOver() }
             state.clock += 1
             state.generations[conversationId] = state.clock
             if let members, !members.isEmpty {
