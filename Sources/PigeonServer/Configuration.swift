@@ -44,6 +44,8 @@ public struct ServerConfiguration: Sendable {
     public var openRegistration: Bool?
     /// Bearer token of the admin routes (dead-letter inspection and replay); `nil`: no admin routes.
     public var adminToken: String?
+    /// Push notifications through a Matrix push gateway (off without a gateway URL).
+    public var push = PushConfiguration()
     /// Bearer token `/metrics` asks for; `nil`: `/metrics` is open (bind it to a private interface, or set this).
     public var metricsToken: String?
     /// Reverse proxies in front of the server: from these peers (and only these) the client address of the

@@ -88,6 +88,9 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup(title: "Abuse limits")
     var abuse: AbuseOptions
 
+    @OptionGroup(title: "Push notifications")
+    var push: PushOptions
+
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
         guard maxBuffered > 0, batchSize > 0, processingConcurrency > 0, maxAttempts > 0, eventRetentionHours > 0 else {
@@ -130,6 +133,7 @@ struct Serve: AsyncParsableCommand {
         try connections.apply(to: &configuration, environment: environment)
         try streams.apply(to: &configuration, environment: environment)
         try abuse.apply(to: &configuration, environment: environment)
+        try push.apply(to: &configuration, environment: environment)
         if openRegistration { configuration.openRegistration = true }
         if noOpenRegistration { configuration.openRegistration = false }
 

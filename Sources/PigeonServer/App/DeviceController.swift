@@ -12,6 +12,7 @@ import PigeonProtocol
 struct DeviceController: Sendable {
     let authenticator: Authenticator
     let store: any MessageStore
+    let pushStore: any PushStore
     let fanout: any Fanout
     let abuse: AbuseGuard
     let metrics: PigeonMetrics
@@ -29,6 +30,38 @@ struct DeviceController: Sendable {
     func addDeviceRoutes(to group: RouterGroup<DeviceRequestContext>) {
         group.get("/devices", use: list)
         group.delete("/devices/{deviceId}", use: revoke)
+        group.put("/devices/current/push", use: registerPush)
+        group.get("/devices/current/push", use: pushRegistration)
+        group.delete("/devices/current/push", use: unregisterPush)
+    }
+
+    /// `PUT /v1/devices/current/push` (API.md 1.1): where the push gateway wakes the calling device. `204`; bad
+    /// input is `400` and changes nothing.
+    @Sendable func registerPush(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let body = try await JSONBody.decode(PushRegistrationRequest.self, from: request, limit: maxBodyBytes)
+        if let problem = body.problem { throw PigeonError.invalid(problem) }
+        let data = try PushPayload.encodeData(body.data)
+        if let data, data.utf8.count > PushRegistrationRequest.maxDataBytes {
+            throw PigeonError.invalid("data is larger than \(PushRegistrationRequest.maxDataBytes) bytes of JSON")
+        }
+        if let data, !Validation.isStorableText(data) { throw PigeonError.invalid("data must not contain the character U+0000") }
+        try await pushStore.setPushRegistration(body, data: data, for: context.device, at: WallClock.nowMillis())
+        return Response(status: .noContent)
+    }
+
+    /// `GET /v1/devices/current/push` (docs/API.md, beyond API.md 1.1): the calling device's registration, `404` when
+    /// it has none.
+    @Sendable func pushRegistration(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        guard let info = try await pushStore.pushRegistration(of: context.device) else {
+            throw PigeonError(.notFound, "this device has no push registration")
+        }
+        return try JSONBody.response(info, status: .ok)
+    }
+
+    /// `DELETE /v1/devices/current/push` (API.md 1.1): `204`, also when there was none (a retried unregistration).
+    @Sendable func unregisterPush(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        try await pushStore.removePushRegistration(of: context.device)
+        return Response(status: .noContent)
     }
 
     @Sendable func list(_ request: Request, context: DeviceRequestContext) async throws -> Response {

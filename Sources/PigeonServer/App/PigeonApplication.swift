@@ -24,8 +24,8 @@ public enum PigeonApplication {
         router.middlewares.add(ErrorMiddleware())
         let v1 = router.group("/v1")
         let devices = DeviceController(
-            authenticator: core.authenticator, store: core.store, fanout: core.fanout, abuse: core.abuse, metrics: core.metrics,
-            openRegistration: configuration.isOpenRegistrationEnabled, trustedProxies: configuration.trustedProxies,
+            authenticator: core.authenticator, store: core.store, pushStore: core.pushStore, fanout: core.fanout, abuse: core.abuse,
+            metrics: core.metrics, openRegistration: configuration.isOpenRegistrationEnabled, trustedProxies: configuration.trustedProxies,
             maxBodyBytes: configuration.maxBodyBytes, logger: logger)
         devices.addRoutes(to: v1)
         // Routes of a device: the token in the Authorization header...
@@ -69,7 +69,8 @@ public enum PigeonApplication {
                     limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing],
+            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing]
+                + [core.pushDispatcher].compactMap { $0 },
             onServerRunning: { channel in
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
             },

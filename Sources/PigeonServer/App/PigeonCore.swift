@@ -16,6 +16,10 @@ final class PigeonCore: Sendable {
     /// How committed events, presence and typing reach the devices of every node.
     let fanout: any Fanout
     let store: any MessageStore
+    /// The same store's push registrations and owed pushes.
+    let pushStore: any PushStore
+    /// Sends the pushes owed to devices with no stream open (nil without `--push-gateway`).
+    let pushDispatcher: PushDispatcher?
     let buffer: any IngestBuffer
     let ingest: Ingest
     let authenticator: Authenticator
@@ -36,13 +40,14 @@ final class PigeonCore: Sendable {
     /// Redis and migrating) and the token keys, then wires the parts: everything the server needs before it accepts a
     /// connection. The initialiser only wires; all startup I/O is here.
     static func open(configuration: ServerConfiguration, logger: Logger) async throws -> PigeonCore {
+        if let problem = configuration.push.problem { throw PigeonError.invalid(problem) }
         let metrics = PigeonMetrics()
         let hub = StreamHub()
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
         var sqliteFiles: [String] = []
         var backendServices: [any Service] = []
         let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
-        let store: any MessageStore
+        let store: any MessageStore & PushStore
         let fanout: any Fanout
         var sqliteStore: SQLiteMessageStore?
         let local = LocalFanout(hub: hub)
@@ -91,16 +96,27 @@ final class PigeonCore: Sendable {
         let authenticator = try await Authenticator(store: store, configuration: configuration.auth, activity: activity, logger: logger)
         // Every revocation this node acts on (its own and the other nodes'): its tokens are checked against the store again.
         local.observeRevocations { [authenticator] revocation in authenticator.forget(revocation) }
+        var pushDispatcher: PushDispatcher?
+        if let notifyURL = configuration.push.notifyURL {
+            let dispatcher = PushDispatcher(
+                store: store, fanout: fanout, configuration: configuration.push, notifyURL: notifyURL, metrics: metrics, nodeId: nodeId,
+                logger: logger)
+            local.observePublications { [weak dispatcher] in dispatcher?.committed() }
+            pushDispatcher = dispatcher
+        }
         return PigeonCore(
             configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, buffer: buffer,
-            authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices)
+            authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices,
+            pushStore: store, pushDispatcher: pushDispatcher)
     }
 
     private init(
         configuration: ServerConfiguration, logger: Logger, metrics: PigeonMetrics, hub: StreamHub, fanout: any Fanout,
         store: any MessageStore, buffer: any IngestBuffer, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
-        backendServices: [any Service]
+        backendServices: [any Service], pushStore: any PushStore, pushDispatcher: PushDispatcher?
     ) {
+        self.pushStore = pushStore
+        self.pushDispatcher = pushDispatcher
         self.configuration = configuration
         self.logger = logger
         self.metrics = metrics

@@ -19,8 +19,18 @@ public final class LocalFanout: Fanout {
         self.hub = nil
     }
 
+    /// Told after each publication, once the hub has the events (the push dispatcher collects then).
+    private let publicationObserver = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
+
     public func publish(_ committed: [StoredEvent]) {
         sink.publish(committed)
+        publicationObserver.withLockedValue { $0 }?()
+    }
+
+    /// Calls `observer` after every publication of committed events on this node (its own commits, and the other
+    /// nodes' as its tail reads them).
+    func observePublications(_ observer: @escaping @Sendable () -> Void) {
+        publicationObserver.withLockedValue { $0 = observer }
     }
 
     public func onlineDevices(of users: [String]) -> Set<DeviceIdentity> {

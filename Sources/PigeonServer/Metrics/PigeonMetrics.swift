@@ -19,6 +19,14 @@ public final class PigeonMetrics: Sendable {
     let processingBatch: DurationHistogram
     let acceptToStored: DurationHistogram
     let storedToDelivered: DurationHistogram
+    /// Push notifications the gateway accepted (`pigeon_push_sent_total`).
+    let pushSent: Counter
+    /// Pushes given up: refused by the gateway for good, or still failing at the end of the retry window.
+    let pushFailed: Counter
+    /// Pushes whose pushkey the gateway rejected (the registration is dropped).
+    let pushRejected: Counter
+    /// Devices owed a push now.
+    let pushPending: Gauge
     /// `pigeon_processing_stage_seconds{stage=…}`.
     private let stages: [ProcessingStage: DurationHistogram]
     /// `pigeon_limit_hits_total{limit=...}`, one counter per limit name, made at its first hit.
@@ -48,6 +56,10 @@ public final class PigeonMetrics: Sendable {
         processingBatch = registry.makeDurationHistogram(descriptor: Self.name("processing_seconds", "Time to process one batch into the store"), buckets: latencyBuckets)
         acceptToStored = registry.makeDurationHistogram(descriptor: Self.name("accept_to_stored_seconds", "Latency from accept to stored"), buckets: latencyBuckets)
         storedToDelivered = registry.makeDurationHistogram(descriptor: Self.name("stored_to_delivered_seconds", "Latency from stored to the delivered receipt"), buckets: latencyBuckets)
+        pushSent = registry.makeCounter(descriptor: Self.name("push_sent_total", "Push notifications the push gateway accepted"))
+        pushFailed = registry.makeCounter(descriptor: Self.name("push_failed_total", "Push notifications given up (refused for good, or failing past the retry window)"))
+        pushRejected = registry.makeCounter(descriptor: Self.name("push_rejected_total", "Push notifications whose pushkey the gateway rejected (registration dropped)"))
+        pushPending = registry.makeGauge(descriptor: Self.name("push_pending", "Devices owed a push notification"))
         let stageBuckets: [Duration] = [
             .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
             .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1), .seconds(5),

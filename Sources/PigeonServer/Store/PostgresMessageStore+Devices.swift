@@ -68,7 +68,10 @@ extension PostgresMessageStore {
                 """,
                 logger: logger
             ).decode(Int64.self) { revoked = true }
-            return revoked ? DeviceRevocation(device: device, revokedAt: revokedAt) : nil
+            guard revoked else { return nil }
+            // A revoked device is woken no more (API.md 1.1): its push registration goes with it.
+            try await Self.removePushRegistration(connection, of: device, logger: logger)
+            return DeviceRevocation(device: device, revokedAt: revokedAt)
         }
     }
 

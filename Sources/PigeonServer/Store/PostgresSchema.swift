@@ -256,6 +256,45 @@ enum PostgresSchema {
                 "CREATE INDEX messages_target ON messages(target_id) WHERE target_id IS NOT NULL",
             ]
         ),
+        (
+            9,
+            [
+                // API.md 1.1, push: a device's registration (a pushkey belongs to one device of an app), the push owed
+                // to each device (one row, the newest message: bursts coalesce; claimed by one node at a time with a
+                // lease), and how far the dispatchers have read each partition of the event log (one row, locked by
+                // the node that scans; from the log's head at this migration: history is never pushed).
+                """
+                CREATE TABLE push_registrations(
+                    user_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    app_id TEXT NOT NULL,
+                    pushkey TEXT NOT NULL,
+                    data TEXT,
+                    updated_at BIGINT NOT NULL,
+                    last_pushed_at BIGINT,
+                    PRIMARY KEY (user_id, device_id))
+                """,
+                "CREATE UNIQUE INDEX push_registrations_pushkey ON push_registrations(app_id, pushkey)",
+                """
+                CREATE TABLE push_pending(
+                    user_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    conversation_id TEXT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    stored_at BIGINT NOT NULL,
+                    owed_since BIGINT NOT NULL,
+                    due_at BIGINT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    claimed_until BIGINT NOT NULL DEFAULT 0,
+                    claimed_by TEXT,
+                    PRIMARY KEY (user_id, device_id))
+                """,
+                "CREATE INDEX push_pending_due ON push_pending(due_at)",
+                "CREATE TABLE push_cursor(id INTEGER PRIMARY KEY CHECK (id = 1), offsets BIGINT[] NOT NULL)",
+                "INSERT INTO push_cursor(id, offsets) SELECT 1, array_agg(last_offset ORDER BY part) FROM event_partitions",
+            ]
+        ),
     ]
 
     static var latestVersion: Int { migrations.last?.version ?? 0 }

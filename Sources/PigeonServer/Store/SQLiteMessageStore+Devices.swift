@@ -48,7 +48,10 @@ extension SQLiteMessageStore {
                     WHERE user_id = ? AND id = ? AND revoked_at IS NULL
                     """,
                 arguments: [revokedAt, revokedAt, device.userId, device.deviceId])
-            return db.changesCount == 1 ? DeviceRevocation(device: device, revokedAt: revokedAt) : nil
+            guard db.changesCount == 1 else { return nil }
+            // A revoked device is woken no more (API.md 1.1): its push registration goes with it.
+            _ = try Self.removePushRegistration(db, of: device)
+            return DeviceRevocation(device: device, revokedAt: revokedAt)
         }
     }
 

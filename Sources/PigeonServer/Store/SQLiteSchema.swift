@@ -140,6 +140,39 @@ enum SQLiteSchema {
                     CREATE INDEX messages_target ON messages(target_id) WHERE target_id IS NOT NULL;
                     """)
         }
+        migrator.registerMigration("v6") { db in
+            // API.md 1.1, push: a device's registration (one per device; a pushkey belongs to one device of an app),
+            // the push owed to each device (one row, the newest message: bursts coalesce), and how far the
+            // dispatcher has read the event log (from the log's head at this migration: history is never pushed).
+            try db.execute(
+                sql: """
+                    CREATE TABLE push_registrations(
+                        user_id TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        app_id TEXT NOT NULL,
+                        pushkey TEXT NOT NULL,
+                        data TEXT,
+                        updated_at INTEGER NOT NULL,
+                        last_pushed_at INTEGER,
+                        PRIMARY KEY(user_id, device_id)) WITHOUT ROWID;
+                    CREATE UNIQUE INDEX push_registrations_pushkey ON push_registrations(app_id, pushkey);
+                    CREATE TABLE push_pending(
+                        user_id TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        stored_at INTEGER NOT NULL,
+                        owed_since INTEGER NOT NULL,
+                        due_at INTEGER NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        claimed_until INTEGER NOT NULL DEFAULT 0,
+                        claimed_by TEXT,
+                        PRIMARY KEY(user_id, device_id)) WITHOUT ROWID;
+                    CREATE INDEX push_pending_due ON push_pending(due_at);
+                    INSERT INTO meta(key, value) VALUES ('push_cursor', COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0));
+                    """)
+        }
         return migrator
     }
 }
