@@ -105,7 +105,7 @@ PY
 # The suites that start servers and Redis of their own, kill them, or drive PostgreSQL and Redis directly: a pass of
 # their own, so that fewer processes and connections compete for the 2 cores at once (in one pass with the API
 # suites, slow machines let too few sends through before a kill and missed reconnection deadlines).
-backends="CrashTests|MultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests"
+backends="CrashTests|PushCrashTests|MultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests"
 
 run_pass "running tests (embedded store and buffer)" \
     swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests|$security|$backends" "$@"

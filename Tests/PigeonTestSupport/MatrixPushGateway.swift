@@ -95,6 +95,11 @@ public final class MatrixPushGateway: Sendable {
         state.withLockedValue { $0.rejected = pushkeys }
     }
 
+    /// Forgets the notifications received so far.
+    public func reset() {
+        state.withLockedValue { $0.received = [] }
+    }
+
     /// Every notification received, in order.
     public var received: [Notification] { state.withLockedValue { $0.received } }
     /// The notifications answered `200`.

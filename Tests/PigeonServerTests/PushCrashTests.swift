@@ -1,0 +1,114 @@
+import Foundation
+import PigeonProtocol
+import PigeonTestSupport
+import Testing
+
+/// Pushes owed survive a SIGKILL of the real `pigeon-server` binary, and several nodes share the work without
+/// pushing twice (API.md 1.1, "Push for devices that are not connected").
+@Suite(.serialized) struct PushCrashTests {
+    static func arguments(_ gateway: MatrixPushGateway, timeoutSeconds: Int = 10) -> [String] {
+        ["--push-gateway", gateway.url, "--push-timeout-seconds", String(timeoutSeconds)]
+    }
+
+    /// A push in flight when the node is killed (the gateway received it and never answered) is sent again after
+    /// the restart; a push the gateway had answered 200 before the kill is not sent again.
+    @Test func aNodeKilledWithAPushInFlightSendsItAfterTheRestartAndNothingAnsweredTwice() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let gateway = try await MatrixPushGateway.start()
+        let backend = try await TestBackendInstance.make()
+        let first = try await ServerProcess(dataDirectory: directory, backend: backend, arguments: Self.arguments(gateway))
+        let alice = try await first.client.register("alice")
+        let bob = try await first.client.register("bob")
+        try await PushTests.registerPush(first.client, bob, pushkey: "bob-phone")
+        let conversation = try await first.client.createConversation(alice, members: ["bob"])
+
+        let answered = try await first.client.sendAccepted(alice, to: conversation.id, body: "pushed before the kill")
+        try await waitUntil("the first push was answered") { gateway.accepted.count == 1 }
+        // After a 200 the push is done; give the node a moment to record it, as it would before any later kill.
+        try await waitUntil("the first push is recorded as sent") { try await PushTests.registration(first.client, bob)?.lastPushedAt != nil }
+
+        gateway.setMode(.hang)
+        try await Task.sleep(for: .milliseconds(1100))  // past the one-a-second spacing of pushes to a device
+        let owed = try await first.client.sendAccepted(alice, to: conversation.id, body: "owed at the kill")
+        try await waitUntil("the second push is in flight") { gateway.received.contains { $0.eventId == owed.serverId } }
+        try await first.stop(signal: SIGKILL)
+
+        gateway.setMode(.accept)
+        let second = try await ServerProcess(dataDirectory: directory, backend: backend, arguments: Self.arguments(gateway))
+        try await waitUntil("the owed push is sent after the restart", timeout: .seconds(30)) {
+            gateway.accepted.contains { $0.eventId == owed.serverId }
+        }
+        try await Task.sleep(for: .seconds(2))
+        let accepted = gateway.accepted.compactMap(\.eventId)
+        #expect(accepted == [answered.serverId, owed.serverId], "each once, the answered one never again: \(accepted)")
+        #expect(gateway.malformedCount == 0)
+        try await second.stop(signal: SIGTERM)
+        await gateway.stop()
+        await backend.tearDown()
+    }
+
+    /// Two nodes on one PostgreSQL and Redis: a device connected to node B is not pushed for messages sent through
+    /// node A (presence is shared); once it disconnects it is pushed, by one node, once per message.
+    @Test func twoNodesPushADeviceOnlyWhenItHasNoStreamOnEitherAndOnlyOnce() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let gateway = try await MatrixPushGateway.start()
+        let backend = try await TestBackendInstance.make(.production)
+        var nodes: [ServerProcess] = []
+        for index in 0..<2 {
+            let nodeDirectory = directory + "/node\(index)"
+            try FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
+            nodes.append(try await ServerProcess(dataDirectory: nodeDirectory, backend: backend, arguments: Self.arguments(gateway)))
+        }
+        let a = nodes[0].client
+        let alice = try await a.register("alice")
+        let bob = try await a.register("bob")
+        try await PushTests.registerPush(a, bob, pushkey: "bob-phone")
+        let conversation = try await a.createConversation(alice, members: ["bob"])
+        let bobSocket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
+        // Presence is shared asynchronously: wait until node A counts bob online before asserting no push.
+        try await waitUntil("node A sees bob online", timeout: .seconds(15), every: .milliseconds(200)) {
+            let stored = try await a.sendAccepted(alice, to: conversation.id, body: "presence probe")
+            var online: Int?
+            _ = try await eventually(within: .seconds(2)) {
+                online = try await Self.recipientsOnline(a, alice, conversation.id, stored.serverId)
+                return online != nil
+            }
+            return online == 1
+        }
+        gateway.reset()
+        for index in 0..<5 { try await a.sendAccepted(alice, to: conversation.id, body: "online \(index)") }
+        try await Task.sleep(for: .milliseconds(1500))
+        #expect(gateway.received.isEmpty, "bob has a stream open on node B: \(gateway.received)")
+
+        await bobSocket.close()
+        var sent: [SendMessageResponse] = []
+        try await waitUntil("bob, now offline, is pushed", timeout: .seconds(20), every: .milliseconds(300)) {
+            sent.append(try await a.sendAccepted(alice, to: conversation.id, body: "offline \(sent.count)"))
+            return !gateway.accepted.isEmpty
+        }
+        try await Task.sleep(for: .seconds(2))
+        let pushed = gateway.received.compactMap(\.eventId)
+        #expect(Set(pushed).count == pushed.count, "never one message twice, whichever node sent it: \(pushed)")
+        #expect(Set(pushed).isSubset(of: Set(sent.map(\.serverId))), "only messages sent after the stream closed")
+        #expect(pushed.last == sent.last?.serverId, "the newest message was pushed last")
+        for node in nodes { try await node.stop(signal: SIGTERM) }
+        await gateway.stop()
+        await backend.tearDown()
+    }
+
+    /// The `recipientsOnline` a stored message reported, read from the sender's sync.
+    static func recipientsOnline(_ client: PigeonTestClient, _ sender: TestDevice, _ conversationId: String, _ serverId: String) async throws -> Int? {
+        var cursor: String?
+        for _ in 0..<50 {
+            let page = try await client.sync(sender, cursor: cursor, limit: 500)
+            for event in page.events {
+                if case .messageStored(_, let stored) = event, stored.serverId == serverId { return stored.recipientsOnline }
+            }
+            guard page.hasMore else { break }
+            cursor = page.cursor
+        }
+        return nil
+    }
+}
