@@ -125,6 +125,12 @@ struct PigeonBench: AsyncParsableCommand {
     @Option(help: "scale-out: rounds; each runs every node count once, and the summary gives the medians.")
     var rounds = 3
 
+    @Option(name: .customLong("offline-push-members"), help: "Members per conversation that never connect and have a push registration: every message owes each a push (0: none).")
+    var offlinePushMembers = 0
+
+    @Flag(name: .customLong("hanging-push-gateway"), help: "Point the spawned servers at a push gateway that never answers (with --offline-push-members: what a dead gateway costs accept and delivery).")
+    var hangingPushGateway = false
+
     @Option(help: "Also write the results as JSON to this file.")
     var json: String?
 
@@ -132,7 +138,7 @@ struct PigeonBench: AsyncParsableCommand {
         for (name, value, minimum) in [
             ("connections", connections, 1), ("window", window, 1), ("duration", duration, 1), ("warmup", warmup, 1),
             ("rate", rate, 1), ("streams", streams, 0), ("stream-devices", streamDevices, 1), ("open-concurrency", openConcurrency, 1),
-            ("body-size", bodySize, 0), ("grace", grace, 0), ("drain-timeout", drainTimeout, 1), ("rounds", rounds, 1),
+            ("body-size", bodySize, 0), ("offline-push-members", offlinePushMembers, 0), ("grace", grace, 0), ("drain-timeout", drainTimeout, 1), ("rounds", rounds, 1),
             ("receipt-delay", receiptDelay, 0),
         ] where value < minimum {
             throw ValidationError("--\(name) must be at least \(minimum)")
@@ -154,6 +160,11 @@ struct PigeonBench: AsyncParsableCommand {
         }
     }
 
+    /// `--server-arg`s, and the hanging push gateway's when asked for.
+    private func spawnedServerArguments() throws -> [String] {
+        serverArguments + (hangingPushGateway ? try HangingPushGateway.shared.get().serverArguments : [])
+    }
+
     private var settings: BenchSettings {
         BenchSettings(
             connections: connections,
@@ -168,7 +179,8 @@ struct PigeonBench: AsyncParsableCommand {
             graceSeconds: grace,
             drainTimeoutSeconds: drainTimeout,
             throughputReceivers: throughputReceivers,
-            receiptDelayMilliseconds: receiptDelay
+            receiptDelayMilliseconds: receiptDelay,
+            offlinePushMembers: offlinePushMembers
         )
     }
 
@@ -226,7 +238,7 @@ struct PigeonBench: AsyncParsableCommand {
                     production: production,
                     services: services,
                     serverBinary: serverBinary,
-                    serverArguments: serverArguments,
+                    serverArguments: try spawnedServerArguments(),
                     workDirectory: workDirectory,
                     http: http
                 )
@@ -314,7 +326,7 @@ struct PigeonBench: AsyncParsableCommand {
                     label: backend.rawValue,
                     nodes: backend.nodes,
                     binary: serverBinary,
-                    arguments: arguments + serverArguments,
+                    arguments: arguments + (try spawnedServerArguments()),
                     workDirectory: workDirectory,
                     http: http,
                     services: backend.isProduction ? services : [],

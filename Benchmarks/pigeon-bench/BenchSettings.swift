@@ -131,6 +131,8 @@ struct BenchSettings: Sendable, Codable {
     /// How long a Pigeon throughput receiver gathers `message.new` events before it sends one delivered receipt up
     /// to the highest seq, in milliseconds (PigeonKit's default is 50); 0 sends a receipt per event.
     var receiptDelayMilliseconds: Int
+    /// Members per conversation that never connect and have a push registration (each message owes them a push).
+    var offlinePushMembers = 0
 
     var warmup: Duration { .seconds(warmupSeconds) }
     var duration: Duration { .seconds(durationSeconds) }

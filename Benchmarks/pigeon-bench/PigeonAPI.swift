@@ -39,6 +39,16 @@ struct PigeonAPI: Sendable {
         )
     }
 
+    /// `PUT /v1/devices/current/push` as the device owning `token`.
+    func registerPush(token: String, pushkey: String) async throws {
+        let request = PushRegistrationRequest(kind: .other, appId: "bench.pigeon", pushkey: pushkey)
+        let response = try await execute(.PUT, "/v1/devices/current/push", token: token, body: JSONEncoder().encodeAsByteBuffer(request, allocator: .init()))
+        let answer = try await response.body.collect(upTo: 1 << 16)
+        guard response.status == .noContent else {
+            throw BenchError.unexpectedResponse(request: "PUT /v1/devices/current/push", status: response.status.code, body: String(buffer: answer))
+        }
+    }
+
     /// `POST /v1/conversations` as the device owning `token`.
     func createConversation(members: [String], token: String) async throws -> Conversation {
         let request = CreateConversationRequest(members: members)
@@ -145,13 +155,21 @@ extension PigeonAPI {
     }
 
     /// Registers `count` pairs of users named `<prefix>-s<i>` and `<prefix>-r<i>` and creates each pair's conversation.
-    func makePairs(count: Int, prefix: String) async throws -> [ConversationPair] {
+    /// With `offlinePushMembers`, each conversation also has that many members `<prefix>-p<i>-<j>` that never connect
+    /// and have a push registration: every stored message owes each of them a push.
+    func makePairs(count: Int, prefix: String, offlinePushMembers: Int = 0) async throws -> [ConversationPair] {
         try await withThrowingTaskGroup(of: (Int, ConversationPair).self) { group in
             for index in 0..<count {
                 group.addTask {
                     let sender = try await registerDevice(userId: "\(prefix)-s\(index)", deviceName: "bench sender")
                     let receiver = try await registerDevice(userId: "\(prefix)-r\(index)", deviceName: "bench receiver")
-                    let conversation = try await createConversation(members: [receiver.userId], token: sender.token)
+                    var offline: [String] = []
+                    for member in 0..<offlinePushMembers {
+                        let device = try await registerDevice(userId: "\(prefix)-p\(index)-\(member)", deviceName: "bench offline")
+                        try await registerPush(token: device.token, pushkey: "bench-\(prefix)-\(index)-\(member)")
+                        offline.append(device.userId)
+                    }
+                    let conversation = try await createConversation(members: [receiver.userId] + offline, token: sender.token)
                     return (index, ConversationPair(sender: sender, receiver: receiver, conversationId: conversation.id))
                 }
             }

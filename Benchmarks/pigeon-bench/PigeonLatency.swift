@@ -13,7 +13,7 @@ struct PigeonLatency {
     let namePrefix: String
 
     func measure(rate: Int) async throws -> LatencyResult {
-        let pairs = try await deployment.setupAPI.makePairs(count: settings.connections, prefix: "\(namePrefix)\(rate)")
+        let pairs = try await deployment.setupAPI.makePairs(count: settings.connections, prefix: "\(namePrefix)\(rate)", offlinePushMembers: settings.offlinePushMembers)
         let toReceiver = LatencyRecorder()
         let toDelivered = LatencyRecorder()
         let trackers = pairs.map { _ in DeliveryTracker(toReceiver: toReceiver, toDelivered: toDelivered) }

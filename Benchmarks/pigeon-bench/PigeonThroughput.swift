@@ -19,7 +19,7 @@ struct PigeonThroughput {
         inFlightWindow: Int?,
         sender: @escaping @Sendable (ConversationPair, PigeonAPI, MeasurementWindow, ThroughputTally) async throws -> ConnectionAnswers
     ) async throws -> ThroughputResult {
-        let pairs = try await deployment.setupAPI.makePairs(count: settings.connections, prefix: namePrefix)
+        let pairs = try await deployment.setupAPI.makePairs(count: settings.connections, prefix: namePrefix, offlinePushMembers: settings.offlinePushMembers)
         let started = ContinuousClock.now
         let window = MeasurementWindow(warmup: settings.warmup, duration: settings.duration)
         let tally = ThroughputTally(window: window)

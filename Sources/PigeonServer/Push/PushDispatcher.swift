@@ -93,6 +93,9 @@ final class PushDispatcher: Service {
             } catch {
                 logger.warning("push: collecting owed pushes failed; trying again", metadata: ["error": "\(error)"])
             }
+            // At most ten collections a second under load: each is one small write beside the messages' own, and a
+            // push goes out at most once a second per device anyway.
+            try? await Task.sleep(for: .milliseconds(100))
             await collectWake.wait(timeout: configuration.pollInterval)
         }
     }

@@ -292,7 +292,7 @@ enum PostgresSchema {
                 """,
                 "CREATE INDEX push_pending_due ON push_pending(due_at)",
                 "CREATE TABLE push_cursor(id INTEGER PRIMARY KEY CHECK (id = 1), offsets BIGINT[] NOT NULL)",
-                "INSERT INTO push_cursor(id, offsets) SELECT 1, array_agg(last_offset ORDER BY part) FROM event_partitions",
+                "INSERT INTO push_cursor(id, offsets) SELECT 1, COALESCE(array_agg(last_offset ORDER BY part), '{}') FROM event_partitions",
             ]
         ),
     ]
