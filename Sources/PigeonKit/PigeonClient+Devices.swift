@@ -47,7 +47,7 @@ extension PigeonClient {
     }
 
     /// The REST client of the account calls (the transport the client was opened with may be a test's fault injector).
-    private var accountTransport: HTTPTransport {
+    var accountTransport: HTTPTransport {
         HTTPTransport(
             baseURL: configuration.serverURL, token: configuration.credentials.token, requestTimeout: configuration.requestTimeout,
             connectTimeout: configuration.connectTimeout, liveness: configuration.livenessInterval, logger: configuration.logger)

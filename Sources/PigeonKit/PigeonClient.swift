@@ -26,7 +26,17 @@ public final class PigeonClient: Sendable, Service {
     let store: LocalStore
     let engine: ClientEngine
     let hub: EventHub
-    private let runTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// Who wants the network side running: the app (``start()`` until ``stop()``) and the push handlings in progress
+    /// (``handlePush(_:deadline:)``), which share one ``run()`` task.
+    struct RunSlot {
+        var task: Task<Void, Never>?
+        /// ``start()`` was called and ``stop()`` not since: the task outlives the push handlings.
+        var startedByApp = false
+        /// ``handlePush(_:deadline:)`` calls in progress.
+        var pushHandlings = 0
+    }
+
+    let runSlot = NIOLockedValueBox(RunSlot())
 
     /// Opens (or creates) the local database and loads the outbox; no network yet.
     ///
@@ -54,7 +64,7 @@ public final class PigeonClient: Sendable, Service {
     }
 
     deinit {
-        runTask.withLockedValue { $0 }?.cancel()
+        runSlot.withLockedValue { $0.task }?.cancel()
     }
 
     // MARK: Identity
@@ -104,17 +114,22 @@ public final class PigeonClient: Sendable, Service {
 
     /// Starts ``run()`` in a task of its own (for code that is not structured around tasks); ``stop()`` ends it.
     public func start() {
-        runTask.withLockedValue { task in
-            guard task == nil else { return }
-            task = Task { try? await self.run() }
+        runSlot.withLockedValue { slot in
+            slot.startedByApp = true
+            guard slot.task == nil else { return }
+            slot.task = Task { try? await self.run() }
         }
     }
 
     /// Stops what ``start()`` started and waits until the connection is closed. Unsent messages stay in the outbox.
+    /// A ``handlePush(_:deadline:)`` in progress loses its connection too and reports what it could not do.
     public func stop() async {
-        let task = runTask.withLockedValue { task in
-            defer { task = nil }
-            return task
+        let task = runSlot.withLockedValue { slot in
+            defer {
+                slot.task = nil
+                slot.startedByApp = false
+            }
+            return slot.task
         }
         task?.cancel()
         await task?.value
@@ -252,7 +267,7 @@ public final class PigeonClient: Sendable, Service {
     @discardableResult
     public func sync(timeout: Duration = .seconds(30)) async throws -> SyncReport {
         // `start()` returns before its task is inside `run()`: a started client counts as running.
-        guard engine.isRunning || runTask.withLockedValue({ $0 != nil }) else {
+        guard engine.isRunning || runSlot.withLockedValue({ $0.task != nil }) else {
             throw PigeonClientError(.closed, "the client is not running: call start() first")
         }
         let deadline = ContinuousClock.now + timeout

@@ -86,6 +86,16 @@ import Testing
         try await server.stop()
     }
 
+    /// `--help` (before or after a command) and `pigeon help <command>` print the help on stdout with status 0.
+    @Test func helpIsPrintedForEveryCommand() async throws {
+        let cli = PigeonCLI(server: "http://127.0.0.1:\(try freePort())")
+        for arguments in [["--help"], ["devices", "--help"], ["send", "--help"], ["help", "send"], ["help"]] {
+            let result = try await cli.run(arguments)
+            #expect(result.status == 0 && result.stdout.contains("USAGE: pigeon") && result.stderr.isEmpty, "\(arguments): \(result)")
+        }
+        #expect(try await cli.run(["send", "--help"]).stdout.contains("--wait"), "the command's own help")
+    }
+
     @Test func mistakesGetOneClearLineAndANonZeroStatus() async throws {
         let server = try PigeonServerProcess()
         try await server.start()

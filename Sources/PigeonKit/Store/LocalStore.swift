@@ -434,6 +434,23 @@ final class LocalStore: Sendable {
         try db.execute(sql: "UPDATE device SET needsFullSync = ? WHERE id = 1", arguments: [value])
     }
 
+    /// The highest localId given out so far (0 for an empty database): what ``arrivedCount(after:)`` counts from.
+    func lastLocalId() async throws -> Int64 {
+        try await pool.read { db in try Int64.fetchOne(db, sql: "SELECT coalesce(max(localId), 0) FROM messages") ?? 0 }
+    }
+
+    /// Messages that arrived from the server (not sent from this device) with a localId above `localId`.
+    func arrivedCount(after localId: Int64) async throws -> Int {
+        try await pool.read { db in
+            try Int.fetchOne(db, sql: "SELECT count(*) FROM messages WHERE localId > ? AND senderDeviceId != ?", arguments: [localId, deviceId]) ?? 0
+        }
+    }
+
+    /// Whether the message with this serverId is on the device.
+    func hasMessage(serverId: String) async throws -> Bool {
+        try await pool.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM messages WHERE serverId = ?)", arguments: [serverId]) ?? false }
+    }
+
     /// Conversations whose known last seq is beyond what is on the device (not those this user left: the server
     /// answers 404 there).
     func gaps() async throws -> [(conversationId: String, after: Int64)] {

@@ -19,6 +19,7 @@ extension ClientEngine {
                 let stillWanted = slot.withLockedValue { slot -> Bool in
                     guard slot.networkEnabled else { return false }
                     slot.connection = connection
+                    slot.connectionGeneration += 1
                     slot.lastError = nil
                     slot.receiptsSent = [:]
                     return true

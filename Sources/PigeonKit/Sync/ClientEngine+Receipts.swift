@@ -15,7 +15,10 @@ extension ClientEngine {
                     let alreadySent = slot.withLockedValue { $0.receiptsSent[key] ?? 0 }
                     guard receipt.upToSeq > alreadySent else { continue }
                     try await connection.sendReceipt(ReceiptRequest(kind: receipt.kind, upToSeq: receipt.upToSeq), to: receipt.conversationId)
-                    slot.withLockedValue { $0.receiptsSent[key] = receipt.upToSeq }
+                    slot.withLockedValue { slot in
+                        slot.receiptsSent[key] = receipt.upToSeq
+                        slot.receiptsSentCount += 1
+                    }
                 }
             } catch {
                 logger.debug("sending receipts failed", metadata: ["error": "\(error)"])

@@ -25,6 +25,10 @@ final class ClientEngine: Sendable {
         var lastError: PigeonClientError?
         /// Receipts already sent on this connection (so one is not repeated while its echo is on the way).
         var receiptsSent: [String: Int64] = [:]
+        /// Receipts sent since the engine was made, on any connection (what a push report counts).
+        var receiptsSentCount = 0
+        /// Counts the connections opened: a new one has a higher number than any before it.
+        var connectionGeneration = 0
     }
 
     let slot = NIOLockedValueBox(ConnectionSlot())
@@ -60,6 +64,8 @@ final class ClientEngine: Sendable {
     var lastConnectionError: PigeonClientError? { slot.withLockedValue { $0.lastError } }
     var isNetworkEnabled: Bool { slot.withLockedValue { $0.networkEnabled } }
     var isRunning: Bool { slot.withLockedValue { $0.running } }
+    var receiptsSentCount: Int { slot.withLockedValue { $0.receiptsSentCount } }
+    var connectionGeneration: Int { slot.withLockedValue { $0.connectionGeneration } }
 
     var onlineConnection: (any EventStreamConnection)? {
         slot.withLockedValue { $0.state == .online ? $0.connection : nil }

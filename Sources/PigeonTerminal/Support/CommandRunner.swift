@@ -32,6 +32,13 @@ package func runCommand<Command: ParsableCommand>(_ command: Command.Type, progr
         }
         return 0
     } catch {
+        // A help request comes out of `run()` (the `help` command, a command group run without a subcommand, and
+        // `--help` after a subcommand): the argument parser's own answer, as its `main()` prints it.
+        if !(error is CLIError), Command.exitCode(for: error) == .success {
+            let message = Command.fullMessage(for: error)
+            if !message.isEmpty { FileHandle.standardOutput.write(Data((message + "\n").utf8)) }
+            return 0
+        }
         let error = error as? CLIError ?? CLIError("\(error)")
         FileHandle.standardError.write(Data("\(programName): \(error.message)\n".utf8))
         return error.status.rawValue

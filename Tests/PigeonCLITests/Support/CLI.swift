@@ -89,19 +89,23 @@ func runBuiltProduct(
 final class PigeonServerProcess: @unchecked Sendable {
     let port: Int
     let dataDirectory: String
+    /// More `serve` options (a push gateway, say).
+    let extraArguments: [String]
     private var pid: pid_t?
 
     var url: String { "http://127.0.0.1:\(port)" }
 
-    init() throws {
+    init(extraArguments: [String] = []) throws {
         port = try freePort()
         dataDirectory = makeTemporaryDirectory("pigeon-cli-server")
+        self.extraArguments = extraArguments
     }
 
     func start() async throws {
         let log = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
         let pid = try Command.spawn(
-            [builtProduct("pigeon-server"), "serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory, "--log-level", "warning"],
+            [builtProduct("pigeon-server"), "serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory, "--log-level", "warning"]
+                + extraArguments,
             stdout: log, stderr: nil)
         self.pid = pid
         let deadline = ContinuousClock.now + .seconds(30)

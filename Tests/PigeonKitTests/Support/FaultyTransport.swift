@@ -50,6 +50,12 @@ final class FaultyTransport: PigeonTransport {
         for connection in connections.withLockedValue({ $0 }) { connection.close() }
     }
 
+    /// Makes the open stream dead without closing it, like a suspended app's socket: nothing arrives on it any more
+    /// and what the client writes on it is lost, while the client still takes it for open. Later streams work.
+    func deafenConnection() {
+        for case let connection as FilteredConnection in connections.withLockedValue({ $0 }) { connection.deafen() }
+    }
+
     func openStream(kind: StreamKind, cursor: String?) async throws -> any EventStreamConnection {
         let connection = FilteredConnection(base: try await base.openStream(kind: kind, cursor: cursor), transport: self)
         connections.withLockedValue { $0 = [connection] }
@@ -126,6 +132,10 @@ final class FaultyTransport: PigeonTransport {
 private final class FilteredConnection: EventStreamConnection {
     let base: any EventStreamConnection
     let transport: FaultyTransport
+    private let deaf = NIOLockedValueBox(false)
+
+    func deafen() { deaf.withLockedValue { $0 = true } }
+    private var isDeaf: Bool { deaf.withLockedValue { $0 } }
 
     init(base: any EventStreamConnection, transport: FaultyTransport) {
         self.base = base
@@ -134,7 +144,7 @@ private final class FilteredConnection: EventStreamConnection {
 
     func nextBatch() async throws -> [ServerFrame]? {
         while let batch = try await base.nextBatch() {
-            let kept = batch.filter { transport.keep($0) }
+            let kept = isDeaf ? [] : batch.filter { transport.keep($0) }
             if !kept.isEmpty { return kept }
         }
         return nil
@@ -142,26 +152,31 @@ private final class FilteredConnection: EventStreamConnection {
 
     func send(_ request: SendMessageRequest, to conversationId: String) async -> MessageHandover {
         transport.record(.send(conversationId: conversationId, request))
+        if isDeaf { return .queued }
         return await base.send(request, to: conversationId)
     }
 
     func edit(_ request: EditMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
         transport.record(.edit(conversationId: conversationId, serverId: serverId, request))
+        if isDeaf { return .queued }
         return await base.edit(request, of: serverId, in: conversationId)
     }
 
     func delete(_ request: DeleteMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
         transport.record(.delete(conversationId: conversationId, serverId: serverId, request))
+        if isDeaf { return .queued }
         return await base.delete(request, of: serverId, in: conversationId)
     }
 
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
         transport.record(.receipt(conversationId: conversationId, request))
+        if isDeaf { return }
         try await base.sendReceipt(request, to: conversationId)
     }
 
     func sendTyping(_ active: Bool, in conversationId: String) async throws {
         transport.record(.typing(conversationId: conversationId, active: active))
+        if isDeaf { return }
         try await base.sendTyping(active, in: conversationId)
     }
 
