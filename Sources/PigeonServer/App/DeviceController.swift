@@ -44,7 +44,6 @@ struct DeviceController: Sendable {
         if let data, data.utf8.count > PushRegistrationRequest.maxDataBytes {
             throw PigeonError.invalid("data is larger than \(PushRegistrationRequest.maxDataBytes) bytes of JSON")
         }
-        if let data, !Validation.isStorableText(data) { throw PigeonError.invalid("data must not contain the character U+0000") }
         try await pushStore.setPushRegistration(body, data: data, for: context.device, at: WallClock.nowMillis())
         return Response(status: .noContent)
     }
