@@ -6,8 +6,8 @@ import NIOFoundationCompat
 import NIOHTTP1
 import PigeonProtocol
 
-/// The real transport: API.md's REST calls through async-http-client, the event stream through the
-/// hummingbird-websocket client or as server-sent events.
+/// The real transport: API.md's REST calls through async-http-client, the event stream over a WebSocket
+/// (``WebSocketConnector``: hummingbird-websocket's frame handling) or as server-sent events.
 package struct HTTPTransport: PigeonTransport {
     let baseURL: String
     let token: String

@@ -1,6 +1,5 @@
 import AsyncHTTPClient
 import Foundation
-import HTTPTypes
 import HummingbirdWSClient
 import Logging
 import NIOConcurrencyHelpers
@@ -22,12 +21,11 @@ final class WebSocketEventStream: EventStreamConnection {
         let (outStream, outContinuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .unbounded)
         let connection = WebSocketEventStream(outgoing: outContinuation)
         let gate = ConnectGate()
-        var headers = HTTPFields()
-        headers[.authorization] = "Bearer \(token)"
-        let configuration = WebSocketClientConfiguration(
-            maxFrameSize: 1 << 20, additionalHeaders: headers, closeTimeout: .seconds(1), autoPing: .enabled(timePeriod: pingInterval))
+        let settings = WebSocketConnector.Settings(
+            headers: [("Authorization", "Bearer \(token)")], connectTimeout: timeout, pingInterval: pingInterval,
+            closeTimeout: .seconds(1), maxFrameSize: 1 << 20)
         let buffer = connection.buffer
-        let client = WebSocketClient(url: url, configuration: configuration, logger: logger) { inbound, outbound, _ in
+        let handler: WebSocketDataHandler<WebSocketConnector.Context> = { inbound, outbound, _ in
             gate.succeed()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
@@ -50,10 +48,10 @@ final class WebSocketEventStream: EventStreamConnection {
         }
         let runTask = Task {
             do {
-                try await client.run()
+                try await WebSocketConnector.run(url: url, settings: settings, logger: logger, handler: handler)
                 gate.fail(PigeonClientError(.network, "the WebSocket closed before it opened"))
                 buffer.finish()
-            } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
+            } catch is WebSocketConnector.UpgradeDeclined {
                 gate.fail(PigeonClientError(.webSocketRefused, "WebSocket \(url): the upgrade was refused"))
                 buffer.finish()
             } catch {
