@@ -20,17 +20,17 @@ public final class LocalFanout: Fanout {
     }
 
     /// Told after each publication, once the hub has the events (the push dispatcher collects then).
-    private let publicationObserver = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
+    private let publicationObserver = NIOLockedValueBox<Callback<Void>?>(nil)
 
     public func publish(_ committed: [StoredEvent]) {
         sink.publish(committed)
-        publicationObserver.withLockedValue { $0 }?()
+        publicationObserver.withLockedValue { $0 }?.call(())
     }
 
     /// Calls `observer` after every publication of committed events on this node (its own commits, and the other
     /// nodes' as its tail reads them).
     func observePublications(_ observer: @escaping @Sendable () -> Void) {
-        publicationObserver.withLockedValue { $0 = observer }
+        publicationObserver.withLockedValue { $0 = Callback { _ in observer() } }
     }
 
     public func onlineDevices(of users: [String]) -> Set<DeviceIdentity> {

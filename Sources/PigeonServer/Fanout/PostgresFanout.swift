@@ -49,7 +49,7 @@ public final class PostgresFanout: Fanout, Service {
     private let ephemeralChannel: String
     private let presenceChannel: String
     /// What runs when another node announces a membership change (``announceMembersChange(_:)``).
-    private let membersChanged = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
+    private let membersChanged = NIOLockedValueBox<Callback<String>?>(nil)
     private let readRevocations: RevocationReader
     /// The number of the last revocation this node read.
     private let revocationsRead: NIOLockedValueBox<Int64>
@@ -265,7 +265,7 @@ public final class PostgresFanout: Fanout, Service {
 
     /// Sets what runs when another node announces a membership change of a conversation.
     func onMembersChanged(_ handler: @escaping @Sendable (String) -> Void) {
-        membersChanged.withLockedValue { $0 = handler }
+        membersChanged.withLockedValue { $0 = Callback(handler) }
     }
 
     /// Tells the other nodes that the members of `conversationId` changed (after the change committed), on the
@@ -375,7 +375,7 @@ public final class PostgresFanout: Fanout, Service {
         guard let payload, let frame = try? JSONDecoder().decode(EphemeralFrame.self, from: Data(payload.utf8)), frame.node != nodeId
         else { return }
         if frame.type == Self.membersChangedFrame {
-            membersChanged.withLockedValue { $0 }?(frame.json)
+            membersChanged.withLockedValue { $0 }?.call(frame.json)
             return
         }
         local.broadcast(type: frame.type, json: frame.json, to: frame.users)

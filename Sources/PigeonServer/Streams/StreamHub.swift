@@ -39,11 +39,11 @@ public final class StreamHub: EventSink {
     }
 
     /// Told when a device gets its first stream on this node (`true`) or loses its last one (`false`).
-    private let presenceObserver = NIOLockedValueBox<(@Sendable (DeviceIdentity, Bool) -> Void)?>(nil)
+    private let presenceObserver = NIOLockedValueBox<Callback<(DeviceIdentity, Bool)>?>(nil)
 
     /// Observes devices coming online and going offline on this node (the presence a multi-node ``Fanout`` shares).
     func observePresence(_ observer: @escaping @Sendable (DeviceIdentity, Bool) -> Void) {
-        presenceObserver.withLockedValue { $0 = observer }
+        presenceObserver.withLockedValue { $0 = Callback { observer($0.0, $0.1) } }
     }
 
     /// Starts delivering the device's events to `session`. Past `maxStreamsPerDevice` open streams of its device
@@ -63,7 +63,7 @@ public final class StreamHub: EventSink {
             session.limitHit("streams_per_device")
             old.end(.replaced)
         }
-        if first { presenceObserver.withLockedValue { $0 }?(session.device, true) }
+        if first { presenceObserver.withLockedValue { $0 }?.call((session.device, true)) }
         if let recent = recentRevocations.withLockedValue({ $0[session.device]?.revocation }), recent.refuses(tokenIssuedAt: session.tokenIssuedAt) {
             session.end(.revoked)
         }
@@ -77,7 +77,7 @@ public final class StreamHub: EventSink {
             return (true, !list.contains { $0.device == session.device })
         }
         if removed { openCount.withLockedValue { $0[session.transport, default: 1] -= 1 } }
-        if last { presenceObserver.withLockedValue { $0 }?(session.device, false) }
+        if last { presenceObserver.withLockedValue { $0 }?.call((session.device, false)) }
     }
 
     /// The users with a stream open on this node, and the registration count when they were read (compare it with a
