@@ -459,6 +459,41 @@ import Testing
         }
     }
 
+    /// A browser's `EventSource` opened with `?cursor=<saved>` reconnects to the same URL and adds the last id it
+    /// received as `Last-Event-ID`: the header is the newer position and wins, so nothing is replayed twice.
+    @Test func lastEventIDWinsOverTheCursorParameter() async throws {
+        try await withTestServer { client in
+            let (alice, bob, conversation) = try await Self.setUp(client)
+            let saved = try await client.headCursor(bob)
+            for index in 1...3 { try await client.sendAccepted(alice, to: conversation.id, body: "m\(index)") }
+            _ = try await client.waitForCount(bob, conversation.id, 3)
+            let seen = try await client.sync(bob, cursor: saved).events
+            #expect(seen.map { $0.newMessage?.body } == ["m1", "m2", "m3"])
+            let lastEventID = try #require(seen[1].cursor)
+
+            let sse = try await TestSSE.open(port: client.port, token: bob.token, query: "cursor=\(saved)", headers: ["Last-Event-ID": lastEventID])
+            #expect(sse.status.withLockedValue { $0 } == 200)
+            let replayed = await sse.events.collect(timeout: .seconds(10)) { $0.count == 1 }
+            #expect(replayed.map { $0.serverEvent?.newMessage?.body } == ["m3"])
+            #expect(await sse.events.drain(for: .milliseconds(300)).isEmpty, "only what came after Last-Event-ID")
+            await sse.close()
+
+            // The header is validated like the parameter: malformed is the same 400, beside a good parameter too; and a
+            // malformed parameter is 400 beside a good header. (Opened as streams first: a stream that is wrongly
+            // accepted never ends.)
+            let malformed = [String(repeating: "a", count: 513), "a b", "caf\u{e9}-1"].map { ("cursor=\(saved)", $0) } + [("cursor=a%20b", lastEventID)]
+            for (query, header) in malformed {
+                let opened = try await TestSSE.open(port: client.port, token: bob.token, query: query, headers: ["Last-Event-ID": header])
+                let status = opened.status.withLockedValue { $0 }
+                await opened.close()
+                #expect(status == 400, "\(query), Last-Event-ID \(header)")
+                guard status == 400 else { continue }
+                let answer = try await client.request(.GET, "/v1/events?\(query)", token: bob.token, headers: ["Last-Event-ID": header])
+                expectError(answer, 400, .invalidRequest, "\(query), Last-Event-ID \(header)")
+            }
+        }
+    }
+
     // MARK: Sync
 
     @Test func syncPagesWithCursorContinuation() async throws {
