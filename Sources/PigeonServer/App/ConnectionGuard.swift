@@ -46,3 +46,14 @@ struct ConnectionGuard<Base: ServerChildChannel>: ServerChildChannel {
         await base.handle(value: value, logger: logger)
     }
 }
+
+extension ConnectionGuardHandler {
+    /// A future completed once the client of `channel` has closed its side of the connection
+    /// (``ConnectionGuardHandler/clientClosed``); the channel's close when it has no guard (any more).
+    static func clientClosed(on channel: any Channel) async -> EventLoopFuture<Void> {
+        let guarded = try? await channel.eventLoop.submit {
+            try channel.pipeline.syncOperations.handler(type: ConnectionGuardHandler.self).clientClosed
+        }.get()
+        return (guarded ?? nil) ?? channel.closeFuture
+    }
+}

@@ -51,6 +51,8 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     /// A response head was written and its end not yet.
     private var responseInProgress = false
     private var context: ChannelHandlerContext?
+    /// Completed once the client has closed its side of the connection (its input ended, or the connection closed).
+    private var clientClosedPromise: EventLoopPromise<Void>?
 
     init(limits: ConnectionLimits, metrics: PigeonMetrics, refusal: ConnectionRefusal?) {
         self.limits = limits
@@ -60,13 +62,20 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        clientClosedPromise = context.eventLoop.makePromise()
         if context.channel.isActive { start(context: context) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         cancelTimer()
+        clientClosedPromise?.succeed()
         self.context = nil
     }
+
+    /// Completes once the client has closed its side of the connection: its input ended (a FIN), or the connection
+    /// closed (a reset). A stream that only writes (SSE) learns here that nobody reads it any more, at once and
+    /// without a write. Read on the channel's event loop.
+    var clientClosed: EventLoopFuture<Void>? { clientClosedPromise?.futureResult }
 
     func channelActive(context: ChannelHandlerContext) {
         start(context: context)
@@ -75,6 +84,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func channelInactive(context: ChannelHandlerContext) {
         cancelTimer()
+        clientClosedPromise?.succeed()
         // A connection closed before its first request still has the HTTP upgrade handler, which would report the
         // close as an error; told that the input closed first, it ends quietly.
         if !sawRequest { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
@@ -134,6 +144,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed { clientClosedPromise?.succeed() }
         switch (phase, event) {
         case (.idle, is ChannelShouldQuiesceEvent), (.head, is ChannelShouldQuiesceEvent), (.closing, is ChannelShouldQuiesceEvent):
             phase = .closing

@@ -494,6 +494,61 @@ import Testing
         }
     }
 
+    /// How a test's SSE client goes away.
+    enum Disconnect: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// The HTTP client closes its connection.
+        case clientCloses
+        /// The socket is reset (closed with SO_LINGER 0).
+        case reset
+        /// The client closes only its sending side (a FIN), as a client that is done does; it could still read.
+        case halfClose
+        var testDescription: String { rawValue }
+    }
+
+    /// A closed SSE client is offline at once: the server notices the connection's close, not a failed write. The
+    /// keep-alive is an hour here, so nothing is written to the closed stream before the checks.
+    @Test(arguments: Disconnect.allCases)
+    func aClosedEventStreamIsOfflineAtOnce(_ disconnect: Disconnect) async throws {
+        try await withTestServer(configure: { $0.keepAliveInterval = .seconds(3600) }) { client in
+            let (alice, bob, conversation) = try await Self.setUp(client)
+            let aliceCursor = try await client.headCursor(alice)
+            func openStreams() async throws -> Double { try await client.metric("pigeon_open_streams{transport=\"sse\"}") ?? 0 }
+            func recipientsOnline() async throws -> Int? {
+                let accepted = try await client.sendAccepted(alice, to: conversation.id, body: "anyone?")
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline {
+                    let stored = try await client.sync(alice, cursor: aliceCursor, limit: 1000).events.compactMap(\.stored)
+                    if let event = stored.first(where: { $0.serverId == accepted.serverId }) { return event.recipientsOnline }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                return nil
+            }
+            let before = try await openStreams()
+            var sse: TestSSE?
+            var socket: RawStreamSocket?
+            switch disconnect {
+            case .clientCloses: sse = try await TestSSE.open(port: client.port, token: bob.token)
+            case .reset, .halfClose:
+                socket = try await offThePool { [port = client.port, token = bob.token] in try RawStreamSocket.serverSentEvents(port: port, token: token) }
+            }
+            #expect(try await openStreams() == before + 1)
+            #expect(try await recipientsOnline() == 1)
+
+            switch disconnect {
+            case .clientCloses: await sse?.close()
+            case .reset:
+                socket?.resetOnClose()
+                socket = nil
+            case .halfClose: socket?.closeWrite()
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try await openStreams() > before, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(try await openStreams() == before, "the stream still counts 10 s after the close")
+            #expect(try await recipientsOnline() == 0)
+            withExtendedLifetime(socket) {}
+        }
+    }
+
     // MARK: Sync
 
     @Test func syncPagesWithCursorContinuation() async throws {

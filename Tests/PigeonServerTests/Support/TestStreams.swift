@@ -346,6 +346,15 @@ extension ServerEvent {
 
 // MARK: - A raw socket that never reads
 
+/// Runs `body` on a thread of its own and awaits it: a raw socket's blocking reads must not hold a thread of Swift's
+/// cooperative pool (as few as the machine's cores), where the in-process server's handlers run too; tests running
+/// in parallel could otherwise block all of them and wait for an answer the server cannot write.
+func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
 /// A TCP client of the test server that does the WebSocket upgrade (or opens an SSE stream) and then reads
 /// nothing unless told to: the never-reading client of the stream limits' tests. Its receive buffer is made
 /// small before connecting, so the server's writes to it block early.
@@ -378,6 +387,17 @@ final class RawStreamSocket: Sendable {
         let head = try socket.readHead()
         guard head.hasPrefix("HTTP/1.1 200") else { throw TestFailure("SSE refused: \(head)") }
         return socket
+    }
+
+    /// Makes the close (when this socket is released) a reset (RST) instead of an orderly FIN.
+    func resetOnClose() {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    }
+
+    /// Closes the sending side only (a FIN): the server sees the client's input end, the socket can still read.
+    func closeWrite() {
+        Glibc.shutdown(descriptor, Int32(SHUT_WR))
     }
 
     private static func connect(port: Int, receiveBuffer: Int32) throws -> RawStreamSocket {
