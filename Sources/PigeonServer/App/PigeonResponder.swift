@@ -1,0 +1,38 @@
+import HTTPTypes
+import Hummingbird
+import Logging
+import PigeonProtocol
+
+/// The server's HTTP responder: the router, behind the answers a router cannot give, because it only knows the
+/// routes a request matches.
+///
+/// - A known path with a method it does not serve is answered `405 method_not_allowed` with `Allow` listing the
+///   path's methods (``RouteMethods``), before any authentication. An unknown path stays the router's `404`.
+public struct PigeonResponder: HTTPResponder {
+    public typealias Context = PigeonRequestContext
+
+    let router: RouterResponder<PigeonRequestContext>
+    let routeMethods: RouteMethods
+
+    public func respond(to request: Request, context: PigeonRequestContext) async throws -> Response {
+        try await answer(request, context: context, path: request.uri.path)
+    }
+
+    /// `405` for a known path's other methods, else the router's answer.
+    private func answer(_ request: Request, context: PigeonRequestContext, path: String) async throws -> Response {
+        guard let methods = routeMethods.methods(for: path), !methods.contains(request.method) else {
+            do {
+                return try await router.respond(to: request, context: context)
+            } catch {
+                // The router's error middleware answers every route's errors; this is for what escapes it.
+                return JSONBody.errorResponse(WireError.of(error, logger: context.logger, what: "request \(request.method) \(path)"))
+            }
+        }
+        let allow = methods.map(\.rawValue).joined(separator: ", ")
+        var response = JSONBody.errorResponse(
+            PigeonError(.methodNotAllowed, "\(request.method.rawValue.prefix(32)) is not allowed on \(path.prefix(200)); allowed: \(allow)"))
+        response.headers[.allow] = allow
+        // An answer to HEAD has no body (its Content-Length still tells the body's).
+        return request.method == .head ? response.createHeadResponse() : response
+    }
+}
