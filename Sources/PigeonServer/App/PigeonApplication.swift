@@ -13,6 +13,7 @@ public enum PigeonApplication {
     /// Run it with `runService()` (graceful shutdown on SIGINT/SIGTERM: stop accepting, close streams,
     /// drain the buffer, exit) or inside a `ServiceGroup`.
     public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<PigeonResponder> {
+        let cors = try CORSPolicy(origins: configuration.corsOrigins)
         ConnectionDescriptorLimit.raise(logger: logger)
         let core = try await PigeonCore.open(configuration: configuration, logger: logger)
         let access = core.conversationAccess
@@ -51,7 +52,7 @@ public enum PigeonApplication {
                 .addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
         }
         let responder = PigeonResponder(
-            router: router.buildResponder(), routeMethods: RouteMethods(router.routes.map { ($0.path, $0.method) }))
+            router: router.buildResponder(), routeMethods: RouteMethods(router.routes.map { ($0.path, $0.method) }), cors: cors)
         let webSocketResponder = streams.makeWebSocketRouter().buildResponder()
         let limits = configuration.connectionLimits
         // The connection guard keeps the idle and head deadlines (Hummingbird's idle timeout would only start after
@@ -68,7 +69,7 @@ public enum PigeonApplication {
                 ConnectionGuard(
                     base: HTTP1WebSocketUpgradeChannel(
                         responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration),
-                    limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics)
+                    limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics, cors: cors)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
             services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing],
