@@ -48,6 +48,10 @@ public struct ServerConfiguration: Sendable {
     public var push = PushConfiguration()
     /// Bearer token `/metrics` asks for; `nil`: `/metrics` is open (bind it to a private interface, or set this).
     public var metricsToken: String?
+    /// Origins of the web pages that may call the `/v1` API from a browser (CORS): `https://app.example.com`, or `*`
+    /// for any (``CORSPolicy``). When set, a WebSocket request from a page of another origin is refused. Empty (the
+    /// default): no CORS header is ever sent, and every origin may open the WebSocket.
+    public var corsOrigins: [String] = []
     /// Reverse proxies in front of the server: from these peers (and only these) the client address of the
     /// per-address limits is read from `X-Forwarded-For` (``ClientAddress``).
     public var trustedProxies: [AddressBlock] = []

@@ -15,7 +15,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the server. Without --store/--buffer it runs the embedded default (SQLite under --data-dir).",
-        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_NODE_ID, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET and PIGEON_ADMIN_TOKEN set the same; flags win.")
+        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_NODE_ID, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET, PIGEON_ADMIN_TOKEN and PIGEON_CORS_ORIGINS set the same; flags win.")
 
     @Option(help: "Address to listen on (default 127.0.0.1).")
     var host: String?
@@ -91,6 +91,9 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup(title: "Push notifications")
     var push: PushOptions
 
+    @OptionGroup(title: "Browsers")
+    var web: WebOptions
+
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
         guard maxBuffered > 0, batchSize > 0, processingConcurrency > 0, maxAttempts > 0, eventRetentionHours > 0 else {
@@ -134,6 +137,7 @@ struct Serve: AsyncParsableCommand {
         try streams.apply(to: &configuration, environment: environment)
         try abuse.apply(to: &configuration, environment: environment)
         try push.apply(to: &configuration, environment: environment)
+        try web.apply(to: &configuration, environment: environment)
         if openRegistration { configuration.openRegistration = true }
         if noOpenRegistration { configuration.openRegistration = false }
 

@@ -5,8 +5,9 @@ import NIOHTTP1
 
 /// Wraps the server's child channel (HTTP/1 with the WebSocket upgrade) with the guard of ``ConnectionLimits``:
 /// a ``ConnectionGuardHandler`` first in every connection's pipeline (head deadlines and sizes, closing at graceful
-/// shutdown), a ``ConnectionExchangeObserver`` behind the HTTP parser, and the per-address connection count; and,
-/// nearest the socket, the ``FlushCoalescingHandler`` (one flush per event loop turn).
+/// shutdown), a ``ConnectionExchangeObserver`` behind the HTTP parser (which also refuses a WebSocket request from an
+/// origin `cors` does not allow), and the per-address connection count; and, nearest the socket, the
+/// ``FlushCoalescingHandler`` (one flush per event loop turn).
 ///
 /// Hummingbird's upgradable HTTP/1 pipeline installs its idle handler only after a complete request head and leaves
 /// parser errors unanswered; without this guard a connection that never completes a head stays open for ever and
@@ -17,12 +18,14 @@ struct ConnectionGuard<Base: ServerChildChannel>: ServerChildChannel {
     let limits: ConnectionLimits
     let connections: ConnectionsPerAddress
     let metrics: PigeonMetrics
+    let cors: CORSPolicy?
 
-    init(base: Base, limits: ConnectionLimits, trustedProxies: [AddressBlock], metrics: PigeonMetrics) {
+    init(base: Base, limits: ConnectionLimits, trustedProxies: [AddressBlock], metrics: PigeonMetrics, cors: CORSPolicy?) {
         self.base = base
         self.limits = limits
         self.connections = ConnectionsPerAddress(limit: limits.maxConnectionsPerAddress, trustedProxies: trustedProxies)
         self.metrics = metrics
+        self.cors = cors
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
@@ -37,12 +40,23 @@ struct ConnectionGuard<Base: ServerChildChannel>: ServerChildChannel {
         return base.setup(channel: channel, logger: logger).assumeIsolated().flatMapThrowing { value in
             let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             try channel.pipeline.syncOperations.addHandler(
-                ConnectionExchangeObserver(connectionGuard: connectionGuard), position: .after(decoder))
+                ConnectionExchangeObserver(connectionGuard: connectionGuard, cors: cors), position: .after(decoder))
             return value
         }.nonisolated()
     }
 
     func handle(value: Value, logger: Logger) async {
         await base.handle(value: value, logger: logger)
+    }
+}
+
+extension ConnectionGuardHandler {
+    /// A future completed once the client of `channel` has closed its side of the connection
+    /// (``ConnectionGuardHandler/clientClosed``); the channel's close when it has no guard (any more).
+    static func clientClosed(on channel: any Channel) async -> EventLoopFuture<Void> {
+        let guarded = try? await channel.eventLoop.submit {
+            try channel.pipeline.syncOperations.handler(type: ConnectionGuardHandler.self).clientClosed
+        }.get()
+        return (guarded ?? nil) ?? channel.closeFuture
     }
 }

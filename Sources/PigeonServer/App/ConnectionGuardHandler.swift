@@ -51,6 +51,8 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     /// A response head was written and its end not yet.
     private var responseInProgress = false
     private var context: ChannelHandlerContext?
+    /// Completed once the client has closed its side of the connection (its input ended, or the connection closed).
+    private var clientClosedPromise: EventLoopPromise<Void>?
 
     init(limits: ConnectionLimits, metrics: PigeonMetrics, refusal: ConnectionRefusal?) {
         self.limits = limits
@@ -60,13 +62,20 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        clientClosedPromise = context.eventLoop.makePromise()
         if context.channel.isActive { start(context: context) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         cancelTimer()
+        clientClosedPromise?.succeed()
         self.context = nil
     }
+
+    /// Completes once the client has closed its side of the connection: its input ended (a FIN), or the connection
+    /// closed (a reset). A stream that only writes (SSE) learns here that nobody reads it any more, at once and
+    /// without a write. Read on the channel's event loop.
+    var clientClosed: EventLoopFuture<Void>? { clientClosedPromise?.futureResult }
 
     func channelActive(context: ChannelHandlerContext) {
         start(context: context)
@@ -75,6 +84,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func channelInactive(context: ChannelHandlerContext) {
         cancelTimer()
+        clientClosedPromise?.succeed()
         // A connection closed before its first request still has the HTTP upgrade handler, which would report the
         // close as an error; told that the input closed first, it ends quietly.
         if !sawRequest { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
@@ -134,6 +144,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed { clientClosedPromise?.succeed() }
         switch (phase, event) {
         case (.idle, is ChannelShouldQuiesceEvent), (.head, is ChannelShouldQuiesceEvent), (.closing, is ChannelShouldQuiesceEvent):
             phase = .closing
@@ -179,6 +190,12 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
         refuse(.parserError(error), context: context)
     }
 
+    /// A WebSocket request from a page of an origin that may not open it: refused (`403`) and closed.
+    func refuseWebSocket(origin: String) {
+        guard let context else { return }
+        refuse(.webSocketOrigin(origin), context: context)
+    }
+
     /// Back to waiting for the next head once every request and response is complete.
     private func exchangeProgressed() {
         guard case .exchange = phase, openRequests == 0, unansweredRequests == 0, let context else { return }
@@ -196,7 +213,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     private func refuse(_ refusal: ConnectionRefusal, context: ChannelHandlerContext) {
         if case .closing = phase { return }
         phase = .closing
-        metrics.limitHit(refusal.limit)
+        if let limit = refusal.limit { metrics.limitHit(limit) }
         schedule(Self.lingerTime, context: context) { context in
             context.close(promise: nil)
         }
@@ -228,6 +245,10 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 /// Sits behind the HTTP parser and tells the ``ConnectionGuardHandler`` where each exchange begins and ends, about
 /// parser errors (which it answers through the guard, instead of leaving the connection hanging), and when the
 /// connection becomes a WebSocket (then it passes everything through).
+///
+/// With a CORS policy, it also refuses (through the guard, `403`) a request for the WebSocket at `/v1/ws` from a page
+/// of an origin the policy does not allow, before the WebSocket upgrade handler sees it: that handler answers every
+/// upgrade it declines with a bare `400`.
 final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
@@ -235,21 +256,43 @@ final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHa
     typealias OutboundOut = HTTPServerResponsePart
 
     private let connectionGuard: ConnectionGuardHandler
+    private let cors: CORSPolicy?
     private var upgraded = false
+    /// A request was refused: nothing more is passed on (the guard is closing the connection).
+    private var refused = false
 
-    init(connectionGuard: ConnectionGuardHandler) {
+    init(connectionGuard: ConnectionGuardHandler, cors: CORSPolicy?) {
         self.connectionGuard = connectionGuard
+        self.cors = cors
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !refused else { return }
         if !upgraded {
             switch unwrapInboundIn(data) {
-            case .head: connectionGuard.requestHeadReceived()
+            case .head(let head):
+                if let cors, let origin = Self.refusedWebSocketOrigin(head, cors: cors) {
+                    refused = true
+                    connectionGuard.refuseWebSocket(origin: origin)
+                    return
+                }
+                connectionGuard.requestHeadReceived()
             case .body: break
             case .end: connectionGuard.requestEnded()
             }
         }
         context.fireChannelRead(data)
+    }
+
+    /// The `Origin` of a request for `/v1/ws` that `cors` refuses, or `nil` (another path, no `Origin`, or allowed).
+    /// The path is compared as the router does, without empty segments.
+    private static func refusedWebSocketOrigin(_ head: HTTPRequestHead, cors: CORSPolicy) -> String? {
+        let path = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        guard path.split(separator: "/").elementsEqual(["v1", "ws"]) else { return nil }
+        let origins = head.headers["Origin"]
+        guard !origins.isEmpty else { return nil }
+        let origin = origins.joined(separator: ", ")
+        return cors.refusesWebSocket(origin: origin) ? origin : nil
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -4,13 +4,13 @@ import NIOHTTP1
 import PigeonProtocol
 
 /// An answer the connection guard gives a client just before it closes the connection: API.md's JSON error body,
-/// `Connection: close`, and the name under which `pigeon_limit_hits_total` counts it.
+/// `Connection: close`, and the name under which `pigeon_limit_hits_total` counts it (if it is a limit).
 struct ConnectionRefusal: Sendable {
     let status: HTTPResponseStatus
     let code: ErrorCode
     let message: String
-    /// The `limit` label of `pigeon_limit_hits_total`.
-    let limit: String
+    /// The `limit` label of `pigeon_limit_hits_total`; `nil`: not a limit, not counted.
+    let limit: String?
     /// Seconds of `Retry-After`, if any.
     var retryAfter: Int?
 
@@ -31,6 +31,13 @@ struct ConnectionRefusal: Sendable {
     static let tooManyConnections = ConnectionRefusal(
         status: .serviceUnavailable, code: .overloaded, message: "too many connections from this address", limit: "connections_per_address",
         retryAfter: 1)
+
+    /// The refusal of a WebSocket request from a page of an origin the CORS configuration does not allow.
+    static func webSocketOrigin(_ origin: String) -> ConnectionRefusal {
+        ConnectionRefusal(
+            status: .forbidden, code: .forbidden,
+            message: "the origin \(origin.prefix(200)) may not open this server's WebSocket (--cors-origin)", limit: nil)
+    }
 
     /// The refusal for an error of the HTTP parser.
     static func parserError(_ error: HTTPParserError) -> ConnectionRefusal {

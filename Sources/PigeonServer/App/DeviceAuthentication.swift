@@ -1,4 +1,5 @@
 import Hummingbird
+import NIOCore
 import PigeonProtocol
 
 /// Authenticates the device behind a request's bearer token (`Authorization: Bearer …`, or `?access_token=` where
@@ -25,12 +26,15 @@ struct DeviceRequestContext: ChildRequestContext {
     let device: DeviceIdentity
     /// When the device's token was issued (a JWT's `iat`, seconds; `nil`: opaque or no `iat`).
     let tokenIssuedAt: Int64?
+    /// The request's connection (``PigeonRequestContext/channel``).
+    let channel: any Channel
 
     init(context: PigeonRequestContext) throws {
         guard let device = context.device else { throw PigeonError.unauthorized }
         self.coreContext = context.coreContext
         self.device = device
         self.tokenIssuedAt = context.tokenIssuedAt
+        self.channel = context.channel
     }
 }
 

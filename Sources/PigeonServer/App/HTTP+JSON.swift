@@ -143,13 +143,15 @@ extension Request {
         return value
     }
 
-    /// The `cursor` of a stream or sync request (`?cursor=`, or `Last-Event-ID` when `allowHeader`); a malformed one is
-    /// a 400.
+    /// The `cursor` of a stream or sync request: `?cursor=`, or, where `allowHeader` (SSE), the `Last-Event-ID` header,
+    /// which wins over the parameter when both are given. A browser's `EventSource` reconnects to the URL it was opened
+    /// with (an old `?cursor=`, say from before a reload) and adds the last id it received: the header is always the
+    /// newer position. Either one malformed is a 400.
     func cursorParameter(allowHeader: Bool) throws -> String? {
         let query: String? = uri.queryParameters.get("cursor")
-        let header: String? = allowHeader ? headers[HTTPField.Name("Last-Event-ID")!] : nil
-        let cursor = query ?? header
-        if let cursor, EventCursor.isMalformed(cursor) { throw PigeonError.invalid("cursor is malformed") }
-        return cursor
+        if let query, EventCursor.isMalformed(query) { throw PigeonError.invalid("cursor is malformed") }
+        guard allowHeader, let header = headers[HTTPField.Name("Last-Event-ID")!] else { return query }
+        if EventCursor.isMalformed(header) { throw PigeonError.invalid("cursor is malformed (the Last-Event-ID header)") }
+        return header
     }
 }

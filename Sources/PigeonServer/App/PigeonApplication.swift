@@ -12,7 +12,8 @@ public enum PigeonApplication {
     ///
     /// Run it with `runService()` (graceful shutdown on SIGINT/SIGTERM: stop accepting, close streams,
     /// drain the buffer, exit) or inside a `ServiceGroup`.
-    public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<RouterResponder<PigeonRequestContext>> {
+    public static func make(configuration: ServerConfiguration, logger: Logger) async throws -> Application<PigeonResponder> {
+        let cors = try CORSPolicy(origins: configuration.corsOrigins)
         ConnectionDescriptorLimit.raise(logger: logger)
         let core = try await PigeonCore.open(configuration: configuration, logger: logger)
         let access = core.conversationAccess
@@ -50,6 +51,8 @@ public enum PigeonApplication {
             AdminController(store: core.store, buffer: core.buffer, logger: logger)
                 .addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
         }
+        let responder = PigeonResponder(
+            router: router.buildResponder(), routeMethods: RouteMethods(router.routes.map { ($0.path, $0.method) }), cors: cors)
         let webSocketResponder = streams.makeWebSocketRouter().buildResponder()
         let limits = configuration.connectionLimits
         // The connection guard keeps the idle and head deadlines (Hummingbird's idle timeout would only start after
@@ -61,12 +64,12 @@ public enum PigeonApplication {
                     maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: limits.maxHeaderCount)),
             ws: .init(maxFrameSize: 1 << 20, autoPing: .enabled(timePeriod: .seconds(30)), closeTimeout: configuration.streamLimits.closeTimeout, validateUTF8: true))
         return Application(
-            router: router,
+            responder: responder,
             server: HTTPServerBuilder { responder in
                 ConnectionGuard(
                     base: HTTP1WebSocketUpgradeChannel(
                         responder: responder, webSocketResponder: webSocketResponder, configuration: channelConfiguration),
-                    limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics)
+                    limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics, cors: cors)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
             services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing]

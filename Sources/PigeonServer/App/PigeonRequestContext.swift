@@ -9,6 +9,8 @@ public struct PigeonRequestContext: RequestContext, WebSocketRequestContext, Rem
     public let webSocket: WebSocketHandlerReference<PigeonRequestContext>
     /// The TCP peer (a reverse proxy when there is one: see ``ClientAddress``).
     public let remoteAddress: SocketAddress?
+    /// The request's connection (its ``ConnectionGuardHandler`` tells an SSE stream when the client closed it).
+    let channel: any Channel
     var device: DeviceIdentity?
     /// When the token that authenticated ``device`` was issued (a JWT's `iat`, seconds; `nil`: opaque or no `iat`).
     var tokenIssuedAt: Int64?
@@ -20,6 +22,7 @@ public struct PigeonRequestContext: RequestContext, WebSocketRequestContext, Rem
         self.coreContext = .init(source: source)
         self.webSocket = .init()
         self.remoteAddress = source.channel.remoteAddress
+        self.channel = source.channel
         self.device = nil
         self.tokenIssuedAt = nil
         self.streamStart = nil

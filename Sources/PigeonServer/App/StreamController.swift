@@ -66,11 +66,12 @@ struct StreamController: Sendable {
             hub.unregister(session)
             throw error
         }
+        let clientClosed = await ConnectionGuardHandler.clientClosed(on: context.channel)
         let headers: HTTPFields = [.contentType: "text/event-stream", .cacheControl: "no-cache", HTTPField.Name("X-Accel-Buffering")!: "no"]
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { writer in
-                let ended = try await self.runServerSentEvents(session: session, start: start, writer: writer)
+                let ended = try await self.runServerSentEvents(session: session, start: start, clientClosed: clientClosed, writer: writer)
                 // Ended by the server (too slow, write timeout, replaced): the connection is closed, not the
                 // response finished, as the client may not be reading; it reconnects with its last id. A revoked
                 // device's stream is finished: its reconnection gets 401.
@@ -89,11 +90,17 @@ struct StreamController: Sendable {
         return session
     }
 
-    /// Writes the session's stream as server-sent events until it closes; the reason if the server ended it.
-    private func runServerSentEvents(session: StreamSession, start: StreamStart, writer: any ResponseBodyWriter) async throws -> StreamSession.EndReason? {
+    /// Writes the session's stream as server-sent events until it closes, or until `clientClosed` completes (the
+    /// client closed the connection: the device is offline at once, not after writes to it failed); the reason if the
+    /// server ended it.
+    private func runServerSentEvents(
+        session: StreamSession, start: StreamStart, clientClosed: EventLoopFuture<Void>, writer: any ResponseBodyWriter
+    ) async throws -> StreamSession.EndReason? {
         defer { hub.unregister(session) }
         let output = ServerSentEventWriter(writer: writer)
         let streamer = EventStreamer(store: store, session: session, start: start, idleInterval: keepAliveInterval)
+        let clientGone = AsyncSignal()
+        clientClosed.whenComplete { _ in clientGone.notify() }
         return try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
                 group.addTask {
@@ -113,6 +120,10 @@ struct StreamController: Sendable {
                     return nil
                 }
                 group.addTask { await session.watch() }
+                group.addTask {
+                    await clientGone.wait()
+                    return nil
+                }
                 // Whichever task ends first, a stream the server ended reports why (the writer may see it first).
                 let ended = (try await group.next() ?? nil) ?? session.endReason
                 session.close()

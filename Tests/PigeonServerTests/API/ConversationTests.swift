@@ -28,6 +28,29 @@ import Testing
         }
     }
 
+    /// docs/API.md: `deviceName` and a new conversation's `name` may be `null`, which is the same as leaving them out
+    /// (no name); an ill-typed one is still 400.
+    @Test func nullNamesAreNoName() async throws {
+        try await withTestServer { client in
+            let answer = try await client.request(.POST, "/v1/devices", body: "{\"userId\":\"alice\",\"deviceName\":null}")
+            #expect(answer.status == 201, "\(answer.text)")
+            let alice = try answer.decode(DeviceRegistration.self)
+            let devices = try await client.request(.GET, "/v1/devices", token: alice.token)
+            let listed = (devices.jsonObject?["devices"] as? [[String: Any]])?.first
+            #expect(listed?["deviceId"] as? String == alice.deviceId)
+            #expect(listed?["deviceName"] is NSNull, "\(devices.text)")
+
+            let created = try await client.request(.POST, "/v1/conversations", token: alice.token, body: "{\"members\":[\"bob\"],\"name\":null}")
+            #expect(created.status == 201, "\(created.text)")
+            #expect(created.jsonObject?["name"] is NSNull, "\(created.text)")
+            #expect(try created.decode(Conversation.self).kind == .direct, "no name: a direct conversation, as without the key")
+
+            for (path, body) in [("/v1/devices", "{\"userId\":\"carol\",\"deviceName\":5}"), ("/v1/conversations", "{\"members\":[\"bob\"],\"name\":false}")] {
+                expectError(try await client.request(.POST, path, token: alice.token, body: body), 400, .invalidRequest, body)
+            }
+        }
+    }
+
     @Test func createMakesTheCallerAMemberAndMergesDuplicates() async throws {
         try await withTestServer { client in
             let alice = try await client.register("alice")

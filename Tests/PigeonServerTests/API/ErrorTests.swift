@@ -364,6 +364,65 @@ import Testing
         }
     }
 
+    /// docs/API.md "Errors beyond the table": a known path with another method is `405 method_not_allowed` with
+    /// `Allow`, whoever asks (before the token is looked at), and changes nothing; an unknown path stays `404`.
+    @Test func aKnownPathWithAnotherMethodIs405WithAllow() async throws {
+        try await withTestServer { client in
+            let f = try await Fixture.make(client)
+            let before = try await Snapshot.take(client, f)
+            let id = f.conversation.id
+            let cases: [(HTTPMethod, String, String)] = [
+                (.DELETE, "/v1/devices", "GET, POST"),
+                (.PUT, "/v1/devices", "GET, POST"),
+                (.GET, "/v1/devices/\(f.alice.deviceId)", "DELETE"),
+                (.PUT, "/v1/conversations", "GET, POST"),
+                (.DELETE, "/v1/conversations", "GET, POST"),
+                (.OPTIONS, "/v1/conversations", "GET, POST"),
+                (.TRACE, "/v1/conversations", "GET, POST"),
+                (.DELETE, "/v1/conversations/\(id)", "GET, PATCH"),
+                (.PUT, "/v1/conversations/\(id)/messages", "GET, POST"),
+                (.DELETE, "/v1/conversations/\(id)/messages", "GET, POST"),
+                (.GET, "/v1/conversations/\(id)/receipts", "POST"),
+                (.GET, "/v1/conversations/\(id)/typing", "POST"),
+                (.GET, "/v1/conversations/\(id)/members", "POST"),
+                (.POST, "/v1/conversations/\(id)/members/bob", "DELETE, PATCH"),
+                (.GET, "/v1/conversations/\(id)/messages/\(newId())/edit", "POST"),
+                (.POST, "/v1/sync", "GET"),
+                (.POST, "/v1/events", "GET"),
+                (.DELETE, "/v1/ws", "GET"),
+                (.POST, "/healthz", "GET"),
+                (.DELETE, "/metrics", "GET"),
+                (.RAW(value: "PURGE"), "/v1/conversations", "GET, POST"),
+                // The router ignores empty path segments; so does the method check.
+                (.PUT, "/v1/conversations/", "GET, POST"),
+            ]
+            for (method, path, allow) in cases {
+                for token in [f.alice.token, nil] {
+                    let answer = try await client.request(method, path, token: token, body: method == .GET || method == .TRACE ? nil : "{}")
+                    expectError(answer, 405, .methodNotAllowed, "\(method) \(path) \(token == nil ? "without" : "with") a token")
+                    #expect(answer.headers["allow"] == allow, "\(method) \(path): \(answer.headers)")
+                }
+            }
+            // HEAD: the same status and Allow, without a body.
+            for path in ["/v1/conversations", "/v1/conversations/\(id)", "/v1/events", "/healthz"] {
+                let answer = try await client.request(.HEAD, path, token: f.alice.token)
+                #expect(answer.status == 405, "HEAD \(path)")
+                #expect(answer.headers["allow"]?.contains("GET") == true, "HEAD \(path): \(answer.headers)")
+                #expect(answer.body.isEmpty, "HEAD \(path)")
+            }
+            // The device is still there, and nothing else changed.
+            #expect(try await client.request(.GET, "/v1/devices", token: f.alice.token).status == 200)
+            try await expectNothingChanged(client, f, since: before)
+            // Unknown paths are still 404, whatever the method.
+            for (method, path) in [
+                (HTTPMethod.GET, "/v1/nothing"), (.DELETE, "/v1/nothing"), (.OPTIONS, "/v1/nothing"), (.GET, "/v1/conversations/\(id)/nothing"),
+                (.POST, "/v1/devices/\(f.alice.deviceId)/nothing"), (.GET, "/nothing"), (.GET, "/v1"),
+            ] {
+                expectError(try await client.request(method, path, token: f.alice.token), 404, .notFound, "\(method) \(path)")
+            }
+        }
+    }
+
     @Test func outsiderOverWebSocketGetsNotFoundFrames() async throws {
         try await withTestServer { client in
             let f = try await Fixture.make(client)

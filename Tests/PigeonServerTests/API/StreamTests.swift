@@ -459,6 +459,96 @@ import Testing
         }
     }
 
+    /// A browser's `EventSource` opened with `?cursor=<saved>` reconnects to the same URL and adds the last id it
+    /// received as `Last-Event-ID`: the header is the newer position and wins, so nothing is replayed twice.
+    @Test func lastEventIDWinsOverTheCursorParameter() async throws {
+        try await withTestServer { client in
+            let (alice, bob, conversation) = try await Self.setUp(client)
+            let saved = try await client.headCursor(bob)
+            for index in 1...3 { try await client.sendAccepted(alice, to: conversation.id, body: "m\(index)") }
+            _ = try await client.waitForCount(bob, conversation.id, 3)
+            let seen = try await client.sync(bob, cursor: saved).events
+            #expect(seen.map { $0.newMessage?.body } == ["m1", "m2", "m3"])
+            let lastEventID = try #require(seen[1].cursor)
+
+            let sse = try await TestSSE.open(port: client.port, token: bob.token, query: "cursor=\(saved)", headers: ["Last-Event-ID": lastEventID])
+            #expect(sse.status.withLockedValue { $0 } == 200)
+            let replayed = await sse.events.collect(timeout: .seconds(10)) { $0.count == 1 }
+            #expect(replayed.map { $0.serverEvent?.newMessage?.body } == ["m3"])
+            #expect(await sse.events.drain(for: .milliseconds(300)).isEmpty, "only what came after Last-Event-ID")
+            await sse.close()
+
+            // The header is validated like the parameter: malformed is the same 400, beside a good parameter too; and a
+            // malformed parameter is 400 beside a good header. (Opened as streams first: a stream that is wrongly
+            // accepted never ends.)
+            let malformed = [String(repeating: "a", count: 513), "a b", "caf\u{e9}-1"].map { ("cursor=\(saved)", $0) } + [("cursor=a%20b", lastEventID)]
+            for (query, header) in malformed {
+                let opened = try await TestSSE.open(port: client.port, token: bob.token, query: query, headers: ["Last-Event-ID": header])
+                let status = opened.status.withLockedValue { $0 }
+                await opened.close()
+                #expect(status == 400, "\(query), Last-Event-ID \(header)")
+                guard status == 400 else { continue }
+                let answer = try await client.request(.GET, "/v1/events?\(query)", token: bob.token, headers: ["Last-Event-ID": header])
+                expectError(answer, 400, .invalidRequest, "\(query), Last-Event-ID \(header)")
+            }
+        }
+    }
+
+    /// How a test's SSE client goes away.
+    enum Disconnect: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// The HTTP client closes its connection.
+        case clientCloses
+        /// The socket is reset (closed with SO_LINGER 0).
+        case reset
+        /// The client closes only its sending side (a FIN), as a client that is done does; it could still read.
+        case halfClose
+        var testDescription: String { rawValue }
+    }
+
+    /// A closed SSE client is offline at once: the server notices the connection's close, not a failed write. The
+    /// keep-alive is an hour here, so nothing is written to the closed stream before the checks.
+    @Test(arguments: Disconnect.allCases)
+    func aClosedEventStreamIsOfflineAtOnce(_ disconnect: Disconnect) async throws {
+        try await withTestServer(configure: { $0.keepAliveInterval = .seconds(3600) }) { client in
+            let (alice, bob, conversation) = try await Self.setUp(client)
+            let aliceCursor = try await client.headCursor(alice)
+            func openStreams() async throws -> Double { try await client.metric("pigeon_open_streams{transport=\"sse\"}") ?? 0 }
+            func recipientsOnline() async throws -> Int? {
+                let accepted = try await client.sendAccepted(alice, to: conversation.id, body: "anyone?")
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline {
+                    let stored = try await client.sync(alice, cursor: aliceCursor, limit: 1000).events.compactMap(\.stored)
+                    if let event = stored.first(where: { $0.serverId == accepted.serverId }) { return event.recipientsOnline }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                return nil
+            }
+            let before = try await openStreams()
+            var sse: TestSSE?
+            var socket: RawStreamSocket?
+            switch disconnect {
+            case .clientCloses: sse = try await TestSSE.open(port: client.port, token: bob.token)
+            case .reset, .halfClose:
+                socket = try await offThePool { [port = client.port, token = bob.token] in try RawStreamSocket.serverSentEvents(port: port, token: token) }
+            }
+            #expect(try await openStreams() == before + 1)
+            #expect(try await recipientsOnline() == 1)
+
+            switch disconnect {
+            case .clientCloses: await sse?.close()
+            case .reset:
+                socket?.resetOnClose()
+                socket = nil
+            case .halfClose: socket?.closeWrite()
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try await openStreams() > before, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(try await openStreams() == before, "the stream still counts 10 s after the close")
+            #expect(try await recipientsOnline() == 0)
+            withExtendedLifetime(socket) {}
+        }
+    }
+
     // MARK: Sync
 
     @Test func syncPagesWithCursorContinuation() async throws {

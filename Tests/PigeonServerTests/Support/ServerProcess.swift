@@ -22,11 +22,12 @@ final class ServerProcess: @unchecked Sendable {
         return executable.deletingLastPathComponent().appendingPathComponent("pigeon-server").path
     }
 
-    /// Starts the server (on `backend`'s store and buffer) and waits until `/readyz` answers 200.
+    /// Starts the server (on `backend`'s store and buffer, with `environment` added to this process's) and waits until
+    /// `/readyz` answers 200.
     /// Without `waitUntilReady` it returns once `/healthz` answers (the process is up; `/readyz` may say 503).
     init(
         dataDirectory: String, port: Int? = nil, backend: TestBackendInstance = TestBackendInstance(), arguments: [String] = [],
-        waitUntilReady: Bool = true
+        environment: [String: String] = [:], waitUntilReady: Bool = true
     ) async throws {
         self.port = try port ?? freePort()
         self.dataDirectory = dataDirectory
@@ -38,6 +39,7 @@ final class ServerProcess: @unchecked Sendable {
         let logHandle = FileHandle(forWritingAtPath: logPath)
         process.standardOutput = logHandle
         process.standardError = logHandle
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         try process.run()
         let client = PigeonTestClient(port: self.port)
         let deadline = ContinuousClock.now + .seconds(30)

@@ -346,6 +346,15 @@ extension ServerEvent {
 
 // MARK: - A raw socket that never reads
 
+/// Runs `body` on a thread of its own and awaits it: a raw socket's blocking reads must not hold a thread of Swift's
+/// cooperative pool (as few as the machine's cores), where the in-process server's handlers run too; tests running
+/// in parallel could otherwise block all of them and wait for an answer the server cannot write.
+func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
 /// A TCP client of the test server that does the WebSocket upgrade (or opens an SSE stream) and then reads
 /// nothing unless told to: the never-reading client of the stream limits' tests. Its receive buffer is made
 /// small before connecting, so the server's writes to it block early.
@@ -359,16 +368,27 @@ final class RawStreamSocket: Sendable {
     deinit { Glibc.close(descriptor) }
 
     /// Connects and upgrades to a WebSocket on `/v1/ws`; throws unless the server answers 101.
-    static func webSocket(port: Int, token: String, cursor: String? = nil, receiveBuffer: Int32 = 4_096) throws -> RawStreamSocket {
+    static func webSocket(
+        port: Int, token: String, cursor: String? = nil, headers: [String: String] = [:], receiveBuffer: Int32 = 4_096
+    ) throws -> RawStreamSocket {
+        let (socket, head) = try webSocketUpgrade(port: port, token: token, cursor: cursor, headers: headers, receiveBuffer: receiveBuffer)
+        guard head.hasPrefix("HTTP/1.1 101") else { throw TestFailure("WebSocket upgrade refused: \(head)") }
+        return socket
+    }
+
+    /// Sends a WebSocket upgrade request for `/v1/ws` (with `headers` beside the upgrade's own) and reads the
+    /// answer's head, whatever it is.
+    static func webSocketUpgrade(
+        port: Int, token: String, cursor: String? = nil, headers: [String: String] = [:], receiveBuffer: Int32 = 4_096
+    ) throws -> (socket: RawStreamSocket, head: String) {
         let socket = try connect(port: port, receiveBuffer: receiveBuffer)
         var path = "/v1/ws?access_token=\(token)"
         if let cursor { path += "&cursor=\(cursor)" }
+        let extra = headers.map { "\($0.key): \($0.value)\r\n" }.joined()
         try socket.writeAll(Array(
             ("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
-        let head = try socket.readHead()
-        guard head.hasPrefix("HTTP/1.1 101") else { throw TestFailure("WebSocket upgrade refused: \(head)") }
-        return socket
+                + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\(extra)\r\n").utf8))
+        return (socket, try socket.readHead())
     }
 
     /// Opens `GET /v1/events` and reads the response head; throws unless the server answers 200.
@@ -378,6 +398,29 @@ final class RawStreamSocket: Sendable {
         let head = try socket.readHead()
         guard head.hasPrefix("HTTP/1.1 200") else { throw TestFailure("SSE refused: \(head)") }
         return socket
+    }
+
+    /// Reads `count` bytes (a body whose length the head told), or fewer if the connection ends first.
+    func read(count: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        while bytes.count < count {
+            let read = Glibc.read(descriptor, &buffer, min(buffer.count, count - bytes.count))
+            if read <= 0 { break }
+            bytes += buffer[0..<read]
+        }
+        return bytes
+    }
+
+    /// Makes the close (when this socket is released) a reset (RST) instead of an orderly FIN.
+    func resetOnClose() {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    }
+
+    /// Closes the sending side only (a FIN): the server sees the client's input end, the socket can still read.
+    func closeWrite() {
+        Glibc.shutdown(descriptor, Int32(SHUT_WR))
     }
 
     private static func connect(port: Int, receiveBuffer: Int32) throws -> RawStreamSocket {
