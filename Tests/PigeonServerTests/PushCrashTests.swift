@@ -48,6 +48,11 @@ import Testing
         await backend.tearDown()
     }
 
+}
+
+/// Several nodes share the push work without pushing twice, and push only devices with no stream on any node
+/// (always on the production backends, whatever `PIGEON_TEST_BACKEND` says, like ``MultiNodeTests``).
+@Suite(.serialized) struct PushMultiNodeTests {
     /// Two nodes on one PostgreSQL and Redis: a device connected to node B is not pushed for messages sent through
     /// node A (presence is shared); once it disconnects it is pushed, by one node, once per message.
     @Test func twoNodesPushADeviceOnlyWhenItHasNoStreamOnEitherAndOnlyOnce() async throws {
@@ -59,7 +64,7 @@ import Testing
         for index in 0..<2 {
             let nodeDirectory = directory + "/node\(index)"
             try FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
-            nodes.append(try await ServerProcess(dataDirectory: nodeDirectory, backend: backend, arguments: Self.arguments(gateway)))
+            nodes.append(try await ServerProcess(dataDirectory: nodeDirectory, backend: backend, arguments: PushCrashTests.arguments(gateway)))
         }
         let a = nodes[0].client
         let alice = try await a.register("alice")
@@ -68,10 +73,10 @@ import Testing
         let conversation = try await a.createConversation(alice, members: ["bob"])
         let bobSocket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
         // Presence is shared asynchronously: wait until node A counts bob online before asserting no push.
-        try await waitUntil("node A sees bob online", timeout: .seconds(15), every: .milliseconds(200)) {
+        try await waitUntil("node A sees bob online", timeout: .seconds(40), every: .milliseconds(200)) {
             let stored = try await a.sendAccepted(alice, to: conversation.id, body: "presence probe")
             var online: Int?
-            _ = try await eventually(within: .seconds(2)) {
+            _ = try await eventually(within: .seconds(5)) {
                 online = try await Self.recipientsOnline(a, alice, conversation.id, stored.serverId)
                 return online != nil
             }
@@ -84,7 +89,7 @@ import Testing
 
         await bobSocket.close()
         var sent: [SendMessageResponse] = []
-        try await waitUntil("bob, now offline, is pushed", timeout: .seconds(20), every: .milliseconds(300)) {
+        try await waitUntil("bob, now offline, is pushed", timeout: .seconds(40), every: .milliseconds(300)) {
             sent.append(try await a.sendAccepted(alice, to: conversation.id, body: "offline \(sent.count)"))
             return !gateway.accepted.isEmpty
         }
