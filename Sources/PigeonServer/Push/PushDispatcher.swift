@@ -104,7 +104,9 @@ final class PushDispatcher: Service {
 
     private func sendLoop(_ http: HTTPClient) async {
         let inFlight = InFlight(limit: configuration.maxInFlight)
-        await withTaskGroup(of: Void.self) { group in
+        // Discarding: a finished send leaves nothing behind (a plain group keeps every child's result until `next()`,
+        // which this loop never calls: one entry per push sent, for the server's lifetime).
+        await withDiscardingTaskGroup { group in
             while !Task.isCancelled {
                 let free = inFlight.free
                 if free > 0 {
