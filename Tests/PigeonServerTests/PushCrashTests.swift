@@ -71,13 +71,15 @@ import Testing
         let bob = try await a.register("bob")
         try await PushTests.registerPush(a, bob, pushkey: "bob-phone")
         let conversation = try await a.createConversation(alice, members: ["bob"])
+        // A sync without a cursor starts now: the probes' `message.stored` events are read from here on.
+        let start = try await a.headCursor(alice)
         let bobSocket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
         // Presence is shared asynchronously: wait until node A counts bob online before asserting no push.
         try await waitUntil("node A sees bob online", timeout: .seconds(40), every: .milliseconds(200)) {
             let stored = try await a.sendAccepted(alice, to: conversation.id, body: "presence probe")
             var online: Int?
-            _ = try await eventually(within: .seconds(5)) {
-                online = try await Self.recipientsOnline(a, alice, conversation.id, stored.serverId)
+            _ = try await eventually(within: .seconds(10)) {
+                online = try await Self.recipientsOnline(a, alice, from: start, stored.serverId)
                 return online != nil
             }
             return online == 1
@@ -103,9 +105,9 @@ import Testing
         await backend.tearDown()
     }
 
-    /// The `recipientsOnline` a stored message reported, read from the sender's sync.
-    static func recipientsOnline(_ client: PigeonTestClient, _ sender: TestDevice, _ conversationId: String, _ serverId: String) async throws -> Int? {
-        var cursor: String?
+    /// The `recipientsOnline` a stored message reported, read from the sender's sync after `start`.
+    static func recipientsOnline(_ client: PigeonTestClient, _ sender: TestDevice, from start: String, _ serverId: String) async throws -> Int? {
+        var cursor = start
         for _ in 0..<50 {
             let page = try await client.sync(sender, cursor: cursor, limit: 500)
             for event in page.events {
