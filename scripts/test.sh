@@ -2,7 +2,7 @@
 # Runs Pigeon's whole test suite: builds everything (server, benchmark tool, tests), starts redis-server and
 # PostgreSQL on loopback when they are not reachable (installing them if missing; see scripts/services.sh),
 # runs the tests (the API and security suites twice: embedded, then PostgreSQL store + Redis buffer; the terminal client's binary
-# in tmux, installed if missing) and stops what it started.
+# in tmux, installed if missing; the web tests: schemathesis and headless Chromium, scripts/web-tests.sh) and stops what it started.
 # Usage: scripts/test.sh [extra `swift test` arguments, e.g. --filter CrashTests]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -134,3 +134,10 @@ PIGEON_TEST_BACKEND=production run_pass "running the server tests again against 
 
 PIGEON_TEST_BACKEND=production run_pass "running the security and crash tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter "$security|CrashTests" "$@"
+
+# The web tests (schemathesis against the live server's /openapi.json; headless Chromium on the demo and admin pages)
+# run the built binary; a filtered run (extra arguments) is about Swift tests only.
+if [ "$#" -eq 0 ]; then
+    echo "== running the web tests (schemathesis contract test, headless Chromium through Playwright)"
+    scripts/web-tests.sh
+fi

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the web tests: the contract test (schemathesis against the live server's /openapi.json) and the browser tests
+# (headless Chromium through Playwright on the demo and admin pages), each a script in Tests/Web/test_*.py run
+# against the built pigeon-server binary. Installs what is missing: chromium (Debian), playwright and schemathesis
+# (PyPI). Fails loudly when one cannot be installed. Screenshots and server logs go to .build/web-artefacts.
+# Usage: scripts/web-tests.sh [test file names, e.g. test_demo.py] (after `swift build`)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else
+        echo "error: installing $* needs root" >&2; exit 1; fi
+}
+
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${PIGEON_CHROMIUM:-}" ]; then
+    echo "== installing chromium (Debian) for the browser tests"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || { echo "error: apt-get update failed" >&2; exit 1; }
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium || { echo "error: cannot install chromium" >&2; exit 1; }
+fi
+export PIGEON_CHROMIUM="${PIGEON_CHROMIUM:-$(command -v chromium)}"
+
+python="${PYTHON:-python3}"
+if ! "$python" -c "import playwright, schemathesis" >/dev/null 2>&1; then
+    echo "== installing playwright and schemathesis (PyPI; Playwright drives the system chromium, no browser download)"
+    "$python" -m pip install -q --disable-pip-version-check "playwright==1.65.2" "schemathesis==4.32.5" \
+        || { echo "error: cannot install playwright and schemathesis with pip" >&2; exit 1; }
+fi
+
+export PIGEON_SERVER_BINARY="${PIGEON_SERVER_BINARY:-$(swift build --show-bin-path)/pigeon-server}"
+if [ ! -x "$PIGEON_SERVER_BINARY" ]; then
+    echo "error: $PIGEON_SERVER_BINARY is missing: run swift build first" >&2
+    exit 1
+fi
+export PIGEON_WEB_ARTEFACTS="${PIGEON_WEB_ARTEFACTS:-$PWD/.build/web-artefacts}"
+mkdir -p "$PIGEON_WEB_ARTEFACTS"
+
+if [ "$#" -gt 0 ]; then tests=("${@/#/Tests/Web/}"); else tests=(Tests/Web/test_*.py); fi
+failed=()
+for test in "${tests[@]}"; do
+    echo "== $test"
+    if ! "$python" "$test"; then failed+=("$test"); fi
+done
+echo "web test artefacts (screenshots, server logs): $PIGEON_WEB_ARTEFACTS"
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "error: web tests failed: ${failed[*]}" >&2
+    exit 1
+fi
