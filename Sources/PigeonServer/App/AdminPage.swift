@@ -249,19 +249,21 @@ enum AdminPage {
             return element;
           }
 
-          // A line chart of `series` ([{values, className}]) over the samples' times, newest at the right.
-          function drawChart(id, series) {
+          // A line chart of `series` ([{values, className}]) over the samples' times, newest at the right; an
+          // `integral` one (counts) keeps its grid on whole numbers.
+          function drawChart(id, series, integral) {
             const svg = $(id);
             while (svg.firstChild) svg.removeChild(svg.firstChild);
             const width = 600, height = 170, top = 8, bottom = 150, left = 40, right = 596;
             let max = 0;
             for (const line of series) for (const value of line.values) if (value !== null && value > max) max = value;
-            const scale = max <= 0 ? 1 : niceCeiling(max);
+            const ceiling = max <= 0 ? 1 : niceCeiling(max);
+            const scale = integral ? 4 * Math.ceil(ceiling / 4) : ceiling;
             for (let step = 0; step <= 4; step++) {
               const y = bottom - (bottom - top) * step / 4;
               svg.appendChild(svgElement("line", { x1: left, x2: right, y1: y, y2: y, class: "grid" }));
               const label = svgElement("text", { x: left - 4, y: y + 4, "text-anchor": "end", class: "axis" });
-              label.textContent = formatRate(scale * step / 4);
+              label.textContent = String(Number((scale * step / 4).toPrecision(3)));
               svg.appendChild(label);
             }
             const count = MAX_SAMPLES;
@@ -317,11 +319,11 @@ enum AdminPage {
               { values: samples.map((s) => s.delivered), className: "delivered" },
               { values: samples.map((s) => s.deadLettered), className: "failed" },
             ]);
-            drawChart("chart-depth", [{ values: samples.map((s) => s.bufferDepth), className: "depth" }]);
+            drawChart("chart-depth", [{ values: samples.map((s) => s.bufferDepth), className: "depth" }], true);
             drawChart("chart-streams", [
               { values: samples.map((s) => s.openStreams.websocket), className: "ws" },
               { values: samples.map((s) => s.openStreams.sse), className: "sse" },
-            ]);
+            ], true);
             drawChart("chart-latency", [
               { values: samples.map((s) => s.acceptToStored.p99), className: "stored" },
               { values: samples.map((s) => s.storedToDelivered.p99), className: "delivered" },
