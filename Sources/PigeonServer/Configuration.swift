@@ -42,7 +42,8 @@ public struct ServerConfiguration: Sendable {
     /// Open device registration (`POST /v1/devices` without credentials); `nil`: on only for the embedded
     /// store and buffer bound to a loopback address without a JWT key (see ``isOpenRegistrationEnabled``).
     public var openRegistration: Bool?
-    /// Bearer token of the admin routes (dead-letter inspection and replay); `nil`: no admin routes.
+    /// Bearer token of the admin routes (dead letters, stats, conversations); also turns on the operator's page
+    /// (`GET /admin`). `nil`: neither exists.
     public var adminToken: String?
     /// Push notifications through a Matrix push gateway (off without a gateway URL).
     public var push = PushConfiguration()

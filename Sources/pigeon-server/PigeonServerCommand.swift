@@ -73,7 +73,7 @@ struct Serve: AsyncParsableCommand {
     @Flag(name: .customLong("open-registration"), help: "Allow POST /v1/devices even with a JWT key.")
     var openRegistration = false
 
-    @Option(name: .customLong("admin-token"), help: "Bearer token of the dead-letter admin routes (better: PIGEON_ADMIN_TOKEN).")
+    @Option(name: .customLong("admin-token"), help: "Bearer token of the admin routes (dead letters, stats, conversations); also serves the operator's page at /admin (better: PIGEON_ADMIN_TOKEN).")
     var adminToken: String?
 
     @OptionGroup(title: "Device tokens")

@@ -155,6 +155,60 @@ import Testing
         await backend.tearDown()
     }
 
+    /// The operator's page lists every node of the deployment with its last heartbeat, this one marked, and the
+    /// conversation route sees a device online on another node.
+    @Test func theStatsOfEachNodeListEveryNodeAndItsHeartbeat() async throws {
+        struct Stats: Decodable {
+            struct Node: Decodable { var nodeId: String; var lastHeartbeatAt: Int64; var thisNode: Bool }
+            var nodeId: String
+            var serverTime: Int64
+            var nodes: [Node]
+        }
+        struct Delivery: Decodable {
+            struct Member: Decodable { var userId: String; var devices: [Device] }
+            struct Device: Decodable { var deviceId: String; var online: Bool }
+            var members: [Member]
+        }
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production)
+        var nodes: [ServerProcess] = []
+        for (index, name) in ["node-a", "node-b"].enumerated() {
+            let nodeDirectory = directory + "/node\(index)"
+            try FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
+            nodes.append(try await ServerProcess(dataDirectory: nodeDirectory, backend: backend, arguments: ["--node-id", name, "--admin-token", "t"]))
+        }
+        for (node, name) in zip(nodes, ["node-a", "node-b"]) {
+            var stats: Stats?
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                stats = try await node.client.request(.GET, "/v1/admin/stats", token: "t").decode(Stats.self)
+                if stats?.nodes.map(\.nodeId) == ["node-a", "node-b"] { break }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            let seen = try #require(stats)
+            #expect(seen.nodeId == name)
+            #expect(seen.nodes.map(\.nodeId) == ["node-a", "node-b"], "\(name): \(seen.nodes.map(\.nodeId))")
+            #expect(seen.nodes.filter(\.thisNode).map(\.nodeId) == [name])
+            #expect(seen.nodes.allSatisfy { abs(seen.serverTime - $0.lastHeartbeatAt) < 15_000 }, "\(seen.nodes)")
+        }
+        let alice = try await nodes[0].client.register("alice")
+        let bob = try await nodes[0].client.register("bob")
+        let conversation = try await nodes[0].client.createConversation(alice, members: ["bob"])
+        let bobSocket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
+        var online = false
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !online, ContinuousClock.now < deadline {
+            let delivery = try await nodes[0].client.request(.GET, "/v1/admin/conversations/\(conversation.id)", token: "t").decode(Delivery.self)
+            online = delivery.members.first { $0.userId == "bob" }?.devices.first { $0.deviceId == bob.deviceId }?.online == true
+            if !online { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(online, "node A sees bob's device online on node B")
+        await bobSocket.close()
+        for node in nodes { try await node.stop(signal: SIGTERM) }
+        await backend.tearDown()
+    }
+
     /// kill -9 one of two nodes in the middle of a send storm: the other node takes over its partitions (and the
     /// entries it had been handed) and every acknowledged message is stored exactly once, seq gapless, in order.
     @Test func killingOneNodeMidBatchLosesNothing() async throws {

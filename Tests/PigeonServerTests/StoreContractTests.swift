@@ -228,6 +228,27 @@ import Testing
         }
     }
 
+    /// The operator's view of a conversation (`GET /v1/admin/conversations/{id}`): every member's role, joinedSeq and
+    /// watermarks and the last seq, whoever asks; no member's own view; nil for an unknown id.
+    @Test(arguments: Kind.allCases) func anOperatorSeesEveryMembersWatermarksAndTheLastSeq(_ kind: Kind) async throws {
+        try await Self.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let conversation = try await store.createConversation(creator: "alice", members: ["bob", "carol"], name: "ops")
+            _ = try await store.process((0..<4).map { _ in Self.item(conversation: conversation.id) })
+            _ = try await store.recordReceipt(conversationId: conversation.id, userId: "bob", kind: .delivered, upToSeq: 4)
+            _ = try await store.recordReceipt(conversationId: conversation.id, userId: "carol", kind: .read, upToSeq: 2)
+            let seen = try #require(try await store.conversation(id: conversation.id))
+            #expect(seen.id == conversation.id && seen.kind == .group && seen.name == "ops")
+            #expect(seen.lastSeq == 4)
+            #expect(seen.members.map(\.userId) == ["alice", "bob", "carol"])
+            #expect(seen.members.map(\.role) == [.owner, .member, .member])
+            #expect(seen.members.map(\.deliveredSeq) == [0, 4, 2])
+            #expect(seen.members.map(\.readSeq) == [0, 0, 2])
+            #expect(seen.lastMessage == nil && seen.unreadCount == 0)
+            #expect(try await store.conversation(id: UUID().uuidString.lowercased()) == nil)
+        }
+    }
+
     /// Many receipts at once (the PostgreSQL store writes them in groups): each answer is a watermark at least as
     /// high as its own request (clamped), and the final watermarks are the highest requested.
     @Test(arguments: Kind.allCases) func concurrentReceiptsEndAtTheHighestWatermarks(_ kind: Kind) async throws {

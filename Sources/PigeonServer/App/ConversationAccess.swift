@@ -26,7 +26,7 @@ struct ConversationAccess: Sendable {
         // A receipt that moves a watermark writes an event row per member (two when read moves delivered too).
         abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 128, members: 2 * conversation.members.count))
         if let storedAt = outcome.deliveredMessageStoredAt {
-            metrics.storedToDelivered.record(.milliseconds(max(0, WallClock.nowMillis() - storedAt)))
+            metrics.messageDelivered(storedAt: storedAt, nowMillis: WallClock.nowMillis())
         }
         return outcome.watermarks
     }

@@ -48,8 +48,12 @@ public enum PigeonApplication {
         ).addRoutes(to: router)
         // Without an admin token the admin routes do not exist (404).
         if let adminToken = configuration.adminToken.map(OperatorToken.init) {
-            AdminController(store: core.store, buffer: core.buffer, logger: logger)
-                .addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
+            AdminController(
+                store: core.store, buffer: core.buffer, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
+                nodeId: core.nodeId, nodeRosters: core.nodeRosters, startedAt: core.startedAt, logger: logger
+            ).addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
+            // The page itself is public; it asks for the token and calls the routes above with it.
+            router.get("/admin") { _, _ in AdminPage.response() }
         }
         let responder = PigeonResponder(
             router: router.buildResponder(), routeMethods: RouteMethods(router.routes.map { ($0.path, $0.method) }), cors: cors)
@@ -72,7 +76,7 @@ public enum PigeonApplication {
                     limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics, cors: cors)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing]
+            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing, core.sampler]
                 + [core.pushDispatcher].compactMap { $0 },
             onServerRunning: { channel in
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }

@@ -35,6 +35,14 @@ final class PigeonCore: Sendable {
     /// Services of the production backends (connection pools, event tail, buffer heartbeats), to run before the
     /// processor so they stop after it.
     let backendServices: [any Service]
+    /// This node's name among the nodes sharing the production backends.
+    let nodeId: String
+    /// When this node started (milliseconds since the epoch).
+    let startedAt: Int64
+    /// The shared backends that know the deployment's nodes by their heartbeats (none for the embedded default).
+    let nodeRosters: [any NodeRoster]
+    /// The once-a-second samples of the operator's page.
+    let sampler: StatisticsSampler
 
     /// Opens the configured store and buffer (creating or migrating the embedded files, connecting to PostgreSQL and
     /// Redis and migrating) and the token keys, then wires the parts: everything the server needs before it accepts a
@@ -46,6 +54,7 @@ final class PigeonCore: Sendable {
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
         var sqliteFiles: [String] = []
         var backendServices: [any Service] = []
+        var nodeRosters: [any NodeRoster] = []
         let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
         let store: any MessageStore & PushStore
         let fanout: any Fanout
@@ -66,6 +75,7 @@ final class PigeonCore: Sendable {
             // Which devices are connected to which node (`recipientsOnline` counts every node's).
             hub.observePresence { [fanout = opened.fanout] device, online in fanout.devicePresence(device, online: online) }
             backendServices.append(opened)
+            nodeRosters.append(opened.fanout)
         }
         let buffer: any IngestBuffer
         switch configuration.buffer {
@@ -86,6 +96,7 @@ final class PigeonCore: Sendable {
                 let redis = try await RedisStreamsBuffer(
                     client: client, configuration: try RedisStreamsBuffer.Configuration(url: url, nodeId: nodeId), logger: logger)
                 buffer = redis
+                nodeRosters.append(redis)
                 backendServices.append(RedisBufferService(buffer: redis, client: client))
             } catch {
                 await client.shutdown()
@@ -107,14 +118,18 @@ final class PigeonCore: Sendable {
         return PigeonCore(
             configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, buffer: buffer,
             authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices,
-            pushStore: store, pushDispatcher: pushDispatcher)
+            pushStore: store, pushDispatcher: pushDispatcher, nodeId: nodeId, nodeRosters: nodeRosters)
     }
 
     private init(
         configuration: ServerConfiguration, logger: Logger, metrics: PigeonMetrics, hub: StreamHub, fanout: any Fanout,
         store: any MessageStore, buffer: any IngestBuffer, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
-        backendServices: [any Service], pushStore: any PushStore, pushDispatcher: PushDispatcher?
+        backendServices: [any Service], pushStore: any PushStore, pushDispatcher: PushDispatcher?, nodeId: String, nodeRosters: [any NodeRoster]
     ) {
+        self.nodeId = nodeId
+        self.startedAt = WallClock.nowMillis()
+        self.nodeRosters = nodeRosters
+        self.sampler = StatisticsSampler(metrics: metrics, buffer: buffer, hub: hub)
         self.pushStore = pushStore
         self.pushDispatcher = pushDispatcher
         self.configuration = configuration

@@ -810,3 +810,22 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         if log { logger.warning(message, metadata: ["error": "\(error)"]) }
     }
 }
+
+extension RedisStreamsBuffer: NodeRoster {
+    /// The nodes set: every node that heart-beat within three lease TTLs, with its last heartbeat on Redis's clock.
+    func nodeHeartbeats() async throws -> [String: Int64] {
+        let reply = try await client.send(RESPCommand("ZRANGE", keys.nodes, "0", "-1", "WITHSCORES"))
+        // RESP2: a flat [member, score, ...]; RESP3: [[member, score], ...].
+        let elements = reply.array ?? []
+        let pairs: [(RESPValue, RESPValue)] =
+            elements.allSatisfy({ $0.array?.count == 2 })
+            ? elements.compactMap { pair in pair.array.map { ($0[0], $0[1]) } }
+            : stride(from: 0, to: elements.count - 1, by: 2).map { (elements[$0], elements[$0 + 1]) }
+        var nodes: [String: Int64] = [:]
+        for (member, score) in pairs {
+            guard let node = member.string, let millis = score.string.flatMap(Double.init) else { continue }
+            nodes[node] = Int64(millis)
+        }
+        return nodes
+    }
+}

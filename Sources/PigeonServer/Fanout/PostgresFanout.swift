@@ -69,6 +69,8 @@ public final class PostgresFanout: Fanout, Service {
     private let pendingPresence = NIOLockedValueBox([DeviceIdentity: Bool]())
     private let presenceWakeUp = AsyncSignal()
     private let view = NIOLockedValueBox(PresenceView())
+    /// When this node last wrote its heartbeat (milliseconds since the epoch).
+    private let lastHeartbeatAt = NIOLockedValueBox<Int64?>(nil)
     private let reloadWakeUp = AsyncSignal()
 
     /// `head`: the newest offset of each partition when the node starts (its devices get what comes after);
@@ -534,6 +536,7 @@ public final class PostgresFanout: Fanout, Service {
         try await client.query(
             "INSERT INTO nodes(node_id, seen_at) VALUES (\(nodeId), \(now)) ON CONFLICT (node_id) DO UPDATE SET seen_at = excluded.seen_at",
             logger: logger)
+        lastHeartbeatAt.withLockedValue { $0 = now }
         try await client.query("DELETE FROM presence WHERE node_id IN (SELECT node_id FROM nodes WHERE seen_at < \(cutoff))", logger: logger)
         try await client.query("DELETE FROM nodes WHERE seen_at < \(cutoff)", logger: logger)
         var seen: [String: (version: Int64, seenAt: Int64)] = [:]
@@ -609,5 +612,14 @@ public final class PostgresFanout: Fanout, Service {
                 try await connection.query("SELECT pg_notify(\(presenceChannel), \(payload))", logger: logger)
             }
         }
+    }
+}
+
+extension PostgresFanout: NodeRoster {
+    /// This node's last heartbeat and the other nodes' as last read from the `nodes` table (no I/O).
+    func nodeHeartbeats() async throws -> [String: Int64] {
+        var nodes = view.withLockedValue { view in view.nodes.mapValues(\.seenAt) }
+        if let own = lastHeartbeatAt.withLockedValue({ $0 }) { nodes[nodeId] = own }
+        return nodes
     }
 }

@@ -42,7 +42,7 @@ final class Ingest: Sendable {
         do {
             return try await check(request, from: device, to: conversationId)
         } catch {
-            metrics.rejected.increment()
+            metrics.messageRejected()
             throw error
         }
     }
@@ -63,10 +63,9 @@ final class Ingest: Sendable {
         buffer.append(message, refusal: refusal) { [metrics, store, abuse] result in
             switch result {
             case .success(.accepted), .success(.stored):
-                metrics.accepted.increment()
+                metrics.messageAccepted()
                 if case .success(.stored) = result {
-                    metrics.stored.increment()
-                    metrics.acceptToStored.record(.milliseconds(max(0, WallClock.nowMillis() - message.acceptedAt)))
+                    metrics.messageStored(acceptedAt: message.acceptedAt, nowMillis: WallClock.nowMillis())
                 }
                 abuse.chargeStorage(of: message.senderId, bytes: prepared.storageCost)
                 let response = SendMessageResponse(
@@ -83,7 +82,7 @@ final class Ingest: Sendable {
                     completion(.success(Accepted(response: response, created: false)))
                 }
             case .failure(let error):
-                metrics.rejected.increment()
+                metrics.messageRejected()
                 completion(.failure(error as? PigeonError ?? .overloaded("the ingest buffer could not take the message: \(error)")))
             }
         }
@@ -127,7 +126,7 @@ final class Ingest: Sendable {
             }
             return prepared
         } catch {
-            metrics.rejected.increment()
+            metrics.messageRejected()
             throw error
         }
     }

@@ -27,6 +27,12 @@ public final class PigeonMetrics: Sendable {
     let pushRejected: Counter
     /// Devices owed a push now.
     let pushPending: Gauge
+    /// This node's counts since it started, for the operator's page (`GET /v1/admin/stats`): the same events as the
+    /// Prometheus counters above, readable without rendering the registry.
+    let counts = MessageCounts()
+    /// Accept → stored and stored → delivered in milliseconds, for the page's recent quantiles.
+    let recentAcceptToStored = LatencyHistogram()
+    let recentStoredToDelivered = LatencyHistogram()
     /// `pigeon_processing_stage_seconds{stage=…}`.
     private let stages: [ProcessingStage: DurationHistogram]
     /// `pigeon_limit_hits_total{limit=...}`, one counter per limit name, made at its first hit.
@@ -73,6 +79,48 @@ public final class PigeonMetrics: Sendable {
         self.stages = stages
     }
 
+    /// A message accepted into the buffer.
+    func messageAccepted() {
+        accepted.increment()
+        counts.accepted.add()
+    }
+
+    /// A message stored with its seq `nowMillis`, accepted at `acceptedAt` (milliseconds since the epoch).
+    func messageStored(acceptedAt: Int64, nowMillis: Int64) {
+        let latency = max(0, nowMillis - acceptedAt)
+        stored.increment()
+        counts.stored.add()
+        acceptToStored.record(.milliseconds(latency))
+        recentAcceptToStored.record(milliseconds: latency)
+    }
+
+    /// A message moved to the dead-letter store.
+    func messageDeadLettered() {
+        deadLettered.increment()
+        counts.deadLettered.add()
+    }
+
+    /// A processing attempt that failed and will be retried.
+    func messageRetried() {
+        retried.increment()
+        counts.retried.add()
+    }
+
+    /// A send refused.
+    func messageRejected() {
+        rejected.increment()
+        counts.rejected.add()
+    }
+
+    /// A delivered receipt that moved a member's delivered watermark onto another member's message stored at
+    /// `storedAt`.
+    func messageDelivered(storedAt: Int64, nowMillis: Int64) {
+        let latency = max(0, nowMillis - storedAt)
+        counts.delivered.add()
+        storedToDelivered.record(.milliseconds(latency))
+        recentStoredToDelivered.record(milliseconds: latency)
+    }
+
     /// Reports the processing stages into `pigeon_processing_stage_seconds`.
     public var stageTimer: ProcessingStageTimer {
         ProcessingStageTimer { [stages] stage, duration in stages[stage]?.record(duration) }
@@ -91,4 +139,14 @@ public final class PigeonMetrics: Sendable {
         }
         counter.increment()
     }
+}
+
+/// How many messages this node accepted, stored, saw delivered, dead-lettered, retried and refused since it started.
+final class MessageCounts: Sendable {
+    let accepted = RelaxedCounter()
+    let stored = RelaxedCounter()
+    let delivered = RelaxedCounter()
+    let deadLettered = RelaxedCounter()
+    let retried = RelaxedCounter()
+    let rejected = RelaxedCounter()
 }

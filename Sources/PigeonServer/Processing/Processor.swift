@@ -179,15 +179,14 @@ final class Processor: Service {
             let message = item.entry.message
             switch result {
             case .stored:
-                metrics.stored.increment()
-                metrics.acceptToStored.record(.milliseconds(max(0, nowMillis - message.acceptedAt)))
+                metrics.messageStored(acceptedAt: message.acceptedAt, nowMillis: nowMillis)
             case .deadLettered(let error):
-                metrics.deadLettered.increment()
+                metrics.messageDeadLettered()
                 logger.error(
                     "message dead-lettered",
                     metadata: ["serverId": "\(message.serverId)", "conversationId": "\(message.conversationId)", "error": "\(error)"])
             case .failed(let error):
-                metrics.retried.increment()
+                metrics.messageRetried()
                 logger.warning(
                     "processing failed; will retry",
                     metadata: [

@@ -256,6 +256,9 @@ public protocol MessageStore: Sendable {
     func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList
     /// The conversation if `userId` is a member, else `nil` (unknown and forbidden look the same).
     func conversation(id: String, for userId: String) async throws -> Conversation?
+    /// The conversation with every member's role, joinedSeq and watermarks, as an operator sees it (no member's view:
+    /// `lastMessage` null, `unreadCount` 0), or `nil` when it does not exist.
+    func conversation(id: String) async throws -> Conversation?
     /// Member user ids of a conversation, `nil` if it does not exist. Cheap: served from memory when possible.
     func members(of conversationId: String) async throws -> [String]?
     /// `userId`'s membership of the conversation (role, joinedSeq, watermarks), or `nil` when it is not a member.

@@ -238,8 +238,12 @@ public final class PostgresMessageStore: MessageStore, Service {
         return try await conversationView(id: id, for: userId)
     }
 
-    /// The conversation with its members and `userId`'s view of it, whether or not `userId` is a member.
-    func conversationView(id: String, for userId: String) async throws -> Conversation? {
+    public func conversation(id: String) async throws -> Conversation? {
+        try await conversationView(id: id, for: nil)
+    }
+
+    /// The conversation with its members and `userId`'s view of it (nil: no one's), whether or not `userId` is a member.
+    func conversationView(id: String, for userId: String?) async throws -> Conversation? {
         var conversation: Conversation?
         for try await (id, kind, name, createdAt, lastSeq, updatedAt) in try await client.query(
             "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = \(id)", logger: logger
@@ -257,6 +261,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 ConversationMember(
                     userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
         }
+        guard let userId else { return conversation }
         var one = [conversation]
         try await addCallerView(&one, ids: [id], userId: userId)
         return one[0]

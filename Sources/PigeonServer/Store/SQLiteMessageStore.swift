@@ -117,15 +117,19 @@ public final class SQLiteMessageStore: MessageStore {
         return try await pool.read { db in try Self.conversationView(db, id: id, for: userId) }
     }
 
-    /// The conversation with its members and `userId`'s view of it, whether or not `userId` is a member.
-    private static func conversationView(_ db: Database, id: String, for userId: String) throws -> Conversation? {
+    public func conversation(id: String) async throws -> Conversation? {
+        try await pool.read { db in try Self.conversationView(db, id: id, for: nil) }
+    }
+
+    /// The conversation with its members and `userId`'s view of it (nil: no one's), whether or not `userId` is a member.
+    private static func conversationView(_ db: Database, id: String, for userId: String?) throws -> Conversation? {
         guard
             let row = try Row.fetchOne(
                 db, sql: "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = ?", arguments: [id])
         else { return nil }
         var conversation = Self.conversation(row)
         conversation.members = try Self.conversationMembers(db, id)
-        try Self.addCallerView(db, &conversation, userId: userId)
+        if let userId { try Self.addCallerView(db, &conversation, userId: userId) }
         return conversation
     }
 

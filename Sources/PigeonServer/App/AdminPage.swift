@@ -1,0 +1,540 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+/// `GET /admin`: the operator's page, one self-contained HTML document (no build step, nothing fetched from elsewhere:
+/// its script and style are inline, its charts inline SVG). It asks for the admin token (kept in the tab's
+/// `sessionStorage`), polls `GET /v1/admin/stats` once a second, lists and replays dead letters, and looks up a
+/// conversation's delivery state. Served only when an admin token is configured.
+///
+/// Its Content-Security-Policy allows only the page's own inline script and style (by hash) and requests to its own
+/// origin; it may not be framed, cached or send a referrer.
+enum AdminPage {
+    static func response() -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "text/html; charset=utf-8"
+        headers[.contentSecurityPolicy] = contentSecurityPolicy
+        headers[xFrameOptions] = "DENY"
+        headers[.cacheControl] = "no-store"
+        headers[referrerPolicy] = "no-referrer"
+        headers[.xContentTypeOptions] = "nosniff"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: html)))
+    }
+
+    private static let xFrameOptions = HTTPField.Name("X-Frame-Options")!
+    private static let referrerPolicy = HTTPField.Name("Referrer-Policy")!
+
+    static let contentSecurityPolicy =
+        "default-src 'none'; script-src '\(sha256(script))'; style-src '\(sha256(style))'; connect-src 'self'; img-src 'self' data:; "
+        + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+    static let html = """
+        <!DOCTYPE html>
+        <html lang="en">
+        <head>
+        <meta charset="utf-8">
+        <meta name="viewport" content="width=device-width, initial-scale=1">
+        <meta name="referrer" content="no-referrer">
+        <title>Pigeon · operator</title>
+        <style>\(style)</style>
+        </head>
+        <body>
+        \(body)
+        <script>\(script)</script>
+        </body>
+        </html>
+        """
+
+    /// A CSP source for an inline element's exact content.
+    private static func sha256(_ text: String) -> String {
+        "sha256-" + Data(SHA256.hash(data: Data(text.utf8))).base64EncodedString()
+    }
+
+    private static let body = #"""
+        <header>
+          <h1>Pigeon <span class="muted">operator</span></h1>
+          <div id="node-line" class="muted"></div>
+          <button id="forget-token" type="button" hidden>Forget token</button>
+        </header>
+        <div id="status" class="status" role="status" data-state="idle"></div>
+        <section id="login" class="card" hidden>
+          <h2>Admin token</h2>
+          <p class="muted">The token the server was started with (<code>--admin-token</code> or <code>PIGEON_ADMIN_TOKEN</code>). It stays in this tab only.</p>
+          <form id="token-form" autocomplete="off">
+            <input id="token-input" type="password" placeholder="admin token" required>
+            <button id="token-submit" type="submit">Open</button>
+          </form>
+        </section>
+        <main id="dashboard" hidden>
+          <section class="tiles">
+            <div class="tile"><div class="label">accepted/s</div><div class="value accepted" id="rate-accepted" data-value="0">0</div><div class="sub">total <span id="total-accepted" data-value="0">0</span></div></div>
+            <div class="tile"><div class="label">stored/s</div><div class="value stored" id="rate-stored" data-value="0">0</div><div class="sub">total <span id="total-stored" data-value="0">0</span></div></div>
+            <div class="tile"><div class="label">delivered/s</div><div class="value delivered" id="rate-delivered" data-value="0">0</div><div class="sub">total <span id="total-delivered" data-value="0">0</span></div></div>
+            <div class="tile"><div class="label">dead-lettered/s</div><div class="value failed" id="rate-deadLettered" data-value="0">0</div><div class="sub">total <span id="total-deadLettered" data-value="0">0</span></div></div>
+            <div class="tile"><div class="label">buffer depth</div><div class="value" id="buffer-depth" data-value="0">0</div><div class="sub">retried <span id="total-retried" data-value="0">0</span> · rejected <span id="total-rejected" data-value="0">0</span></div></div>
+            <div class="tile"><div class="label">open streams</div><div class="value"><span id="streams-websocket" data-value="0">0</span> <span class="unit">ws</span> · <span id="streams-sse" data-value="0">0</span> <span class="unit">sse</span></div><div class="sub">on this node</div></div>
+            <div class="tile"><div class="label">dead letters</div><div class="value failed" id="dead-letter-count" data-value="0">0</div><div class="sub">in the store</div></div>
+          </section>
+          <section class="charts">
+            <figure class="card"><figcaption>messages per second <span class="legend"><i class="accepted">accepted</i> <i class="stored">stored</i> <i class="delivered">delivered</i> <i class="failed">dead-lettered</i></span></figcaption><svg id="chart-rates" viewBox="0 0 600 170" preserveAspectRatio="none"></svg></figure>
+            <figure class="card"><figcaption>buffer depth</figcaption><svg id="chart-depth" viewBox="0 0 600 170" preserveAspectRatio="none"></svg></figure>
+            <figure class="card"><figcaption>open streams <span class="legend"><i class="ws">websocket</i> <i class="sse">sse</i></span></figcaption><svg id="chart-streams" viewBox="0 0 600 170" preserveAspectRatio="none"></svg></figure>
+            <figure class="card"><figcaption>latency p99, ms <span class="legend"><i class="stored">accept → stored</i> <i class="delivered">stored → delivered</i></span></figcaption><svg id="chart-latency" viewBox="0 0 600 170" preserveAspectRatio="none"></svg></figure>
+          </section>
+          <section class="columns">
+            <div class="card">
+              <h2>Latency <span class="muted" id="latency-window"></span></h2>
+              <table id="latency">
+                <thead><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>count</th></tr></thead>
+                <tbody>
+                  <tr><th>accept → stored</th><td id="latency-acceptToStored-p50">–</td><td id="latency-acceptToStored-p90">–</td><td id="latency-acceptToStored-p99">–</td><td id="latency-acceptToStored-count">0</td></tr>
+                  <tr><th>stored → delivered</th><td id="latency-storedToDelivered-p50">–</td><td id="latency-storedToDelivered-p90">–</td><td id="latency-storedToDelivered-p99">–</td><td id="latency-storedToDelivered-count">0</td></tr>
+                </tbody>
+              </table>
+            </div>
+            <div class="card">
+              <h2>Nodes</h2>
+              <table>
+                <thead><tr><th>node</th><th>last heartbeat</th></tr></thead>
+                <tbody id="nodes"></tbody>
+              </table>
+            </div>
+          </section>
+          <section class="card">
+            <h2>Dead letters <button id="dead-letters-refresh" type="button" class="small">Refresh</button></h2>
+            <div id="dead-letter-status" class="muted" role="status"></div>
+            <table>
+              <thead><tr><th>failed</th><th>serverId</th><th>conversation</th><th>sender</th><th>error</th><th>body</th><th></th></tr></thead>
+              <tbody id="dead-letters"></tbody>
+            </table>
+            <p id="dead-letters-empty" class="muted">No dead letters.</p>
+          </section>
+          <section class="card">
+            <h2>Conversation</h2>
+            <form id="conversation-form" autocomplete="off">
+              <input id="conversation-id" placeholder="conversation id (UUID)" size="40" required>
+              <button id="conversation-submit" type="submit">Look up</button>
+            </form>
+            <div id="conversation-error" class="error" role="status"></div>
+            <div id="conversation-result" hidden>
+              <p>last seq <strong id="conversation-last-seq" data-value=""></strong> · <span id="conversation-kind"></span> <span id="conversation-name"></span> · behind: <strong id="conversation-behind"></strong></p>
+              <table>
+                <thead><tr><th>member</th><th>role</th><th>joined</th><th>delivered</th><th>read</th><th>undelivered</th><th>devices</th></tr></thead>
+                <tbody id="conversation-members"></tbody>
+              </table>
+            </div>
+          </section>
+        </main>
+        """#
+
+    private static let style = #"""
+        :root { --accepted: #2563eb; --stored: #059669; --delivered: #7c3aed; --failed: #dc2626; --ws: #0891b2; --sse: #d97706; --line: #e5e7eb; }
+        * { box-sizing: border-box; }
+        body { margin: 0; padding: 16px 24px 48px; font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; color: #111827; background: #f3f4f6; }
+        header { display: flex; align-items: baseline; gap: 16px; }
+        h1 { font-size: 20px; margin: 0 0 8px; }
+        h2 { font-size: 15px; margin: 0 0 8px; }
+        .muted { color: #6b7280; font-weight: normal; }
+        .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px; margin: 0 0 12px; }
+        .status { margin: 0 0 12px; padding: 8px 12px; border-radius: 6px; display: none; }
+        .status[data-state="error"], .status[data-state="unauthorized"], .status[data-state="unreachable"] { display: block; background: #fef2f2; color: #991b1b; border: 1px solid #fecaca; }
+        .tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 12px; margin: 0 0 12px; }
+        .tile { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
+        .tile .label { color: #6b7280; font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+        .tile .value { font-size: 24px; font-weight: 600; font-variant-numeric: tabular-nums; }
+        .tile .sub { color: #6b7280; font-size: 12px; }
+        .unit { font-size: 13px; color: #6b7280; font-weight: normal; }
+        .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 12px; }
+        figure { margin: 0 0 12px; }
+        figcaption { font-weight: 600; margin: 0 0 4px; }
+        svg { width: 100%; height: 170px; display: block; }
+        svg .grid { stroke: var(--line); stroke-width: 1; }
+        svg .axis { fill: #6b7280; font-size: 11px; }
+        svg polyline { fill: none; stroke-width: 2; vector-effect: non-scaling-stroke; }
+        .legend { font-weight: normal; font-size: 12px; margin-left: 8px; }
+        .legend i { font-style: normal; margin-right: 8px; }
+        .accepted { color: var(--accepted); stroke: var(--accepted); }
+        .stored { color: var(--stored); stroke: var(--stored); }
+        .delivered { color: var(--delivered); stroke: var(--delivered); }
+        .failed { color: var(--failed); stroke: var(--failed); }
+        .ws { color: var(--ws); stroke: var(--ws); }
+        .sse { color: var(--sse); stroke: var(--sse); }
+        .depth { color: #111827; stroke: #374151; }
+        .columns { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 12px; }
+        table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
+        th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+        td.body { max-width: 280px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+        code, td.id { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px; }
+        tr.behind td { background: #fffbeb; }
+        tr.stale td { color: #9ca3af; }
+        .badge { display: inline-block; padding: 0 6px; border-radius: 10px; font-size: 12px; background: #e5e7eb; margin: 0 4px 2px 0; }
+        .badge.online { background: #d1fae5; color: #065f46; }
+        .badge.behind { background: #fef3c7; color: #92400e; }
+        .error { color: #991b1b; margin: 6px 0; }
+        input { font: inherit; padding: 5px 8px; border: 1px solid #d1d5db; border-radius: 6px; }
+        button { font: inherit; padding: 5px 12px; border: 1px solid #d1d5db; border-radius: 6px; background: #fff; cursor: pointer; }
+        button:hover { background: #f9fafb; }
+        button.small { padding: 1px 8px; font-size: 12px; margin-left: 8px; }
+        button.replay { border-color: #93c5fd; color: #1d4ed8; }
+        """#
+
+    private static let script = #"""
+        "use strict";
+        (function () {
+          const TOKEN_KEY = "pigeon-admin-token";
+          const SVG = "http://www.w3.org/2000/svg";
+          const MAX_SAMPLES = 300;
+          const state = { token: sessionStorage.getItem(TOKEN_KEY), samples: [], lastAt: null, timer: null, deadLetterTimer: null, conversationTimer: null, conversationId: null, deadLetterCount: null, generation: 0 };
+          const $ = (id) => document.getElementById(id);
+
+          class ApiError extends Error {
+            constructor(kind, message, status) { super(message); this.kind = kind; this.status = status; }
+          }
+
+          async function api(method, path) {
+            let response;
+            try {
+              response = await fetch(path, { method: method, headers: { "Authorization": "Bearer " + state.token }, cache: "no-store" });
+            } catch (error) {
+              throw new ApiError("unreachable", "The server is unreachable (" + error.message + "). Retrying every second…");
+            }
+            let body = null;
+            try { body = await response.json(); } catch (_) { body = null; }
+            if (response.status === 401) {
+              throw new ApiError("unauthorized", "The server refused this admin token (401 unauthorized). Enter the token it was started with.", 401);
+            }
+            if (!response.ok) {
+              const detail = body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + response.status;
+              throw new ApiError("error", detail, response.status);
+            }
+            return body;
+          }
+
+          function setStatus(kind, message) {
+            const status = $("status");
+            status.dataset.state = kind;
+            status.textContent = message || "";
+          }
+
+          function setNumber(id, value, text) {
+            const element = $(id);
+            element.dataset.value = value === null || value === undefined ? "" : String(value);
+            element.textContent = text !== undefined ? text : (value === null || value === undefined ? "–" : String(value));
+          }
+
+          function formatRate(value) { return value >= 100 ? String(Math.round(value)) : String(Math.round(value * 10) / 10); }
+
+          function formatAge(millis) {
+            if (millis < 1000) return "just now";
+            if (millis < 60000) return (millis / 1000).toFixed(1) + " s ago";
+            if (millis < 3600000) return Math.round(millis / 60000) + " min ago";
+            return Math.round(millis / 3600000) + " h ago";
+          }
+
+          function formatTime(millis) { return new Date(millis).toLocaleTimeString(); }
+
+          function cell(row, text, className) {
+            const td = document.createElement("td");
+            td.textContent = text;
+            if (className) td.className = className;
+            row.appendChild(td);
+            return td;
+          }
+
+          function svgElement(name, attributes) {
+            const element = document.createElementNS(SVG, name);
+            for (const key in attributes) element.setAttribute(key, String(attributes[key]));
+            return element;
+          }
+
+          // A line chart of `series` ([{values, className}]) over the samples' times, newest at the right; an
+          // `integral` one (counts) keeps its grid on whole numbers.
+          function drawChart(id, series, integral) {
+            const svg = $(id);
+            while (svg.firstChild) svg.removeChild(svg.firstChild);
+            const width = 600, height = 170, top = 8, bottom = 150, left = 40, right = 596;
+            let max = 0;
+            for (const line of series) for (const value of line.values) if (value !== null && value > max) max = value;
+            const ceiling = max <= 0 ? 1 : niceCeiling(max);
+            const scale = integral ? 4 * Math.ceil(ceiling / 4) : ceiling;
+            for (let step = 0; step <= 4; step++) {
+              const y = bottom - (bottom - top) * step / 4;
+              svg.appendChild(svgElement("line", { x1: left, x2: right, y1: y, y2: y, class: "grid" }));
+              const label = svgElement("text", { x: left - 4, y: y + 4, "text-anchor": "end", class: "axis" });
+              label.textContent = String(Number((scale * step / 4).toPrecision(3)));
+              svg.appendChild(label);
+            }
+            const count = MAX_SAMPLES;
+            const first = svgElement("text", { x: left, y: height - 4, class: "axis" });
+            first.textContent = "−5 min";
+            svg.appendChild(first);
+            const last = svgElement("text", { x: right, y: height - 4, "text-anchor": "end", class: "axis" });
+            last.textContent = "now";
+            svg.appendChild(last);
+            for (const line of series) {
+              const values = line.values;
+              const points = [];
+              values.forEach((value, index) => {
+                if (value === null) return;
+                const x = right - (right - left) * (values.length - 1 - index) / (count - 1);
+                const y = bottom - (bottom - top) * Math.min(value, scale) / scale;
+                points.push(x.toFixed(1) + "," + y.toFixed(1));
+              });
+              if (points.length === 1) points.push(points[0]);
+              svg.appendChild(svgElement("polyline", { points: points.join(" "), class: line.className }));
+            }
+          }
+
+          function niceCeiling(value) {
+            const magnitude = Math.pow(10, Math.floor(Math.log10(value)));
+            for (const factor of [1, 2, 2.5, 5, 10]) if (factor * magnitude >= value) return factor * magnitude;
+            return 10 * magnitude;
+          }
+
+          function render(stats) {
+            $("node-line").textContent = "node " + stats.nodeId + " · up since " + new Date(stats.startedAt).toLocaleString() + " · server time " + formatTime(stats.serverTime);
+            for (const key of ["accepted", "stored", "delivered", "deadLettered"]) {
+              setNumber("rate-" + key, stats.rates[key], formatRate(stats.rates[key]));
+              setNumber("total-" + key, stats.totals[key]);
+            }
+            setNumber("total-retried", stats.totals.retried);
+            setNumber("total-rejected", stats.totals.rejected);
+            setNumber("buffer-depth", stats.bufferDepth);
+            setNumber("streams-websocket", stats.openStreams.websocket);
+            setNumber("streams-sse", stats.openStreams.sse);
+            setNumber("dead-letter-count", stats.deadLetters, stats.deadLetters === null ? "?" : String(stats.deadLetters));
+            $("latency-window").textContent = "last " + stats.latency.windowSeconds + " s";
+            for (const kind of ["acceptToStored", "storedToDelivered"]) {
+              const quantiles = stats.latency[kind];
+              for (const q of ["p50", "p90", "p99"]) setNumber("latency-" + kind + "-" + q, quantiles[q], quantiles[q] === null ? "–" : quantiles[q] + " ms");
+              setNumber("latency-" + kind + "-count", quantiles.count);
+            }
+            renderNodes(stats);
+            const samples = state.samples;
+            drawChart("chart-rates", [
+              { values: samples.map((s) => s.accepted), className: "accepted" },
+              { values: samples.map((s) => s.stored), className: "stored" },
+              { values: samples.map((s) => s.delivered), className: "delivered" },
+              { values: samples.map((s) => s.deadLettered), className: "failed" },
+            ]);
+            drawChart("chart-depth", [{ values: samples.map((s) => s.bufferDepth), className: "depth" }], true);
+            drawChart("chart-streams", [
+              { values: samples.map((s) => s.openStreams.websocket), className: "ws" },
+              { values: samples.map((s) => s.openStreams.sse), className: "sse" },
+            ], true);
+            drawChart("chart-latency", [
+              { values: samples.map((s) => s.acceptToStored.p99), className: "stored" },
+              { values: samples.map((s) => s.storedToDelivered.p99), className: "delivered" },
+            ]);
+            if (stats.deadLetters !== null && stats.deadLetters !== state.deadLetterCount) {
+              state.deadLetterCount = stats.deadLetters;
+              loadDeadLetters();
+            }
+          }
+
+          function renderNodes(stats) {
+            const body = $("nodes");
+            while (body.firstChild) body.removeChild(body.firstChild);
+            for (const node of stats.nodes) {
+              const row = document.createElement("tr");
+              const age = Math.max(0, stats.serverTime - node.lastHeartbeatAt);
+              row.dataset.nodeId = node.nodeId;
+              row.dataset.heartbeatAge = String(age);
+              if (age > 10000) row.className = "stale";
+              cell(row, node.nodeId + (node.thisNode ? " (this node)" : ""), "id");
+              cell(row, formatAge(age) + " · " + formatTime(node.lastHeartbeatAt));
+              body.appendChild(row);
+            }
+          }
+
+          async function poll(generation) {
+            if (generation !== state.generation) return;
+            try {
+              const path = "/v1/admin/stats" + (state.lastAt === null ? "" : "?since=" + state.lastAt);
+              const stats = await api("GET", path);
+              if (generation !== state.generation) return;
+              for (const sample of stats.samples) state.samples.push(sample);
+              if (state.samples.length > MAX_SAMPLES) state.samples.splice(0, state.samples.length - MAX_SAMPLES);
+              if (state.samples.length > 0) state.lastAt = state.samples[state.samples.length - 1].at;
+              setStatus("ok", "");
+              render(stats);
+            } catch (error) {
+              if (!handleError(error)) return;
+            }
+            state.timer = setTimeout(() => poll(generation), 1000);
+          }
+
+          // Shows the error; answers whether polling goes on (not after a refused token).
+          function handleError(error) {
+            if (error.kind === "unauthorized") {
+              showLogin(error.message);
+              return false;
+            }
+            setStatus(error.kind === "unreachable" ? "unreachable" : "error", error.kind === "unreachable" ? error.message : "The server answered an error: " + error.message);
+            return true;
+          }
+
+          async function loadDeadLetters() {
+            try {
+              const list = await api("GET", "/v1/admin/dead-letters?limit=100");
+              renderDeadLetters(list.deadLetters);
+            } catch (error) {
+              if (error.kind === "unauthorized") { showLogin(error.message); return; }
+              $("dead-letter-status").textContent = "Could not list the dead letters: " + error.message;
+            }
+          }
+
+          function renderDeadLetters(deadLetters) {
+            const body = $("dead-letters");
+            while (body.firstChild) body.removeChild(body.firstChild);
+            $("dead-letters-empty").hidden = deadLetters.length > 0;
+            for (const letter of deadLetters) {
+              const message = letter.message;
+              const row = document.createElement("tr");
+              row.dataset.serverId = message.serverId;
+              cell(row, formatTime(letter.failedAt));
+              cell(row, message.serverId, "id");
+              cell(row, message.conversationId, "id");
+              cell(row, message.senderId + " / " + message.senderDeviceId);
+              cell(row, letter.error.code + ": " + letter.error.message);
+              const bodyCell = cell(row, message.body, "body");
+              bodyCell.title = message.body;
+              const actions = cell(row, "");
+              const button = document.createElement("button");
+              button.type = "button";
+              button.className = "replay";
+              button.dataset.serverId = message.serverId;
+              button.textContent = "Replay";
+              button.addEventListener("click", () => replay(message.serverId, button));
+              actions.appendChild(button);
+              body.appendChild(row);
+            }
+          }
+
+          async function replay(serverId, button) {
+            button.disabled = true;
+            try {
+              await api("POST", "/v1/admin/dead-letters/" + encodeURIComponent(serverId) + "/replay");
+              $("dead-letter-status").textContent = "Replayed " + serverId + ": back in the buffer, to be stored with the conversation's next seq.";
+            } catch (error) {
+              if (error.kind === "unauthorized") { showLogin(error.message); return; }
+              $("dead-letter-status").textContent = "Replay of " + serverId + " failed: " + error.message;
+              button.disabled = false;
+            }
+            await loadDeadLetters();
+          }
+
+          async function lookUpConversation(id) {
+            try {
+              const conversation = await api("GET", "/v1/admin/conversations/" + encodeURIComponent(id));
+              if (state.conversationId !== id) return;
+              $("conversation-error").textContent = "";
+              renderConversation(conversation);
+            } catch (error) {
+              if (error.kind === "unauthorized") { showLogin(error.message); return; }
+              if (state.conversationId !== id) return;
+              $("conversation-result").hidden = true;
+              $("conversation-error").textContent = error.status === 404 ? "No conversation with this id." : error.message;
+              return;
+            }
+            clearTimeout(state.conversationTimer);
+            state.conversationTimer = setTimeout(() => { if (state.conversationId === id) lookUpConversation(id); }, 2000);
+          }
+
+          function renderConversation(conversation) {
+            $("conversation-result").hidden = false;
+            $("conversation-result").dataset.conversationId = conversation.conversationId;
+            setNumber("conversation-last-seq", conversation.lastSeq);
+            $("conversation-kind").textContent = conversation.kind;
+            $("conversation-name").textContent = conversation.name === null ? "" : "“" + conversation.name + "”";
+            const behind = $("conversation-behind");
+            behind.dataset.value = conversation.behind.join(",");
+            behind.textContent = conversation.behind.length === 0 ? "no one" : conversation.behind.join(", ");
+            const body = $("conversation-members");
+            while (body.firstChild) body.removeChild(body.firstChild);
+            for (const member of conversation.members) {
+              const row = document.createElement("tr");
+              row.dataset.userId = member.userId;
+              row.dataset.deliveredSeq = String(member.deliveredSeq);
+              row.dataset.readSeq = String(member.readSeq);
+              row.dataset.behind = String(member.behind);
+              if (member.behind) row.className = "behind";
+              cell(row, member.userId);
+              cell(row, member.role);
+              cell(row, String(member.joinedSeq));
+              cell(row, String(member.deliveredSeq), "delivered-seq");
+              cell(row, String(member.readSeq), "read-seq");
+              const undelivered = cell(row, String(member.undelivered));
+              if (member.behind) {
+                const badge = document.createElement("span");
+                badge.className = "badge behind";
+                badge.textContent = "behind";
+                undelivered.appendChild(document.createTextNode(" "));
+                undelivered.appendChild(badge);
+              }
+              const devices = cell(row, "");
+              for (const device of member.devices) {
+                const badge = document.createElement("span");
+                badge.className = "badge" + (device.online ? " online" : "");
+                badge.dataset.deviceId = device.deviceId;
+                badge.dataset.online = String(device.online);
+                badge.textContent = (device.name || device.deviceId.slice(0, 8)) + (device.online ? " · online" : " · offline");
+                badge.title = device.deviceId + ", last seen " + new Date(device.lastSeenAt).toLocaleString();
+                devices.appendChild(badge);
+              }
+              body.appendChild(row);
+            }
+          }
+
+          function showLogin(message) {
+            state.generation++;
+            clearTimeout(state.timer);
+            clearTimeout(state.conversationTimer);
+            state.token = null;
+            sessionStorage.removeItem(TOKEN_KEY);
+            $("dashboard").hidden = true;
+            $("forget-token").hidden = true;
+            $("login").hidden = false;
+            setStatus(message ? "unauthorized" : "idle", message || "");
+            $("token-input").focus();
+          }
+
+          function start() {
+            state.generation++;
+            state.samples = [];
+            state.lastAt = null;
+            state.deadLetterCount = null;
+            $("login").hidden = true;
+            $("dashboard").hidden = false;
+            $("forget-token").hidden = false;
+            setStatus("idle", "");
+            poll(state.generation);
+            loadDeadLetters();
+          }
+
+          $("token-form").addEventListener("submit", (event) => {
+            event.preventDefault();
+            const token = $("token-input").value.trim();
+            if (!token) return;
+            state.token = token;
+            sessionStorage.setItem(TOKEN_KEY, token);
+            $("token-input").value = "";
+            start();
+          });
+          $("forget-token").addEventListener("click", () => showLogin(""));
+          $("dead-letters-refresh").addEventListener("click", () => loadDeadLetters());
+          $("conversation-form").addEventListener("submit", (event) => {
+            event.preventDefault();
+            const id = $("conversation-id").value.trim();
+            if (!id) return;
+            state.conversationId = id;
+            clearTimeout(state.conversationTimer);
+            lookUpConversation(id);
+          });
+
+          if (state.token) start(); else showLogin("");
+        })();
+        """#
+}
