@@ -51,6 +51,8 @@ public enum PigeonApplication {
             AdminController(store: core.store, buffer: core.buffer, logger: logger)
                 .addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
         }
+        // Without --web the demo page does not exist (404).
+        if configuration.webDemo { WebDemoController().addRoutes(to: router) }
         let responder = PigeonResponder(
             router: router.buildResponder(), routeMethods: RouteMethods(router.routes.map { ($0.path, $0.method) }), cors: cors)
         let webSocketResponder = streams.makeWebSocketRouter().buildResponder()
