@@ -5,6 +5,7 @@
   alice offline her message shows ⏰ and goes out, ✓ then ✓✓, when she is back. Sends over the limit show ⚠️ with the
   server's code, on both transports. Every status change is recorded in the page (a MutationObserver) and checked:
   a tick never moves backwards and never comes before its evidence could exist.
+- Same origin on a server that allows other origins too (`--cors-origin`): the page's own WebSocket opens.
 - Cross origin: the page's HTML served from another origin, pointed at the server with `?api=`, the server started
   with `--cors-origin` of that origin; messages both ways reach ✓✓, also after the server restarted under the page
   (the WebSocket resumes by cursor, the EventSource by Last-Event-ID), and nothing is shown twice.
@@ -260,6 +261,21 @@ def test_same_origin():
         server.stop()
 
 
+def test_same_origin_beside_other_allowed_origins():
+    """The page of a server that allows other origins (--cors-origin) is of its own origin: its WebSocket opens."""
+    server = pigeonweb.Server("--web", "--cors-origin", "https://app.example.com", name="demo-same-origin-cors")
+    try:
+        with pigeonweb.browser() as browser:
+            demo = Demo(browser, server.url("/"))
+            to_bob = demo.send("alice", "over the WebSocket")
+            demo.wait_status("alice", to_bob, "delivered")
+            to_alice = demo.send("bob", "over HTTP")
+            demo.wait_status("bob", to_alice, "delivered")
+            demo.check_clean()
+    finally:
+        server.stop()
+
+
 def test_cross_origin():
     directory = tempfile.mkdtemp(prefix="pigeon-demo-page-")
     with pigeonweb.static_origin(directory) as origin:
@@ -295,4 +311,4 @@ def test_cross_origin():
 
 
 if __name__ == "__main__":
-    pigeonweb.main([test_same_origin, test_cross_origin])
+    pigeonweb.main([test_same_origin, test_same_origin_beside_other_allowed_origins, test_cross_origin])
