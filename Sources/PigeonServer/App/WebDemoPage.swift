@@ -831,7 +831,8 @@ message shows what the server has told its sender, and nothing more.</p>
         reconnecting: "reconnecting…",
         offline: "offline",
       }[this.connection];
-      d.reading.textContent = reading ? "👁 reading" : "not looking (click the chat to read it)";
+      d.reading.textContent = reading ? "👁 reading" : "not reading";
+      d.reading.title = reading ? "this chat is looked at: what arrives is read" : "click the chat to read it";
       d.banner.hidden = this.online;
       const waiting = this.queue.length;
       d.banner.textContent = `📵 ${this.userId || this.name} is offline. ${waiting === 1 ? "1 message waits" : `${waiting} messages wait`} here (⏰) and go out, in order and with the same clientMessageId, when back online.`;
