@@ -132,9 +132,17 @@ class Demo:
         (self.page.check if online else self.page.uncheck)(f"#{side}-online")
         self.page.wait_for_selector(f"#{side}[data-online='{str(online).lower()}']", timeout=WAIT_MS)
 
-    def wait_connected(self, side):
+    def connects(self, side):
+        return int(self.page.get_attribute(f"#{side}", "data-connects"))
+
+    def wait_connected_again(self, side, connects_before):
+        """Waits until `side` opened a stream again after `connects_before` opened ones, and is connected."""
         try:
-            self.page.wait_for_selector(f"#{side}[data-connection='online']", timeout=WAIT_MS)
+            self.page.wait_for_function(
+                """([side, before]) => {
+                     const pane = document.getElementById(side);
+                     return Number(pane.dataset.connects) > before && pane.dataset.connection === "online";
+                   }""", arg=[side, connects_before], timeout=WAIT_MS)
         except Exception:  # noqa: BLE001
             raise Failure(f"{side} did not connect again: {self.wire(side)}") from None
 
@@ -159,6 +167,14 @@ class Demo:
             rank = RANK[entry["status"]]
             check(rank >= last.get(key, -1), f"a status moved backwards: {key} to {entry['status']} after rank {last.get(key)}")
             last[key] = rank
+
+
+def open_streams(server, transport):
+    """The server's `pigeon_open_streams{transport=...}` (its /metrics)."""
+    text = pigeonweb.request("GET", server.url("/metrics")).body.decode("utf-8")
+    match = re.search(r'^pigeon_open_streams\{transport="%s"\} (\d+)' % transport, text, re.M)
+    check(match is not None, f"/metrics has no pigeon_open_streams for {transport}")
+    return int(match.group(1))
 
 
 def index(log, predicate, what):
@@ -206,6 +222,8 @@ def test_same_origin():
             demo.set_online("bob", False)
             check(demo.page.is_visible("#bob-banner"), "bob's offline banner shows")
             check(demo.page.get_attribute("#bob", "data-connection") == "offline", "bob's stream is closed")
+            # The server has noticed: bob's device no longer counts as online (no stream open).
+            pigeonweb.wait_until("bob's event stream is closed on the server", lambda: open_streams(server, "sse") == 0)
             second = demo.send("alice", "are you there?")  # alice's input is focused: nobody looks at bob's chat
             shown = demo.wait_status("alice", second, "stored")
             check(shown["tick"] == "✓" and shown["recipientsOnline"] == "0", f"stored in bob's mailbox shows ✓: {shown}")
@@ -299,9 +317,10 @@ def test_cross_origin():
 
                 exchange("before")
                 # The server goes away under the page and comes back: both streams resume where they were.
+                before = {side: demo.connects(side) for side in ("alice", "bob")}
                 server.restart()
-                demo.wait_connected("alice")
-                demo.wait_connected("bob")
+                for side in ("alice", "bob"):
+                    demo.wait_connected_again(side, before[side])
                 exchange("after the restart")
                 demo.check_clean()
                 check(len(demo.incoming("bob")) == 2 and len(demo.incoming("alice")) == 2, "each message arrived once")

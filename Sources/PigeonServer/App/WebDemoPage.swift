@@ -269,6 +269,7 @@ message shows what the server has told its sender, and nothing more.</p>
       this.online = true; // the page's network switch
       this.connection = "connecting";
       this.everConnected = false;
+      this.connects = 0; // streams opened so far
       this.outgoing = new Map(); // clientMessageId → item
       this.queue = []; // clientMessageIds without an answer yet, in sending order
       this.incoming = new Map(); // serverId → { message, node, viaHistory }
@@ -380,6 +381,7 @@ message shows what the server has told its sender, and nothing more.</p>
 
     connected() {
       this.everConnected = true;
+      this.connects += 1;
       this.reconnectDelay = 500;
       this.setConnection("online");
       this.receiptSent = { ...this.myMarks };
@@ -822,6 +824,7 @@ message shows what the server has told its sender, and nothing more.</p>
       const reading = this.isReading();
       d.pane.dataset.online = String(this.online);
       d.pane.dataset.connection = this.connection;
+      d.pane.dataset.connects = String(this.connects);
       d.pane.dataset.reading = String(reading);
       d.pane.dataset.duplicates = String(this.duplicates);
       d.pane.dataset.waiting = String(this.queue.length);
