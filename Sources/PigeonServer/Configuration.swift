@@ -53,6 +53,9 @@ public struct ServerConfiguration: Sendable {
     /// for any (``CORSPolicy``). When set, a WebSocket request from a page of another origin is refused. Empty (the
     /// default): no CORS header is ever sent, and every origin may open the WebSocket.
     public var corsOrigins: [String] = []
+    /// Serve the web demo page at `GET /` (``WebDemoPage``: alice and bob side by side, over the WebSocket and SSE,
+    /// with their ticks live). Off by default: then `/` is not a route (`404`).
+    public var webDemo = false
     /// Reverse proxies in front of the server: from these peers (and only these) the client address of the
     /// per-address limits is read from `X-Forwarded-For` (``ClientAddress``).
     public var trustedProxies: [AddressBlock] = []

@@ -15,7 +15,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the server. Without --store/--buffer it runs the embedded default (SQLite under --data-dir).",
-        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_NODE_ID, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET, PIGEON_ADMIN_TOKEN and PIGEON_CORS_ORIGINS set the same; flags win.")
+        discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_NODE_ID, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET, PIGEON_ADMIN_TOKEN, PIGEON_CORS_ORIGINS and PIGEON_WEB set the same; flags win.")
 
     @Option(help: "Address to listen on (default 127.0.0.1).")
     var host: String?

@@ -96,15 +96,29 @@ class Server:
         os.makedirs(ARTEFACTS, exist_ok=True)
         self.log_path = os.path.join(ARTEFACTS, f"{name}.log")
         self.log = open(self.log_path, "wb")
-        command = [BINARY, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", self.directory,
-                   "--log-level", "warning", *arguments]
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        self.command = [BINARY, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", self.directory,
+                        "--log-level", "warning", *arguments]
+        self._start()
+
+    def _start(self):
+        self.process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             wait_until("pigeon-server is ready", lambda: self.process.poll() is None
                        and request("GET", self.base + "/readyz", timeout=2).status == 200, timeout=30)
         except Failure:
             self.stop()
             raise Failure("pigeon-server did not become ready: " + open(self.log_path, encoding="utf-8", errors="replace").read())
+
+    def restart(self):
+        """Stops the server gracefully (SIGTERM: its streams end) and starts it again on the same port with the same
+        data directory: what a client sees as a dropped connection that it resumes by cursor."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._start()
 
     def url(self, path):
         return self.base + path

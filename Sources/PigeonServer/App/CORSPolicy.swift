@@ -12,7 +12,8 @@ import PigeonProtocol
 ///   `Retry-After` (``decorate(_:origin:)``); an answer to another origin, or to a request without `Origin`, carries
 ///   none (the browser then keeps it from the page; the server does not refuse the request for that).
 /// - The WebSocket upgrade, which browsers do not subject to CORS, is refused `403` to an `Origin` not on the list
-///   (``refusesWebSocket(origin:)``); a client that sends no `Origin` (not a browser) is not checked.
+///   (``refusesWebSocket(origin:host:)``); a client that sends no `Origin` (not a browser) is not checked, nor a page
+///   of the server's own origin.
 ///
 /// `*` allows every origin, answered `Access-Control-Allow-Origin: *`. Credentials (cookies, HTTP authentication) are
 /// never allowed: Pigeon's token travels in `Authorization` or `access_token`, which need none.
@@ -109,10 +110,21 @@ public struct CORSPolicy: Sendable {
         response.headers[.accessControlExposeHeaders] = Self.exposedHeaders
     }
 
-    /// Whether a WebSocket upgrade with this `Origin` header is refused: a browser's page of an origin not allowed.
-    /// Without the header (a native client) nothing is checked.
-    func refusesWebSocket(origin: String?) -> Bool {
+    /// Whether a WebSocket upgrade with this `Origin` header, sent to this `Host`, is refused: a browser's page of an
+    /// origin not allowed. Without the header (a native client) nothing is checked, and a page of the server's own
+    /// origin (``isOwnOrigin(_:host:)``: the web demo at `/`) is never refused.
+    func refusesWebSocket(origin: String?, host: String?) -> Bool {
         guard let origin else { return false }
+        if let host, Self.isOwnOrigin(origin, host: host) { return false }
         return !allows(origin)
+    }
+
+    /// Whether `origin` is the server's own, for a request sent to `host` (its `Host` header): the origin's host and
+    /// port are the `Host` (compared without regard to case). The scheme is not compared: behind a TLS proxy the server
+    /// sees plain HTTP from a page of `https://` its own host. A page of another site cannot send it, since the browser
+    /// sets both headers.
+    static func isOwnOrigin(_ origin: String, host: String) -> Bool {
+        guard let separator = origin.range(of: "://"), !host.isEmpty else { return false }
+        return origin[separator.upperBound...].lowercased() == host.lowercased()
     }
 }

@@ -284,15 +284,16 @@ final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHa
         context.fireChannelRead(data)
     }
 
-    /// The `Origin` of a request for `/v1/ws` that `cors` refuses, or `nil` (another path, no `Origin`, or allowed).
-    /// The path is compared as the router does, without empty segments.
+    /// The `Origin` of a request for `/v1/ws` that `cors` refuses, or `nil` (another path, no `Origin`, the server's
+    /// own origin, or allowed). The path is compared as the router does, without empty segments.
     private static func refusedWebSocketOrigin(_ head: HTTPRequestHead, cors: CORSPolicy) -> String? {
         let path = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         guard path.split(separator: "/").elementsEqual(["v1", "ws"]) else { return nil }
         let origins = head.headers["Origin"]
         guard !origins.isEmpty else { return nil }
         let origin = origins.joined(separator: ", ")
-        return cors.refusesWebSocket(origin: origin) ? origin : nil
+        let hosts = head.headers["Host"]
+        return cors.refusesWebSocket(origin: origin, host: hosts.count == 1 ? hosts[0] : nil) ? origin : nil
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -55,6 +55,8 @@ public enum PigeonApplication {
             // The page itself is public; it asks for the token and calls the routes above with it.
             router.get("/admin") { _, _ in AdminPage.response() }
         }
+        // Without --web the demo page does not exist (404).
+        if configuration.webDemo { WebDemoController().addRoutes(to: router) }
         let responder = PigeonResponder(
             router: router.buildResponder(), routeMethods: RouteMethods(router.routes.map { ($0.path, $0.method) }), cors: cors)
         let webSocketResponder = streams.makeWebSocketRouter().buildResponder()

@@ -251,6 +251,23 @@ import Testing
         }
     }
 
+    @Test func aPageOfTheServersOwnOriginOpensTheWebSocket() async throws {
+        try await withTestServer(configure: { $0.corsOrigins = [Self.page] }) { client in
+            let bob = try await client.register("bob")
+            // A page the server serves itself (the web demo at `/`) is of the origin whose host and port are the
+            // request's Host: never refused, whatever the list (http or https: behind a TLS proxy; any case).
+            let own = "127.0.0.1:\(client.port)"
+            for origin in ["http://\(own)", "https://\(own)", "HTTP://\(own)"] {
+                let upgrade = try await Self.upgrade(client, token: bob.token, headers: ["Origin": origin])
+                #expect(upgrade.status == 101, "\(origin): \(upgrade.head)")
+            }
+            // Another port or another name of the host is another origin.
+            for origin in ["http://127.0.0.1:\(client.port + 1)", "http://127.0.0.1", "http://localhost:\(client.port)", "http://\(own)/"] {
+                #expect(try await Self.upgrade(client, token: bob.token, headers: ["Origin": origin]).status == 403, "\(origin)")
+            }
+        }
+    }
+
     // MARK: `*`
 
     @Test func aStarAllowsEveryOriginWithAStar() async throws {
