@@ -80,18 +80,36 @@ public enum ServerEvent: Sendable, Equatable {
     /// A type this version does not know; ignore it but keep its cursor.
     case unknown(type: String, cursor: String?)
 
+    /// The event types this version of the protocol knows, by their wire names: what a machine-readable contract
+    /// (the server's AsyncAPI document) enumerates.
+    public enum Kind: String, Sendable, CaseIterable {
+        case messageNew = "message.new"
+        case messageStored = "message.stored"
+        case messageFailed = "message.failed"
+        case receipt
+        case conversationCreated = "conversation.created"
+        case typing
+        case reset
+    }
+
+    /// The event's kind; `nil` for a type this version does not know.
+    public var kind: Kind? {
+        switch self {
+        case .messageNew: .messageNew
+        case .messageStored: .messageStored
+        case .messageFailed: .messageFailed
+        case .receipt: .receipt
+        case .conversationCreated: .conversationCreated
+        case .typing: .typing
+        case .reset: .reset
+        case .unknown: nil
+        }
+    }
+
     /// The wire name of the event's type.
     public var type: String {
-        switch self {
-        case .messageNew: "message.new"
-        case .messageStored: "message.stored"
-        case .messageFailed: "message.failed"
-        case .receipt: "receipt"
-        case .conversationCreated: "conversation.created"
-        case .typing: "typing"
-        case .reset: "reset"
-        case .unknown(let type, _): type
-        }
+        if case .unknown(let type, _) = self { return type }
+        return kind?.rawValue ?? ""
     }
 
     /// The position to resume after this event; `nil` for ephemeral events.
@@ -121,16 +139,19 @@ extension ServerEvent: Codable {
             }
             return cursor
         }
-        switch type {
-        case "message.new": self = .messageNew(cursor: try requireCursor(), message: try container.decode(Message.self, forKey: .message))
-        case "message.stored": self = .messageStored(cursor: try requireCursor(), try MessageStoredEvent(from: decoder))
-        case "message.failed": self = .messageFailed(cursor: try requireCursor(), try MessageFailedEvent(from: decoder))
-        case "receipt": self = .receipt(cursor: try requireCursor(), try ReceiptEvent(from: decoder))
-        case "conversation.created":
+        guard let kind = Kind(rawValue: type) else {
+            self = .unknown(type: type, cursor: cursor)
+            return
+        }
+        switch kind {
+        case .messageNew: self = .messageNew(cursor: try requireCursor(), message: try container.decode(Message.self, forKey: .message))
+        case .messageStored: self = .messageStored(cursor: try requireCursor(), try MessageStoredEvent(from: decoder))
+        case .messageFailed: self = .messageFailed(cursor: try requireCursor(), try MessageFailedEvent(from: decoder))
+        case .receipt: self = .receipt(cursor: try requireCursor(), try ReceiptEvent(from: decoder))
+        case .conversationCreated:
             self = .conversationCreated(cursor: try requireCursor(), conversation: try container.decode(Conversation.self, forKey: .conversation))
-        case "typing": self = .typing(try TypingEvent(from: decoder))
-        case "reset": self = .reset(cursor: try requireCursor())
-        default: self = .unknown(type: type, cursor: cursor)
+        case .typing: self = .typing(try TypingEvent(from: decoder))
+        case .reset: self = .reset(cursor: try requireCursor())
         }
     }
 

@@ -73,6 +73,20 @@ public struct PushRegistrationInfo: Codable, Sendable, Equatable {
         self.lastPushedAt = lastPushedAt
         self.pending = pending
     }
+
+    private enum CodingKeys: String, CodingKey { case kind, appId, pushkey, data, updatedAt, lastPushedAt, pending }
+
+    /// Every field is always present: `data` and `lastPushedAt` are `null` when there is none (docs/API.md).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(appId, forKey: .appId)
+        try container.encode(pushkey, forKey: .pushkey)
+        try container.encode(data, forKey: .data)
+        try container.encode(updatedAt, forKey: .updatedAt)
+        try container.encode(lastPushedAt, forKey: .lastPushedAt)
+        try container.encode(pending, forKey: .pending)
+    }
 }
 
 /// Any JSON value, kept as it was given (a push registration's `data`).

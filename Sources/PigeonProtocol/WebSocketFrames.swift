@@ -9,6 +9,25 @@ public enum ClientOperation: Sendable, Equatable {
     case delete(conversationId: String, serverId: String, DeleteMessageRequest)
 }
 
+extension ClientOperation {
+    /// The operations this version of the protocol knows, by their wire names (`op`): what a machine-readable
+    /// contract (the server's AsyncAPI document) enumerates.
+    public enum Op: String, Sendable, CaseIterable {
+        case send, receipt, typing, edit, delete
+    }
+
+    /// The operation's `op`.
+    public var op: Op {
+        switch self {
+        case .send: .send
+        case .receipt: .receipt
+        case .typing: .typing
+        case .edit: .edit
+        case .delete: .delete
+        }
+    }
+}
+
 extension ClientOperation: Codable {
     private enum Keys: String, CodingKey {
         case op, conversationId, active, serverId
@@ -18,18 +37,19 @@ extension ClientOperation: Codable {
         let container = try decoder.container(keyedBy: Keys.self)
         let op = try container.decode(String.self, forKey: .op)
         let conversationId = try container.decode(String.self, forKey: .conversationId)
-        switch op {
-        case "send": self = .send(conversationId: conversationId, try SendMessageRequest(from: decoder))
-        case "receipt": self = .receipt(conversationId: conversationId, try ReceiptRequest(from: decoder))
-        case "typing": self = .typing(conversationId: conversationId, active: try container.decode(Bool.self, forKey: .active))
-        case "edit":
+        guard let known = Op(rawValue: op) else {
+            throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op \"\(op)\"")
+        }
+        switch known {
+        case .send: self = .send(conversationId: conversationId, try SendMessageRequest(from: decoder))
+        case .receipt: self = .receipt(conversationId: conversationId, try ReceiptRequest(from: decoder))
+        case .typing: self = .typing(conversationId: conversationId, active: try container.decode(Bool.self, forKey: .active))
+        case .edit:
             self = .edit(
                 conversationId: conversationId, serverId: try container.decode(String.self, forKey: .serverId), try EditMessageRequest(from: decoder))
-        case "delete":
+        case .delete:
             self = .delete(
                 conversationId: conversationId, serverId: try container.decode(String.self, forKey: .serverId), try DeleteMessageRequest(from: decoder))
-        default:
-            throw DecodingError.dataCorruptedError(forKey: .op, in: container, debugDescription: "unknown op \"\(op)\"")
         }
     }
 

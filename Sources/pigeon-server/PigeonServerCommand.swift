@@ -8,7 +8,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pigeon-server",
         abstract: "Pigeon: reliable message delivery for chat apps.",
-        subcommands: [Serve.self],
+        subcommands: [Serve.self, Contract.self],
         defaultSubcommand: Serve.self)
 }
 

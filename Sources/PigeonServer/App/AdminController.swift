@@ -95,7 +95,7 @@ struct AdminController: Sendable {
     }
 
     @Sendable func replay(_ request: Request, context: PigeonRequestContext) async throws -> Response {
-        guard let serverId = context.parameters.get("serverId").flatMap(Validation.canonicalUUID) else {
+        guard let serverId = context.parameters.decoded("serverId").flatMap(Validation.canonicalUUID) else {
             throw PigeonError.invalid("serverId must be a UUID")
         }
         guard let message = try await store.deadLetter(serverId: serverId) else {

@@ -3,7 +3,8 @@ import HTTPTypes
 import Hummingbird
 import PigeonProtocol
 
-/// Which web pages may call the `/v1` API from a browser (CORS), from `ServerConfiguration.corsOrigins`.
+/// Which web pages may call the `/v1` API (and read the contract documents, ``ContractDocument``) from a browser
+/// (CORS), from `ServerConfiguration.corsOrigins`.
 ///
 /// - A preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) of a known `/v1` path from an allowed
 ///   origin is answered `204` with the allow headers (``preflight(methods:origin:)``); from another origin it is

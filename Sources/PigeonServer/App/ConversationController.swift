@@ -53,7 +53,7 @@ struct ConversationController: Sendable {
     }
 
     @Sendable func show(_ request: Request, context: DeviceRequestContext) async throws -> Response {
-        let conversation = try await access.memberConversation(context.parameters.get("id"), device: context.device)
+        let conversation = try await access.memberConversation(context.parameters.decoded("id"), device: context.device)
         guard let found = try await store.conversation(id: conversation.id, for: context.device.userId) else {
             throw PigeonError.conversationNotFound
         }
@@ -62,12 +62,12 @@ struct ConversationController: Sendable {
 
     @Sendable func send(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let body = try await JSONBody.decodeSend(from: request, limit: maxBodyBytes)
-        let accepted = try await ingest.send(body, from: context.device, to: context.parameters.get("id") ?? "")
+        let accepted = try await ingest.send(body, from: context.device, to: context.parameters.decoded("id") ?? "")
         return try JSONBody.response(accepted.response, status: accepted.created ? .accepted : .ok)
     }
 
     @Sendable func history(_ request: Request, context: DeviceRequestContext) async throws -> Response {
-        let conversation = try await access.memberConversation(context.parameters.get("id"), device: context.device)
+        let conversation = try await access.memberConversation(context.parameters.decoded("id"), device: context.device)
         let after = try request.integerParameter("after", range: 0...Int64.max)
         let before = try request.integerParameter("before", range: 1...Int64.max)
         if after != nil, before != nil { throw PigeonError.invalid("give either after or before, not both") }
@@ -108,7 +108,7 @@ struct ConversationController: Sendable {
     /// rate) and by what it stores (a message and an event row per member).
     private func change(_ operation: MembershipOperation, _ request: Request, _ context: DeviceRequestContext) async throws -> Response {
         let device = context.device
-        let conversation = try await access.memberConversation(context.parameters.get("id"), device: device)
+        let conversation = try await access.memberConversation(context.parameters.decoded("id"), device: device)
         try abuse.checkStorage(of: device.userId)
         try abuse.admitConversation(by: device.userId)
         let changed = try await store.changeMembership(conversationId: conversation.id, by: device, operation, maxMembers: maxMembers)
@@ -117,7 +117,7 @@ struct ConversationController: Sendable {
     }
 
     private static func userIdParameter(_ context: DeviceRequestContext) throws -> String {
-        guard let userId = context.parameters.get("userId"), Validation.isValidUserId(userId) else {
+        guard let userId = context.parameters.decoded("userId"), Validation.isValidUserId(userId) else {
             throw PigeonError.invalid("the path's userId is not valid (1-64 characters of [A-Za-z0-9._@-])")
         }
         return userId
@@ -128,28 +128,28 @@ struct ConversationController: Sendable {
     @Sendable func edit(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let body = try await JSONBody.decode(EditMessageRequest.self, from: request, limit: maxBodyBytes)
         let accepted = try await ingest.change(
-            .edit(body.body), serverId: context.parameters.get("serverId") ?? "", clientMessageId: body.clientMessageId,
-            clientTimestamp: body.clientTimestamp, from: context.device, to: context.parameters.get("id") ?? "")
+            .edit(body.body), serverId: context.parameters.decoded("serverId") ?? "", clientMessageId: body.clientMessageId,
+            clientTimestamp: body.clientTimestamp, from: context.device, to: context.parameters.decoded("id") ?? "")
         return try JSONBody.response(accepted.response, status: accepted.created ? .accepted : .ok)
     }
 
     @Sendable func delete(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let body = try await JSONBody.decode(DeleteMessageRequest.self, from: request, limit: maxBodyBytes)
         let accepted = try await ingest.change(
-            .delete, serverId: context.parameters.get("serverId") ?? "", clientMessageId: body.clientMessageId,
-            clientTimestamp: body.clientTimestamp, from: context.device, to: context.parameters.get("id") ?? "")
+            .delete, serverId: context.parameters.decoded("serverId") ?? "", clientMessageId: body.clientMessageId,
+            clientTimestamp: body.clientTimestamp, from: context.device, to: context.parameters.decoded("id") ?? "")
         return try JSONBody.response(accepted.response, status: accepted.created ? .accepted : .ok)
     }
 
     @Sendable func receipt(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let body = try await JSONBody.decode(ReceiptRequest.self, from: request, limit: maxBodyBytes)
         return try JSONBody.response(
-            try await access.recordReceipt(body, conversationId: context.parameters.get("id") ?? "", device: context.device))
+            try await access.recordReceipt(body, conversationId: context.parameters.decoded("id") ?? "", device: context.device))
     }
 
     @Sendable func typing(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let body = try await JSONBody.decode(TypingRequest.self, from: request, limit: maxBodyBytes)
-        try await access.recordTyping(active: body.active, conversationId: context.parameters.get("id") ?? "", device: context.device)
+        try await access.recordTyping(active: body.active, conversationId: context.parameters.decoded("id") ?? "", device: context.device)
         return Response(status: .noContent)
     }
 }

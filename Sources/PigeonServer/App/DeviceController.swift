@@ -78,7 +78,7 @@ struct DeviceController: Sendable {
     /// one and a malformed id are all `404` and change nothing (docs/API.md).
     @Sendable func revoke(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let caller = context.device
-        guard let deviceId = context.parameters.get("deviceId"), JWTClaimRules.isValidDeviceId(deviceId) else {
+        guard let deviceId = context.parameters.decoded("deviceId"), JWTClaimRules.isValidDeviceId(deviceId) else {
             throw PigeonError(.notFound, "no such device: a device id is 1-128 printable ASCII characters without spaces")
         }
         let device = DeviceIdentity(userId: caller.userId, deviceId: deviceId)

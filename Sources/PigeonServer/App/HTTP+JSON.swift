@@ -155,3 +155,12 @@ extension Request {
         return header
     }
 }
+
+extension Parameters {
+    /// A path parameter with its percent-encoding undone: a client that encodes every reserved character (a browser's
+    /// `encodeURIComponent`) sends `bob%40example.com` for the userId `bob@example.com`. `nil` when the parameter is
+    /// absent or its percent-encoding is malformed (then it is no valid value either).
+    func decoded(_ name: String) -> String? {
+        get(name)?.removingPercentEncoding
+    }
+}

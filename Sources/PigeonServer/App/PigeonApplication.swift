@@ -46,6 +46,7 @@ public enum PigeonApplication {
             store: core.store, buffer: core.buffer, hub: core.hub, metrics: core.metrics,
             metricsToken: configuration.metricsToken.map(OperatorToken.init)
         ).addRoutes(to: router)
+        ContractController().addRoutes(to: router)
         // Without an admin token the admin routes do not exist (404).
         if let adminToken = configuration.adminToken.map(OperatorToken.init) {
             AdminController(

@@ -8,9 +8,9 @@ import PigeonProtocol
 ///
 /// - A known path with a method it does not serve is answered `405 method_not_allowed` with `Allow` listing the
 ///   path's methods (``RouteMethods``), before any authentication. An unknown path stays the router's `404`.
-/// - With CORS configured (``CORSPolicy``), a preflight of a known `/v1` path is answered here (`204`, or `403` for an
-///   origin not allowed), and every answer of a `/v1` path gets its CORS headers (errors and the SSE stream
-///   included). Without CORS `OPTIONS` is a method like any other: `405`. (A request for the WebSocket from an origin
+/// - With CORS configured (``CORSPolicy``), a preflight of a known `/v1` path or contract document
+///   (``ContractDocument``) is answered here (`204`, or `403` for an origin not allowed), and every answer of such a
+///   path gets its CORS headers (errors and the SSE stream included). Without CORS `OPTIONS` is a method like any other: `405`. (A request for the WebSocket from an origin
 ///   not allowed never gets here: ``ConnectionExchangeObserver`` refuses it.)
 public struct PigeonResponder: HTTPResponder {
     public typealias Context = PigeonRequestContext
@@ -19,9 +19,12 @@ public struct PigeonResponder: HTTPResponder {
     let routeMethods: RouteMethods
     let cors: CORSPolicy?
 
+    /// Every route the router serves, as (path pattern, method).
+    var registeredRoutes: [(path: String, method: HTTPRequest.Method)] { routeMethods.registered }
+
     public func respond(to request: Request, context: PigeonRequestContext) async throws -> Response {
         let path = request.uri.path
-        guard let cors, path == "/v1" || path.hasPrefix("/v1/") else {
+        guard let cors, path == "/v1" || path.hasPrefix("/v1/") || ContractDocument.isDocumentPath(path) else {
             return try await answer(request, context: context, path: path)
         }
         let origin = request.headers[.origin]

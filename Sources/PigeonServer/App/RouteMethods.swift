@@ -15,10 +15,14 @@ struct RouteMethods: Sendable {
     }
 
     private let routes: [Route]
+    /// Every registered route as (path pattern, method), the pattern as the router prints it
+    /// (`/v1/conversations/{id}`): what the contract tests compare with the documented routes.
+    let registered: [(path: String, method: HTTPRequest.Method)]
 
     /// The table of `routes` (`Router.routes`). Pigeon's routes have literal and captured segments only: a pattern
     /// with a recursive wildcard (`**`) would be matched as one segment.
     init(_ routes: [(path: RouterPath, method: HTTPRequest.Method)]) {
+        registered = routes.map { ($0.path.description, $0.method) }
         var byPath: [String: Route] = [:]
         for route in routes {
             byPath[route.path.description, default: Route(components: route.path.components, methods: [])].methods.insert(route.method)

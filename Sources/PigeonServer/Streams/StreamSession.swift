@@ -25,7 +25,7 @@ final class StreamSession: Sendable {
     }
 
     /// Why the server ends a stream (rather than the client or an error).
-    enum EndReason: Sendable, Equatable {
+    enum EndReason: Sendable, Equatable, CaseIterable {
         /// Over the outbound byte budget: the client does not read fast enough.
         case tooSlow
         /// One write did not complete within the write timeout: the client stopped reading.

@@ -181,6 +181,24 @@ import Testing
         }
     }
 
+    /// A userId in the path may come percent-encoded (`encodeURIComponent("bob@example.com")` is `bob%40example.com`):
+    /// it is the same member (schemathesis found it refused 400).
+    @Test func aPercentEncodedUserIdInThePathIsTheMember() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let group = try await client.createConversation(alice, members: ["bob@example.com", "carol.x@example.com"], name: "g")
+            let base = "/v1/conversations/\(group.id)/members"
+            let promoted = try await client.request(.PATCH, "\(base)/bob%40example.com", token: alice.token, body: "{\"role\":\"admin\"}")
+            #expect(promoted.status == 200, "\(promoted.text)")
+            #expect(try promoted.decode(Conversation.self).members.first { $0.userId == "bob@example.com" }?.role == .admin)
+            let removed = try await client.request(.DELETE, "\(base)/carol.x%40example%2Ecom", token: alice.token)
+            #expect(removed.status == 200, "\(removed.text)")
+            #expect(try await client.conversation(alice, group.id).members.map(\.userId) == ["alice", "bob@example.com"])
+            expectError(try await client.request(.DELETE, "\(base)/bob%20x", token: alice.token), 400, .invalidRequest, "a space is still not a userId")
+            expectError(try await client.request(.DELETE, "\(base)/bob%zz", token: alice.token), 400, .invalidRequest, "malformed percent-encoding")
+        }
+    }
+
     @Test func aDirectConversationNeverGainsMembersAndTheLimitHolds() async throws {
         try await withTestServer { client in
             let alice = try await client.register("alice")

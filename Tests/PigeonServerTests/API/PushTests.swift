@@ -97,6 +97,21 @@ import Testing
         }
     }
 
+    /// docs/API.md and the OpenAPI document: `data` and `lastPushedAt` are always in the answer, `null` when there is
+    /// none (schemathesis found them left out).
+    @Test func aRegistrationWithoutDataOrPushShowsThemAsNull() async throws {
+        try await withTestServer { client in
+            let phone = try await client.register("alice")
+            let answer = try await client.request(
+                .PUT, "/v1/devices/current/push", token: phone.token, body: #"{"kind":"other","appId":"com.example.chat","pushkey":"k"}"#)
+            #expect(answer.status == 204)
+            let shown = try await client.request(.GET, "/v1/devices/current/push", token: phone.token)
+            let object = try #require(shown.jsonObject, "\(shown.text)")
+            #expect(Set(object.keys) == ["kind", "appId", "pushkey", "data", "updatedAt", "lastPushedAt", "pending"], "\(shown.text)")
+            #expect(object["data"] is NSNull && object["lastPushedAt"] is NSNull, "\(shown.text)")
+        }
+    }
+
     // MARK: Notifications
 
     /// A message to a device with no stream open: exactly one notification, with the fields of the Matrix

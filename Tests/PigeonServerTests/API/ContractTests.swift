@@ -1,0 +1,277 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOHTTP1
+import PigeonProtocol
+@testable import PigeonServer
+import PigeonTestSupport
+import Testing
+
+/// The machine-readable contract (docs/API.md, "The machine-readable contract"): the OpenAPI document names exactly
+/// the routes the real router registers, the committed documents are what the server serves, the AsyncAPI document
+/// names every event and operation PigeonProtocol knows, and real frames and answers validate against the schemas.
+@Suite struct ContractTests {
+    /// The repository's docs/ folder.
+    static let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("docs")
+
+    static func parsed(_ document: ContractDocument) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(document.text.utf8)) as? [String: Any])
+    }
+
+    /// Turns on what `availability` needs (a new option's route adds its case here).
+    static func enable(_ availability: ContractRoute.Availability, in configuration: inout ServerConfiguration) {
+        switch availability {
+        case .always: break
+        case .adminToken: configuration.adminToken = "contract-admin-token"
+        }
+    }
+
+    /// The routes the real application registers with `configure`, as "METHOD /path".
+    static func registeredRoutes(_ configure: (inout ServerConfiguration) -> Void) async throws -> Set<String> {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configuration.dataDirectory = directory
+        configuration.durable = false
+        configure(&configuration)
+        var logger = Logger(label: "contract-test")
+        logger.logLevel = .warning
+        let app = try await PigeonApplication.make(configuration: configuration, logger: logger)
+        let routes = Set(app.responder.registeredRoutes.map { "\($0.method.rawValue) \($0.path)" })
+        // Run it once, so its services start and shut down cleanly (and the documents are served).
+        try await app.test(.live) { client in
+            let answer = try await client.execute(uri: "/openapi.json", method: .get)
+            #expect(answer.status == .ok)
+        }
+        return routes
+    }
+
+    /// Every registered route is documented and every documented route is registered: with no option, and with every
+    /// option that adds routes turned on. A failure names each route missing on either side.
+    @Test func theDocumentNamesExactlyTheRoutesTheRouterRegisters() async throws {
+        let everyOption = ContractRoute.Availability.allCases
+        for options in [[ContractRoute.Availability.always], everyOption] {
+            let registered = try await Self.registeredRoutes { configuration in
+                for option in options { Self.enable(option, in: &configuration) }
+            }
+            let documented = Set(ContractRoute.all.filter { options.contains($0.availability) }.map { "\($0.method.rawValue) \($0.path)" })
+            let context = "with \(options.compactMap(\.option).joined(separator: " ").isEmpty ? "no option" : options.compactMap(\.option).joined(separator: " "))"
+            for route in registered.subtracting(documented).sorted() {
+                Issue.record("\(context): the server registers \(route), which the contract does not document: add its row to ContractRoute.all")
+            }
+            for route in documented.subtracting(registered).sorted() {
+                Issue.record("\(context): the contract documents \(route), which the server does not register")
+            }
+        }
+        // The OpenAPI document holds every row, once.
+        let paths = try #require(try Self.parsed(.openapi)["paths"] as? [String: [String: Any]])
+        let inDocument = paths.flatMap { path, operations in operations.keys.map { "\($0.uppercased()) \(path)" } }
+        #expect(Set(inDocument) == Set(ContractRoute.all.map { "\($0.method.rawValue) \($0.path)" }))
+        #expect(inDocument.count == ContractRoute.all.count)
+        #expect(Set(ContractRoute.all.map(\.operationId)).count == ContractRoute.all.count, "operationIds are unique")
+        // Every {parameter} of a path is a path parameter of its route, and the reverse.
+        for route in ContractRoute.all {
+            let inPath = Set(route.path.split(separator: "/").filter { $0.hasPrefix("{") }.map { String($0.dropFirst().dropLast()) })
+            let declared = Set(route.parameters.filter { $0.location == .path }.map(\.name))
+            #expect(inPath == declared, "\(route.method) \(route.path): path parameters \(declared), in the path \(inPath)")
+        }
+    }
+
+    /// docs/openapi.json and docs/asyncapi.json are byte for byte what the server serves and prints.
+    @Test func theCommittedDocumentsAreTheServedOnes() async throws {
+        for document in ContractDocument.allCases {
+            let committed = try? String(contentsOf: Self.docs.appendingPathComponent("\(document.rawValue).json"), encoding: .utf8)
+            #expect(
+                committed == document.text,
+                "docs/\(document.rawValue).json is not what the server serves: run `swift run pigeon-server contract \(document.rawValue) > docs/\(document.rawValue).json`"
+            )
+        }
+        try await withTestServer { client in
+            for document in ContractDocument.allCases {
+                let answer = try await client.request(.GET, document.path)
+                #expect(answer.status == 200)
+                #expect(answer.headers["content-type"] == "application/json")
+                #expect(answer.text == document.text, "\(document.path)")
+                #expect(BrowserTests.corsHeaders(answer.headers).isEmpty, "no CORS header without --cors-origin")
+            }
+        }
+    }
+
+    /// With --cors-origin the documents answer like the /v1 routes: a page of an allowed origin may read them.
+    @Test func theDocumentsCarryCORSLikeTheAPI() async throws {
+        try await withTestServer(configure: { $0.corsOrigins = [BrowserTests.page] }) { client in
+            for document in ContractDocument.allCases {
+                let answer = try await client.request(.GET, document.path, headers: ["Origin": BrowserTests.page])
+                #expect(answer.status == 200)
+                #expect(answer.headers["access-control-allow-origin"] == BrowserTests.page, "\(document.path): \(answer.headers)")
+                #expect(answer.headers["vary"]?.contains("Origin") == true)
+                let preflight = try await BrowserTests.preflight(client, document.path, origin: BrowserTests.page, method: "GET")
+                BrowserTests.expectPreflightAllowed(preflight, allowOrigin: BrowserTests.page, methods: "GET", "preflight of \(document.path)")
+                let stranger = try await client.request(.GET, document.path, headers: ["Origin": BrowserTests.stranger])
+                #expect(stranger.status == 200 && stranger.headers["access-control-allow-origin"] == nil)
+            }
+        }
+    }
+
+    /// Every event type and client operation PigeonProtocol knows (its enums, not a copied list) is in the AsyncAPI
+    /// document, on the right channels, and every event type is a branch of /v1/sync's events in the OpenAPI one.
+    @Test func theAsyncAPIDocumentNamesEveryEventOperationAndCloseCode() throws {
+        let document = try Self.parsed(.asyncapi)
+        let components = try #require(document["components"] as? [String: Any])
+        let messages = try #require(components["messages"] as? [String: [String: Any]])
+        let schemas = try #require(components["schemas"] as? [String: [String: Any]])
+        /// The `type` or `op` constant of each message of a channel.
+        func constants(_ channel: String, _ key: String) throws -> Set<String> {
+            let channels = try #require(document["channels"] as? [String: [String: Any]])
+            let references = try #require(channels[channel]?["messages"] as? [String: [String: String]])
+            return Set(
+                references.values.compactMap { reference -> String? in
+                    guard let name = reference["$ref"]?.split(separator: "/").last, let message = messages[String(name)],
+                        let payload = (message["payload"] as? [String: String])?["$ref"]?.split(separator: "/").last,
+                        let schema = schemas[String(payload)], let properties = schema["properties"] as? [String: [String: Any]]
+                    else { return nil }
+                    return properties[key]?["const"] as? String
+                })
+        }
+        let eventTypes = Set(ServerEvent.Kind.allCases.map(\.rawValue))
+        let ops = Set(ClientOperation.Op.allCases.map(\.rawValue))
+        #expect(try constants("webSocket", "type") == eventTypes.union(["ack", "error"]))
+        #expect(try constants("webSocket", "op") == ops)
+        #expect(try constants("serverSentEvents", "type") == eventTypes)
+        let operations = try #require(document["operations"] as? [String: [String: Any]])
+        let received = operations.values.filter { $0["action"] as? String == "receive" }.count
+        #expect(received == ops.count, "one receive operation per client operation")
+        let codes = try #require((document["channels"] as? [String: [String: Any]])?["webSocket"]?["x-pigeon-close-codes"] as? [[String: Any]])
+        let closeCodes = Set(codes.compactMap { $0["code"] as? Int })
+        for reason in StreamSession.EndReason.allCases { #expect(closeCodes.contains(reason.webSocketClose.code), "\(reason)") }
+        #expect(closeCodes.isSuperset(of: [1000, 1007, 1009]))
+
+        // The OpenAPI document's events are the same schemas.
+        let openAPISchemas = try #require((try Self.parsed(.openapi)["components"] as? [String: Any])?["schemas"] as? [String: [String: Any]])
+        let branches = try #require(openAPISchemas["Event"]?["oneOf"] as? [[String: String]])
+        #expect(branches.count == ServerEvent.Kind.allCases.count)
+        for kind in ServerEvent.Kind.allCases {
+            let name = ContractSchemas.eventName(kind)
+            #expect(branches.contains { $0["$ref"] == "#/components/schemas/\(name)" }, "\(kind) in /v1/sync's events")
+            #expect(NSDictionary(dictionary: openAPISchemas[name] ?? [:]).isEqual(to: schemas[name] ?? [:]), "\(name): one schema in both documents")
+        }
+    }
+
+    /// A sample of every client operation, as PigeonKit encodes it (exhaustive over the protocol's operations).
+    static func sample(_ op: ClientOperation.Op) -> ClientOperation {
+        let conversationId = newId()
+        switch op {
+        case .send: return .send(conversationId: conversationId, SendMessageRequest(clientMessageId: newId(), type: "text", body: "hi", clientTimestamp: 1))
+        case .receipt: return .receipt(conversationId: conversationId, ReceiptRequest(kind: .read, upToSeq: 3))
+        case .typing: return .typing(conversationId: conversationId, active: true)
+        case .edit: return .edit(conversationId: conversationId, serverId: newId(), EditMessageRequest(clientMessageId: newId(), body: "b", clientTimestamp: 2))
+        case .delete: return .delete(conversationId: conversationId, serverId: newId(), DeleteMessageRequest(clientMessageId: newId(), clientTimestamp: 2))
+        }
+    }
+
+    @Test func everyClientOperationAsEncodedValidates() throws {
+        let validator = JSONSchemaSubset(document: try Self.parsed(.asyncapi))
+        for op in ClientOperation.Op.allCases {
+            let operation = Self.sample(op)
+            #expect(operation.op == op)
+            let json = try JSONSerialization.jsonObject(with: JSONEncoder().encode(operation))
+            #expect(validator.problems(json, against: "ClientOperation").isEmpty, "\(op): \(validator.problems(json, against: "ClientOperation"))")
+            #expect(validator.problems(json, against: ContractSchemas.operationName(op)).isEmpty)
+        }
+        // And the validator refuses what the schemas refuse.
+        let bad: [String] = [
+            #"{"op":"send","conversationId":"not-a-uuid","clientMessageId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","type":"text","body":"x","clientTimestamp":1}"#,
+            #"{"op":"receipt","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","kind":"seen","upToSeq":1}"#,
+            #"{"op":"typing","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f"}"#,
+            #"{"op":"shout","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f"}"#,
+        ]
+        for text in bad {
+            let json = try JSONSerialization.jsonObject(with: Data(text.utf8))
+            #expect(!validator.problems(json, against: "ClientOperation").isEmpty, "\(text) should not validate")
+        }
+    }
+
+    /// Real frames from a live server (WebSocket, SSE, /v1/sync) validate against the documents' schemas, and every
+    /// event type the protocol knows is among them (`message.failed`, which a healthy embedded server never sends, is
+    /// the store's own encoding of one).
+    @Test func realFramesValidateAgainstTheSchemas() async throws {
+        let asyncAPI = JSONSchemaSubset(document: try Self.parsed(.asyncapi))
+        let openAPI = JSONSchemaSubset(document: try Self.parsed(.openapi))
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let start = try await client.headCursor(alice)
+            // Bob's WebSocket from an unknown cursor (a reset first), alice's live, and bob's SSE.
+            let unknown = try TestCursor.moved(try await client.headCursor(bob)) { $0 + 1_000_000 }
+            let bobSocket = try await TestWebSocket.connect(port: client.port, token: bob.token, cursor: unknown)
+            let aliceSocket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            let bobSSE = try await TestSSE.open(port: client.port, token: bob.token)
+            let conversation = try await client.createConversation(alice, members: ["bob"], name: "contract")
+            aliceSocket.sendMessage(to: conversation.id, body: "over the socket")
+            let sent = try await client.sendAccepted(alice, to: conversation.id, body: "over HTTP")
+            _ = try await client.receipt(bob, conversation.id, kind: .read, upToSeq: 1)
+            _ = try await client.typing(alice, conversation.id, active: true)
+            let edit = try await client.request(
+                .POST, "/v1/conversations/\(conversation.id)/messages/\(sent.serverId)/edit", token: alice.token,
+                body: client.json(EditMessageRequest(clientMessageId: newId(), body: "edited", clientTimestamp: 2)))
+            #expect(edit.status == 202)
+            aliceSocket.send(.delete(conversationId: conversation.id, serverId: sent.serverId, DeleteMessageRequest(clientMessageId: newId(), clientTimestamp: 3)))
+            aliceSocket.sendRaw(#"{"op":"send","conversationId":"nope"}"#)
+            _ = await aliceSocket.first { if case .error = $0 { true } else { false } }
+            _ = await bobSocket.firstEvent { if case .typing = $0 { true } else { false } }
+            _ = await bobSocket.firstEvent { event in
+                if case .messageNew(_, let message) = event { message.type == ServerMessageType.delete } else { false }
+            }
+            _ = await bobSSE.first { $0.event == "typing" }
+
+            var frames = await aliceSocket.rawInbox.drain(for: .milliseconds(300)) + bobSocket.rawInbox.drain(for: .milliseconds(300))
+            var seen = Set<String>()
+            for text in frames {
+                let json = try JSONSerialization.jsonObject(with: Data(text.utf8))
+                let problems = asyncAPI.problems(json, against: "ServerFrame")
+                #expect(problems.isEmpty, "WebSocket frame \(text): \(problems)")
+                if let type = (json as? [String: Any])?["type"] as? String { seen.insert(type) }
+            }
+            #expect(
+                seen.isSuperset(of: ["reset", "conversation.created", "message.new", "message.stored", "receipt", "typing", "ack", "error"]), "\(seen)")
+
+            // SSE: the data of each event is its event schema; its id is the cursor, its event the type.
+            frames = []
+            for event in await bobSSE.events.drain(for: .milliseconds(300)) {
+                let json = try JSONSerialization.jsonObject(with: Data(event.data.utf8))
+                let object = json as? [String: Any]
+                #expect(event.event == object?["type"] as? String)
+                #expect(event.id == object?["cursor"] as? String)
+                let problems = asyncAPI.problems(json, against: "Event")
+                #expect(problems.isEmpty, "SSE event \(event.data): \(problems)")
+                frames.append(event.data)
+            }
+            #expect(frames.count >= 4, "\(frames)")
+
+            // /v1/sync, against the OpenAPI document (the same event schemas).
+            let answer = try await client.request(.GET, "/v1/sync?cursor=\(start)", token: alice.token)
+            let sync = try JSONSerialization.jsonObject(with: answer.body)
+            #expect(openAPI.problems(sync, against: "SyncResponse").isEmpty, "\(answer.text): \(openAPI.problems(sync, against: "SyncResponse"))")
+            for event in (sync as? [String: Any])?["events"] as? [[String: Any]] ?? [] {
+                if let type = event["type"] as? String { seen.insert(type) }
+            }
+
+            // message.failed as the store writes it into the event log.
+            let failed = try EventPayload().messageFailed(
+                MessageFailedEvent(
+                    conversationId: conversation.id, serverId: newId(), clientMessageId: newId(),
+                    error: ErrorDetail(code: .notFound, message: "the conversation no longer accepts the sender")))
+            let failedFrame = try JSONSerialization.jsonObject(with: Data(("{\"cursor\":\"\(start)\"," + failed.dropFirst()).utf8))
+            #expect(asyncAPI.problems(failedFrame, against: "ServerFrame").isEmpty, "\(failed)")
+            seen.insert("message.failed")
+            for kind in ServerEvent.Kind.allCases { #expect(seen.contains(kind.rawValue), "no real \(kind.rawValue) frame was checked") }
+
+            await aliceSocket.close()
+            await bobSocket.close()
+            await bobSSE.close()
+        }
+    }
+}
