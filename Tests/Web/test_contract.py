@@ -51,7 +51,7 @@ def test_documents_are_served_as_committed():
 
 
 def test_schemathesis_finds_nothing():
-    server = Server("--admin-token", ADMIN_TOKEN, "--metrics-token", METRICS_TOKEN, name="contract")
+    server = Server("--admin-token", ADMIN_TOKEN, "--metrics-token", METRICS_TOKEN, "--web", name="contract")
     try:
         device = server.register("contract-alice", "schemathesis")
         token = device["token"]

@@ -10,12 +10,15 @@ struct ContractRoute: Sendable {
         case always
         /// Only with `--admin-token` (`PIGEON_ADMIN_TOKEN`); otherwise the path is `404`.
         case adminToken
+        /// Only with `--web` (`PIGEON_WEB`); otherwise the path is `404`.
+        case web
 
         /// The option that turns the route on, `nil` for a route that is always there.
         var option: String? {
             switch self {
             case .always: nil
             case .adminToken: "--admin-token"
+            case .web: "--web"
             }
         }
     }

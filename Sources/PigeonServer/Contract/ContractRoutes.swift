@@ -1,7 +1,7 @@
 /// Every HTTP route of the server, in the order of the OpenAPI document. Adding a route to the server means adding
 /// its row here (the contract tests compare this table with the router and name what is missing on either side).
 extension ContractRoute {
-    static let all: [ContractRoute] = devices + conversations + messages + streams + operations + admin + contract
+    static let all: [ContractRoute] = devices + conversations + messages + streams + operations + admin + contract + pages
 
     // MARK: Parameters
 
@@ -243,6 +243,42 @@ extension ContractRoute {
             security: .adminToken, parameters: [.path("serverId", ContractSchemas.uuid, "The dead letter's serverId.")],
             answers: [.json(202, "SendMessageResponse", "Queued again.")],
             refusals: [.invalid("The serverId is not a UUID."), .unauthorized("Not the admin token."), .notFound("No dead letter with this serverId.")]),
+        ContractRoute(
+            method: .get, path: "/v1/admin/stats", operationId: "adminStats", tag: "admin", summary: "This node's live numbers",
+            description:
+                "Counts, per-second rates of the last five minutes, buffer depth, open streams, nodes and their heartbeats, latency quantiles: what the operator's page charts. Read from the server's state, never from /metrics.",
+            availability: .adminToken, security: .adminToken,
+            parameters: [.query("since", Schema.integer("ms since the epoch.", minimum: 0), "Only the samples taken after it; anything but an integer >= 0 is 400.")],
+            answers: [.json(200, "AdminStats", "This node's numbers.")],
+            refusals: [.invalid("A bad since."), .unauthorized("Not the admin token.")]),
+        ContractRoute(
+            method: .get, path: "/v1/admin/conversations/{id}", operationId: "adminConversation", tag: "admin",
+            summary: "One conversation's delivery state",
+            description: "Its last seq, each member's watermarks and devices (online or not), and who is behind; the operator need not be a member.",
+            availability: .adminToken, security: .adminToken, parameters: [conversationId],
+            answers: [.json(200, "AdminConversation", "The conversation's delivery state.")],
+            refusals: [.invalid("The id is not a UUID."), .unauthorized("Not the admin token."), .notFound("No such conversation.")]),
+    ]
+
+    // MARK: Pages
+
+    private static let pages: [ContractRoute] = [
+        ContractRoute(
+            method: .get, path: "/admin", operationId: "adminPage", tag: "pages", summary: "The operator's page",
+            description: "One self-contained HTML page that asks for the admin token and calls the admin routes.", availability: .adminToken,
+            security: .none, answers: [.page("The page (Content-Security-Policy by hash, X-Frame-Options DENY, no-store).")]),
+        ContractRoute(
+            method: .get, path: "/", operationId: "demoPage", tag: "pages", summary: "The web demo",
+            description: "alice over the WebSocket and bob over SSE, side by side, with live ticks.", availability: .web, security: .none,
+            parameters: [
+                .query(
+                    "api",
+                    Schema.string(
+                        "An origin: http(s)://host[:port] (one trailing / forgiven), or empty for the page's own.",
+                        pattern: "^(https?://([A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?/?)?$"),
+                    "The server the page talks to (default: its own origin); malformed: 400.")
+            ],
+            answers: [.page("The page (Content-Security-Policy by hash, no-store).")], refusals: [.invalid("A malformed api.")]),
     ]
 
     // MARK: The contract itself

@@ -243,9 +243,122 @@ enum ContractSchemas {
             ),
             ("DeadLetterList", Schema.object(required: ["deadLetters"], [("deadLetters", Schema.array(Schema.ref("DeadLetter"), "Oldest first."))])),
             ("Health", Schema.object(required: ["status"], [("status", Schema.constant("ok"))])),
+        ] + adminSchemas + [
             ("Ready", Schema.object(required: ["status"], [("status", Schema.constant("ready"))])),
         ]
     }
+
+    // MARK: The operator's page (docs/API.md "The operator's page")
+
+    private static let count = Schema.integer(nil, minimum: 0)
+    private static let perSecond = Schema.number("Per second, to a tenth.", minimum: 0)
+    private static let streams = Schema.object(
+        required: ["websocket", "sse"], [("websocket", count), ("sse", count)])
+    private static let quantiles = Schema.object(
+        "Whole milliseconds, each the upper bound of the histogram bucket the quantile falls in; null when count is 0.",
+        required: ["count", "p50", "p90", "p99"],
+        [
+            ("count", count), ("p50", Schema.nullable(Schema.integer(minimum: 0))), ("p90", Schema.nullable(Schema.integer(minimum: 0))),
+            ("p99", Schema.nullable(Schema.integer(minimum: 0))),
+        ])
+
+    private static let adminSchemas: [(String, JSONNode)] = [
+        ("LatencyQuantiles", quantiles),
+        (
+            "AdminStatsSample",
+            Schema.object(
+                required: [
+                    "at", "accepted", "stored", "delivered", "deadLettered", "bufferDepth", "openStreams", "acceptToStored", "storedToDelivered",
+                ],
+                [
+                    ("at", millis), ("accepted", perSecond), ("stored", perSecond), ("delivered", perSecond), ("deadLettered", perSecond),
+                    ("bufferDepth", count), ("openStreams", streams), ("acceptToStored", Schema.ref("LatencyQuantiles")),
+                    ("storedToDelivered", Schema.ref("LatencyQuantiles")),
+                ])
+        ),
+        (
+            "AdminStats",
+            Schema.object(
+                "This node's counts, rates, depth, streams and latencies (docs/API.md, \"The operator's page\").",
+                required: [
+                    "serverTime", "nodeId", "startedAt", "totals", "rates", "bufferDepth", "openStreams", "deadLetters", "nodes", "latency",
+                    "sampleIntervalSeconds", "samples",
+                ],
+                [
+                    ("serverTime", millis), ("nodeId", Schema.string()), ("startedAt", millis),
+                    (
+                        "totals",
+                        Schema.object(
+                            required: ["accepted", "stored", "delivered", "deadLettered", "retried", "rejected"],
+                            [
+                                ("accepted", count), ("stored", count), ("delivered", count), ("deadLettered", count), ("retried", count),
+                                ("rejected", count),
+                            ])
+                    ),
+                    (
+                        "rates",
+                        Schema.object(
+                            required: ["accepted", "stored", "delivered", "deadLettered"],
+                            [("accepted", perSecond), ("stored", perSecond), ("delivered", perSecond), ("deadLettered", perSecond)])
+                    ),
+                    ("bufferDepth", count), ("openStreams", streams),
+                    ("deadLetters", Schema.nullable(Schema.integer("Dead letters in the store; null when the store did not answer.", minimum: 0))),
+                    (
+                        "nodes",
+                        Schema.array(
+                            Schema.object(
+                                required: ["nodeId", "lastHeartbeatAt", "thisNode"],
+                                [("nodeId", Schema.string()), ("lastHeartbeatAt", millis), ("thisNode", Schema.boolean)]),
+                            "Sorted by nodeId.")
+                    ),
+                    (
+                        "latency",
+                        Schema.object(
+                            required: ["windowSeconds", "acceptToStored", "storedToDelivered"],
+                            [
+                                ("windowSeconds", count), ("acceptToStored", Schema.ref("LatencyQuantiles")),
+                                ("storedToDelivered", Schema.ref("LatencyQuantiles")),
+                            ])
+                    ),
+                    ("sampleIntervalSeconds", Schema.integer(minimum: 1)),
+                    ("samples", Schema.array(Schema.ref("AdminStatsSample"), "The last five minutes (at most 300), oldest first.", maxItems: 300)),
+                ])
+        ),
+        (
+            "AdminConversation",
+            Schema.object(
+                "One conversation's delivery state, for the operator.",
+                required: ["conversationId", "kind", "name", "createdAt", "updatedAt", "lastSeq", "members", "behind", "serverTime"],
+                [
+                    ("conversationId", uuid), ("kind", Schema.enumeration(["direct", "group"])), ("name", Schema.nullable(Schema.string())),
+                    ("createdAt", millis), ("updatedAt", millis), ("lastSeq", seq),
+                    (
+                        "members",
+                        Schema.array(
+                            Schema.object(
+                                required: ["userId", "role", "joinedSeq", "deliveredSeq", "readSeq", "undelivered", "behind", "devices"],
+                                [
+                                    ("userId", userId), ("role", Schema.ref("MemberRole")), ("joinedSeq", seq), ("deliveredSeq", seq), ("readSeq", seq),
+                                    ("undelivered", Schema.integer("lastSeq - deliveredSeq.", minimum: 0)),
+                                    ("behind", Schema.described(Schema.boolean, "deliveredSeq < lastSeq.")),
+                                    (
+                                        "devices",
+                                        Schema.array(
+                                            Schema.object(
+                                                required: ["deviceId", "name", "lastSeenAt", "online"],
+                                                [
+                                                    ("deviceId", deviceId), ("name", Schema.nullable(Schema.string())),
+                                                    ("lastSeenAt", millis),
+                                                    ("online", Schema.described(Schema.boolean, "A stream of the device is open on some node.")),
+                                                ]))
+                                    ),
+                                ]),
+                            "Sorted by userId.")
+                    ),
+                    ("behind", Schema.array(userId, "The members that are behind, sorted.")), ("serverTime", millis),
+                ])
+        ),
+    ]
 
     // MARK: Events (API.md "Events"): one schema per kind, shared by /v1/sync, the WebSocket and SSE
 

@@ -33,6 +33,10 @@ enum Schema {
         ])
     }
 
+    static func number(_ description: String? = nil, minimum: Int64? = nil) -> JSONNode {
+        .fields([("type", "number"), ("description", description.map(JSONNode.string)), ("minimum", minimum.map(JSONNode.integer))])
+    }
+
     static let boolean: JSONNode = ["type": "boolean"]
 
     static func array(_ items: JSONNode, _ description: String? = nil, minItems: Int? = nil, maxItems: Int? = nil) -> JSONNode {

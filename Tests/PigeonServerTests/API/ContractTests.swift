@@ -25,6 +25,7 @@ import Testing
         switch availability {
         case .always: break
         case .adminToken: configuration.adminToken = "contract-admin-token"
+        case .web: configuration.webDemo = true
         }
     }
 
