@@ -42,7 +42,11 @@ if [ "$#" -gt 0 ]; then tests=("${@/#/Tests/Web/}"); else tests=(Tests/Web/test_
 failed=()
 for test in "${tests[@]}"; do
     echo "== $test"
-    if ! "$python" "$test"; then failed+=("$test"); fi
+    # A hung browser or server fails the test loudly instead of running into CI's own limit.
+    rc=0
+    timeout --kill-after=10 "${PIGEON_WEB_TEST_SECONDS:-600}" "$python" "$test" || rc=$?
+    if (( rc == 124 || rc == 137 )); then echo "error: $test did not finish within ${PIGEON_WEB_TEST_SECONDS:-600} s; killed it" >&2; fi
+    if (( rc != 0 )); then failed+=("$test"); fi
 done
 echo "web test artefacts (screenshots, server logs): $PIGEON_WEB_ARTEFACTS"
 if [ "${#failed[@]}" -gt 0 ]; then
