@@ -258,9 +258,11 @@ import Testing
             #expect(state.behind == ["alice", "bob", "carol"])
             #expect(state.members.first { $0.userId == "bob" }?.undelivered == 1)
 
+            // The server notices the close asynchronously (the client's close handshake, then the session's end).
             await socket.close()
-            let offline = try await Self.delivery(client, conversation.id)
-            #expect(offline.members.first { $0.userId == "bob" }?.devices.first?.online == false)
+            try await waitUntil("bob's device shows offline once its stream closed", timeout: .seconds(10), every: .milliseconds(50)) {
+                try await Self.delivery(client, conversation.id).members.first { $0.userId == "bob" }?.devices.first?.online == false
+            }
         }
     }
 
