@@ -43,7 +43,7 @@ import Testing
         let info = try #require(try await status(cli, "bob"))
         #expect(info["kind"] as? String == "apns" && info["appId"] as? String == "com.example.chat" && info["pushkey"] as? String == "bob-apns-token")
         #expect((info["data"] as? [String: Any])?["format"] as? String == "event_id_only")
-        #expect(info["lastPushedAt"] == nil && info["pending"] as? Bool == false, "\(info)")
+        #expect(info["lastPushedAt"] is NSNull && info["pending"] as? Bool == false, "never pushed: null, as the server answers: \(info)")
         let table = try await cli.run(["push", "status"], profile: "bob")
         #expect(table.status == 0, "\(table)")
         for expected in ["kind       apns", "app id     com.example.chat", "pushkey    bob-apns-token", #"data       {"format":"event_id_only"}"#,
