@@ -213,7 +213,10 @@ import Testing
             let conversation = try await client.createConversation(alice, members: ["bob"], name: "contract")
             aliceSocket.sendMessage(to: conversation.id, body: "over the socket")
             let sent = try await client.sendAccepted(alice, to: conversation.id, body: "over HTTP")
+            // Stored first (asynchronously on the production backends): a receipt beyond lastSeq is clamped and moves nothing.
+            _ = try await client.waitForCount(bob, conversation.id, 1)
             _ = try await client.receipt(bob, conversation.id, kind: .read, upToSeq: 1)
+            _ = await aliceSocket.firstEvent { if case .receipt = $0 { true } else { false } }
             _ = try await client.typing(alice, conversation.id, active: true)
             let edit = try await client.request(
                 .POST, "/v1/conversations/\(conversation.id)/messages/\(sent.serverId)/edit", token: alice.token,
