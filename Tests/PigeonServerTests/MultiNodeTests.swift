@@ -4,6 +4,8 @@ import PigeonProtocol
 import PigeonTestSupport
 import Testing
 
+@testable import PigeonServer
+
 /// Several `pigeon-server` processes on one Redis and one PostgreSQL form one service (always on the production
 /// backends, whatever `PIGEON_TEST_BACKEND` says: that is what these tests are about).
 @Suite(.serialized) struct MultiNodeTests {
@@ -37,12 +39,22 @@ import Testing
         let nodes = try await Self.startNodes(2, backend: backend, directory: directory)
         let (a, b) = (nodes[0].client, nodes[1].client)
         let bob = try await a.register("bob")
+        // Both nodes process: the 16 partitions are split 8 and 8 before anything is sent, and the conversations
+        // fall in at least 9 distinct partitions, so each node holds some of them.
+        try await waitUntil("the two nodes split the buffer's partitions", timeout: .seconds(30)) {
+            let heldByA = try await a.metric("pigeon_buffer_partitions_held")
+            let heldByB = try await b.metric("pigeon_buffer_partitions_held")
+            return heldByA == 8 && heldByB == 8
+        }
         var senders: [TestDevice] = []
         var conversations: [Conversation] = []
-        for index in 0..<8 {
-            let sender = try await a.register("sender\(index)")
+        var partitions = Set<Int>()
+        while conversations.count < 8 || partitions.count < 9 {
+            let sender = try await a.register("sender\(senders.count)")
+            let conversation = try await b.createConversation(sender, members: ["bob"])
             senders.append(sender)
-            conversations.append(try await b.createConversation(sender, members: ["bob"]))
+            conversations.append(conversation)
+            partitions.insert(RedisStreamsBuffer.partition(ofConversation: conversation.id, partitions: 16))
         }
         let socket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
         let perSender = 40

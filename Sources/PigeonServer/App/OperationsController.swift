@@ -29,6 +29,7 @@ struct OperationsController: Sendable {
     @Sendable func metricsText(_ request: Request, context: PigeonRequestContext) async throws -> Response {
         try metricsToken?.authorize(request)
         metrics.bufferDepth.set(Int64(buffer.depth))
+        if let held = buffer.heldPartitionCount { metrics.bufferPartitionsHeld.set(Int64(held)) }
         if let deadLetters = try? await store.deadLetterCount() { metrics.deadLetters.set(Int64(deadLetters)) }
         let streams = hub.openStreams
         metrics.wsStreams.set(Int64(streams["ws"] ?? 0))

@@ -99,6 +99,10 @@ public protocol IngestBuffer: Sendable {
     /// Entries appended and not yet acknowledged.
     var depth: Int { get }
 
+    /// How many partitions this node processes now, for a buffer shared by nodes that split its partitions
+    /// between them; `nil` for a buffer of one node.
+    var heldPartitionCount: Int? { get }
+
     /// Whether the buffer can take appends now (for `/readyz`).
     func isReady() async -> Bool
     /// Whether the buffer's disk refused its last write (full, or failing): `/readyz` names it.
@@ -107,6 +111,7 @@ public protocol IngestBuffer: Sendable {
 
 extension IngestBuffer {
     public var isDiskFull: Bool { false }
+    public var heldPartitionCount: Int? { nil }
 }
 
 extension IngestBuffer {

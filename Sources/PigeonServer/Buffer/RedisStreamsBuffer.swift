@@ -161,6 +161,8 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         EventPartitioning.partition(ofConversation: conversationId, partitions: partitions)
     }
 
+    public var heldPartitionCount: Int? { ownedPartitions.count }
+
     /// The partitions this node holds the lease of now.
     public var ownedPartitions: [Int] {
         state.withLockedValue { state in state.partitions.indices.filter { state.partitions[$0].lease != .none } }

@@ -13,6 +13,9 @@ public final class PigeonMetrics: Sendable {
     let retried: Counter
     let deadLettered: Counter
     let bufferDepth: Gauge
+    /// How many buffer partitions this node processes now (`pigeon_buffer_partitions_held`; only with a partitioned
+    /// buffer: Redis Streams).
+    let bufferPartitionsHeld: Gauge
     let deadLetters: Gauge
     let wsStreams: Gauge
     let sseStreams: Gauge
@@ -56,6 +59,8 @@ public final class PigeonMetrics: Sendable {
         retried = registry.makeCounter(descriptor: Self.name("messages_retried_total", "Processing attempts that failed and will be retried"))
         deadLettered = registry.makeCounter(descriptor: Self.name("messages_failed_total", "Messages moved to the dead-letter store"))
         bufferDepth = registry.makeGauge(descriptor: Self.name("buffer_depth", "Messages accepted and not yet processed (queue size)"))
+        bufferPartitionsHeld = registry.makeGauge(
+            descriptor: Self.name("buffer_partitions_held", "Ingest buffer partitions this node holds the lease of and processes"))
         deadLetters = registry.makeGauge(descriptor: Self.name("dead_letters", "Messages in the dead-letter store"))
         wsStreams = registry.makeGauge(descriptor: Self.name("open_streams", "Open event streams"), labels: [("transport", "ws")])
         sseStreams = registry.makeGauge(descriptor: Self.name("open_streams", "Open event streams"), labels: [("transport", "sse")])
