@@ -118,6 +118,25 @@ import Testing
         }
     }
 
+    /// A message never edited before, then edited and deleted in one batch: it ends edited and deleted, as when the
+    /// two come in two batches (PostgreSQL once kept the stored `edited_at`, NULL, when the batch also deleted).
+    @Test(arguments: Kind.allCases) func anEditAndADeleteInOneBatchLeaveTheTargetEditedAndDeleted(_ kind: Kind) async throws {
+        try await StoreContractTests.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let conversation = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
+            let original = StoreContractTests.item(conversation: conversation.id, body: "first")
+            let target = original.entry.message.serverId
+            #expect(StoreContractTests.seqs(try await store.process([original])) == [1])
+            let edit = Self.change(target, in: conversation.id, newBody: "second")
+            let delete = Self.change(target, in: conversation.id, newBody: nil)
+            #expect(StoreContractTests.seqs(try await store.process([edit, delete])) == [2, 3])
+            let stored = try await store.messages(conversationId: conversation.id, after: 0, before: nil, limit: 10).messages
+            #expect(stored.map(\.type) == ["text", "pigeon.edit", "pigeon.delete"])
+            #expect(stored[0].body == "" && stored[0].editedAt != nil && stored[0].deletedAt != nil, "\(stored[0])")
+            #expect(try await Self.storedBodies(store, conversation.id).allSatisfy { !$0.contains("second") && !$0.contains("first") })
+        }
+    }
+
     @Test(arguments: Kind.allCases) func aChangeOfAnotherUsersDeletedOrUnknownMessageIsDeadLettered(_ kind: Kind) async throws {
         try await StoreContractTests.withStores(kind) { stores, _ in
             let store = stores[0]

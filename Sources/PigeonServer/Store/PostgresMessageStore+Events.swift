@@ -244,11 +244,11 @@ extension PostgresMessageStore {
                     \(messages.targetIds)::text[], \(messages.editedAt)::bigint[], \(messages.deletedAt)::bigint[])
                     AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl)),
             changed AS (
-                UPDATE messages m SET body = CASE WHEN l.del = 1 THEN '' ELSE l.b END,
-                    edited_at = CASE WHEN l.del = 1 THEN m.edited_at ELSE l.at END,
-                    deleted_at = CASE WHEN l.del = 1 THEN l.at ELSE m.deleted_at END
+                UPDATE messages m SET body = l.b,
+                    edited_at = COALESCE(NULLIF(l.ed, 0), m.edited_at),
+                    deleted_at = COALESCE(NULLIF(l.dl, 0), m.deleted_at)
                 FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.bodies)::text[],
-                    \(batch.lifecycle.deleted.map { $0 ? Int64(1) : 0 })::bigint[], \(batch.lifecycle.at)::bigint[]) AS l(id, b, del, at)
+                    \(batch.lifecycle.editedAt)::bigint[], \(batch.lifecycle.deletedAt)::bigint[]) AS l(id, b, ed, dl)
                 WHERE m.server_id = l.id),
             erased AS (
                 UPDATE messages m SET body = l.e
@@ -337,7 +337,7 @@ extension BatchWrite {
         }
         guard let found = stored[serverId], found.conversationId == conversationId else { return nil }
         var target = found.target
-        if let index = lifecycle.targetIds.firstIndex(of: serverId), lifecycle.deleted[index] { target.deleted = true }
+        if let index = lifecycle.targetIds.firstIndex(of: serverId), lifecycle.isDeleted(index) { target.deleted = true }
         return target
     }
 

@@ -48,26 +48,37 @@ struct MessageRows {
 /// wins over an edit), column by column.
 struct LifecycleRows {
     var targetIds: [String] = []
-    /// The new text; ignored for a delete.
+    /// The new text (`""` once deleted).
     var bodies: [String] = []
-    var deleted: [Bool] = []
-    var at: [Int64] = []
+    /// When the batch last edited the target, 0 if it did not (the stored `edited_at` stays).
+    var editedAt: [Int64] = []
+    /// When the batch deleted the target, 0 if it did not. An edit then a delete in one batch set both, as two
+    /// batches would.
+    var deletedAt: [Int64] = []
     /// The erased body each earlier `pigeon.edit` of a deleted target gets (`""` for an edit).
     var erasedEdits: [String] = []
 
+    func isDeleted(_ index: Int) -> Bool { deletedAt[index] != 0 }
+
     mutating func apply(targetId: String, newBody: String?, at now: Int64) {
-        if let index = targetIds.firstIndex(of: targetId) {
-            bodies[index] = newBody ?? ""
-            deleted[index] = newBody == nil
-            at[index] = now
-            erasedEdits[index] = newBody == nil ? MessageLifecycle.editText(serverId: targetId, body: "") : ""
-            return
+        let index: Int
+        if let found = targetIds.firstIndex(of: targetId) {
+            index = found
+        } else {
+            index = targetIds.count
+            targetIds.append(targetId)
+            bodies.append("")
+            editedAt.append(0)
+            deletedAt.append(0)
+            erasedEdits.append("")
         }
-        targetIds.append(targetId)
-        bodies.append(newBody ?? "")
-        deleted.append(newBody == nil)
-        at.append(now)
-        erasedEdits.append(newBody == nil ? MessageLifecycle.editText(serverId: targetId, body: "") : "")
+        bodies[index] = newBody ?? ""
+        if newBody == nil {
+            deletedAt[index] = now
+            erasedEdits[index] = MessageLifecycle.editText(serverId: targetId, body: "")
+        } else {
+            editedAt[index] = now
+        }
     }
 }
 
