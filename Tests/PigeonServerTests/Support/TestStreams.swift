@@ -260,10 +260,12 @@ final class TestSSE: Sendable {
 
     /// Whether `error` is the client's side of a request written to a pooled connection the server had just closed:
     /// AsyncHTTPClient reports it as `remoteConnectionClosed`, or as NIO's `ioOnClosedChannel` when the write itself
-    /// finds the channel closed.
+    /// finds the channel closed, or as a reset (`ECONNRESET`, `EPIPE`) when the request reached the server's socket
+    /// after it closed (the kernel answers unread bytes on a closed socket with a reset).
     private static func isIdleCloseRace(_ error: any Error) -> Bool {
         if let error = error as? HTTPClientError, error == .remoteConnectionClosed { return true }
         if let error = error as? ChannelError, error == .ioOnClosedChannel { return true }
+        if let error = error as? IOError, error.errnoCode == ECONNRESET || error.errnoCode == EPIPE { return true }
         return false
     }
 
