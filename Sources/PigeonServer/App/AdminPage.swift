@@ -1,8 +1,4 @@
-import Crypto
-import Foundation
-import HTTPTypes
 import Hummingbird
-import NIOCore
 
 /// `GET /admin`: the operator's page, one self-contained HTML document (no build step, nothing fetched from elsewhere:
 /// its script and style are inline, its charts inline SVG). It asks for the admin token (kept in the tab's
@@ -12,44 +8,11 @@ import NIOCore
 /// Its Content-Security-Policy allows only the page's own inline script and style (by hash) and requests to its own
 /// origin; it may not be framed, cached or send a referrer.
 enum AdminPage {
+    static let page = InlinePage(title: "Pigeon · operator", style: style, body: body, script: script)
+    static let contentSecurityPolicy = page.contentSecurityPolicy(connect: ["'self'"], images: ["'self'", "data:"])
+
     static func response() -> Response {
-        var headers = HTTPFields()
-        headers[.contentType] = "text/html; charset=utf-8"
-        headers[.contentSecurityPolicy] = contentSecurityPolicy
-        headers[xFrameOptions] = "DENY"
-        headers[.cacheControl] = "no-store"
-        headers[referrerPolicy] = "no-referrer"
-        headers[.xContentTypeOptions] = "nosniff"
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: html)))
-    }
-
-    private static let xFrameOptions = HTTPField.Name("X-Frame-Options")!
-    private static let referrerPolicy = HTTPField.Name("Referrer-Policy")!
-
-    static let contentSecurityPolicy =
-        "default-src 'none'; script-src '\(sha256(script))'; style-src '\(sha256(style))'; connect-src 'self'; img-src 'self' data:; "
-        + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-
-    static let html = """
-        <!DOCTYPE html>
-        <html lang="en">
-        <head>
-        <meta charset="utf-8">
-        <meta name="viewport" content="width=device-width, initial-scale=1">
-        <meta name="referrer" content="no-referrer">
-        <title>Pigeon · operator</title>
-        <style>\(style)</style>
-        </head>
-        <body>
-        \(body)
-        <script>\(script)</script>
-        </body>
-        </html>
-        """
-
-    /// A CSP source for an inline element's exact content.
-    private static func sha256(_ text: String) -> String {
-        "sha256-" + Data(SHA256.hash(data: Data(text.utf8))).base64EncodedString()
+        page.response(contentSecurityPolicy: contentSecurityPolicy)
     }
 
     private static let body = #"""

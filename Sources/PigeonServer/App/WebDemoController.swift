@@ -1,6 +1,4 @@
-import HTTPTypes
 import Hummingbird
-import NIOCore
 
 /// `GET /` with `--web` (``ServerConfiguration/webDemo``): the web demo page (``WebDemoPage``). Without it `/` is not
 /// a route: `404`, as any unknown path.
@@ -17,15 +15,6 @@ struct WebDemoController: Sendable {
     @Sendable func page(_ request: Request, context: PigeonRequestContext) throws -> Response {
         // `?api=` empty is the page's own origin, as the page reads it.
         let api = try request.uri.queryParameters.get("api").flatMap { $0.isEmpty ? nil : $0 }.map(WebDemoPage.apiOrigin)
-        return Response(
-            status: .ok,
-            headers: [
-                .contentType: "text/html; charset=utf-8",
-                .cacheControl: "no-store",
-                .contentSecurityPolicy: WebDemoPage.contentSecurityPolicy(api: api),
-                .xContentTypeOptions: "nosniff",
-                HTTPField.Name("Referrer-Policy")!: "no-referrer",
-            ],
-            body: .init(byteBuffer: ByteBuffer(string: WebDemoPage.html)))
+        return WebDemoPage.page.response(contentSecurityPolicy: WebDemoPage.contentSecurityPolicy(api: api))
     }
 }

@@ -1,6 +1,3 @@
-import Crypto
-import Foundation
-
 /// The web demo page of `GET /` (with `--web`): alice and bob side by side in one self-contained HTML page (no build
 /// step, no CDN), driving the real `/v1` API from the browser, alice over the WebSocket and bob over SSE and HTTP,
 /// each sent message's tick live (DESIGN.md's status model: ⏰ ✓ ✓✓ blue ✓✓ ⚠️, each only on the server's evidence),
@@ -10,24 +7,7 @@ import Foundation
 /// The page is written as three raw strings (``style``, ``body``, ``script``) so that the Content-Security-Policy can
 /// allow exactly its inline style and script by their SHA-256 hashes (``contentSecurityPolicy(api:)``).
 enum WebDemoPage {
-    /// The whole page, UTF-8.
-    static let html = """
-        <!doctype html>
-        <html lang="en">
-        <head>
-        <meta charset="utf-8">
-        <meta name="viewport" content="width=device-width, initial-scale=1">
-        <meta name="referrer" content="no-referrer">
-        <title>Pigeon demo</title>
-        <style>\(style)</style>
-        </head>
-        <body>
-        \(body)
-        <script>\(script)</script>
-        </body>
-        </html>
-
-        """
+    static let page = InlinePage(title: "Pigeon demo", style: style, body: body, script: script)
 
     /// The `Content-Security-Policy` of the page: nothing but its own inline style and script (by hash), and
     /// connections to its own origin, plus, when the page is asked for with `?api=`, to that origin (`http(s):` and the
@@ -44,15 +24,7 @@ enum WebDemoPage {
                 connect += [api, (secure ? "wss://" : "ws://") + authority]
             }
         }
-        return [
-            "default-src 'none'",
-            "script-src '\(hashSource(script))'",
-            "style-src '\(hashSource(style))'",
-            "connect-src \(connect.joined(separator: " "))",
-            "base-uri 'none'",
-            "form-action 'none'",
-            "frame-ancestors 'none'",
-        ].joined(separator: "; ")
+        return page.contentSecurityPolicy(connect: connect)
     }
 
     /// The `api` query parameter as the origin the page will call, lowercased: `http://` or `https://`, a host, an
@@ -64,11 +36,6 @@ enum WebDemoPage {
             throw PigeonError.invalid("api must be the origin of a Pigeon server, like http://127.0.0.1:8080 (http or https, no path)")
         }
         return lowercased
-    }
-
-    /// `sha256-<base64>` of an inline element's text, as CSP names it.
-    private static func hashSource(_ text: String) -> String {
-        "sha256-" + Data(SHA256.hash(data: Data(text.utf8))).base64EncodedString()
     }
 
     static let style = #"""

@@ -272,8 +272,9 @@ import Testing
             let conversation = try await client.createConversation(alice, members: ["bob"])
             try await client.sendAccepted(alice, to: conversation.id, body: "one")
             _ = try await client.waitForCount(alice, conversation.id, 1)
+            // The node counts a message stored once its write returned, a moment after history shows it.
+            let statsBefore = try await Self.waitForStats(client) { $0.totals.stored == 1 }
             let before = try await Self.delivery(client, conversation.id)
-            let statsBefore = try await Self.stats(client)
 
             for bad in ["abc", "1", "not-a-uuid-at-all-not-a-uuid-at-all", "%00", String(repeating: "a", count: 300)] {
                 expectError(

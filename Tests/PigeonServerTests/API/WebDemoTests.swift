@@ -51,7 +51,8 @@ import Testing
             #expect(answer.headers["referrer-policy"] == "no-referrer")
             #expect(Self.corsHeaders(answer).isEmpty, "\(answer.headers)")
             let page = answer.text
-            #expect(page.hasPrefix("<!doctype html>"))
+            #expect(page.lowercased().hasPrefix("<!doctype html>"))
+            #expect(answer.headers["x-frame-options"] == "DENY")
             #expect(page.contains("<main id=\"chats\">"))
             // Self-contained: nothing loaded from anywhere.
             for reference in ["src=", "href=", "@import", "url("] {
