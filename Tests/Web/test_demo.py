@@ -6,6 +6,7 @@
   server's code, on both transports. Every status change is recorded in the page (a MutationObserver) and checked:
   a tick never moves backwards and never comes before its evidence could exist.
 - Same origin on a server that allows other origins too (`--cors-origin`): the page's own WebSocket opens.
+- Over the rate limit: refused sends are retried and keep their order (stored and shown to bob as sent).
 - Cross origin: the page's HTML served from another origin, pointed at the server with `?api=`, the server started
   with `--cors-origin` of that origin; messages both ways reach ✓✓, also after the server restarted under the page
   (the WebSocket resumes by cursor, the EventSource by Last-Event-ID), and nothing is shown twice.
@@ -294,6 +295,31 @@ def test_same_origin_beside_other_allowed_origins():
         server.stop()
 
 
+def test_rate_limited_sends_keep_their_order():
+    """Over the per-device rate limit the server refuses sends (`rate_limited`); the page retries them, one at a time
+    from the first refused, so that every message is stored and shown to bob in the order alice sent it (the
+    WebSocket pipelines sends: a later message once overtook a refused one waiting for its retry)."""
+    server = pigeonweb.Server("--web", "--rate-limit", "2", "--rate-limit-burst", "2", name="demo-rate-limited")
+    try:
+        with pigeonweb.browser() as browser:
+            demo = Demo(browser, server.url("/"))
+            sent = [demo.send("alice", f"burst {n}") for n in range(7)]
+            for client_message_id in sent:
+                demo.wait_status("alice", client_message_id, "delivered", "read")
+                demo.wait_incoming("bob", client_message_id)
+            seqs = [int(demo.message("alice", id).get_attribute("data-seq")) for id in sent]
+            check(seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"stored in the order sent: seqs {seqs}")
+            shown = [m["clientMessageId"] for m in demo.incoming("bob")]
+            check(shown == sent, f"bob shows them in the order sent: {shown} (sent {sent})")
+            metrics = pigeonweb.request("GET", server.url("/metrics")).body.decode("utf-8")
+            match = re.search(r"^pigeon_messages_rejected_total (\d+)", metrics, re.M)
+            check(match is not None and int(match.group(1)) > 0, "the server refused some of them (the limit was reached)")
+            demo.check_clean()
+            pigeonweb.screenshot(demo.page, "demo-rate-limited")
+    finally:
+        server.stop()
+
+
 def test_cross_origin():
     directory = tempfile.mkdtemp(prefix="pigeon-demo-page-")
     with pigeonweb.static_origin(directory) as origin:
@@ -330,4 +356,4 @@ def test_cross_origin():
 
 
 if __name__ == "__main__":
-    pigeonweb.main([test_same_origin, test_same_origin_beside_other_allowed_origins, test_cross_origin])
+    pigeonweb.main([test_same_origin, test_same_origin_beside_other_allowed_origins, test_rate_limited_sends_keep_their_order, test_cross_origin])

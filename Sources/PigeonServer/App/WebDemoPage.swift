@@ -475,7 +475,7 @@ message shows what the server has told its sender, and nothing more.</p>
       item.serverId = answer.serverId;
       if (answer.seq) this.storedAs(item, answer.seq);
       this.render(item);
-      this.renderPane();
+      this.flush(); // the messages held back behind it, if any, go now
     }
 
     storedAs(item, seq) {
@@ -489,7 +489,7 @@ message shows what the server has told its sender, and nothing more.</p>
       this.dequeue(item);
       item.failure = failure;
       this.render(item);
-      this.renderPane();
+      this.flush();
     }
 
     transientError(item, error, retryAfterSeconds) {
@@ -553,7 +553,7 @@ message shows what the server has told its sender, and nothing more.</p>
       item.recipientsOnline = event.recipientsOnline;
       this.storedAs(item, event.seq);
       this.render(item);
-      this.renderPane();
+      this.flush();
       this.syncReceipts();
     }
 
@@ -887,7 +887,13 @@ message shows what the server has told its sender, and nothing more.</p>
     flush() {
       for (const id of [...this.side.queue]) {
         const item = this.side.outgoing.get(id);
-        if (item.inFlight || item.notBefore > Date.now()) continue;
+        // Pipelined while the server takes them; once it refused one (rate_limited, overloaded), one at a time from
+        // the first waiting one, so that the messages after it cannot overtake it.
+        if (item.inFlight) {
+          if (item.tries > 0) break;
+          continue;
+        }
+        if (item.notBefore > Date.now()) break;
         item.inFlight = true;
         this.operation({
           op: "send",
@@ -906,6 +912,7 @@ message shows what the server has told its sender, and nothing more.</p>
           this.side.wireLog("×", `no answer for ${short(item.clientMessageId)} in 10 s`);
           this.side.flush();
         }, ACK_TIMEOUT_MS);
+        if (item.tries > 0) break;
       }
     }
 
