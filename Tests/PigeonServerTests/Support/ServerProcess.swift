@@ -6,7 +6,7 @@ import PigeonTestSupport
 final class ServerProcess: @unchecked Sendable {
     let port: Int
     let dataDirectory: String
-    private let process = Process()
+    private let process: Process
     let logPath: String
 
     /// The binary next to the test bundle (SwiftPM builds it: the test target depends on it), or `PIGEON_SERVER_BINARY`.
@@ -25,31 +25,53 @@ final class ServerProcess: @unchecked Sendable {
     /// Starts the server (on `backend`'s store and buffer, with `environment` added to this process's) and waits until
     /// `/readyz` answers 200.
     /// Without `waitUntilReady` it returns once `/healthz` answers (the process is up; `/readyz` may say 503).
+    ///
+    /// Without `port` it takes a free one; another process may bind it between that check and the server's own bind
+    /// (a test's client connection can get it as its ephemeral port), so a server that exits with "Address already in
+    /// use" before it was ready is started again on another free port (up to three times).
     init(
         dataDirectory: String, port: Int? = nil, backend: TestBackendInstance = TestBackendInstance(), arguments: [String] = [],
         environment: [String: String] = [:], waitUntilReady: Bool = true
     ) async throws {
-        self.port = try port ?? freePort()
         self.dataDirectory = dataDirectory
         self.logPath = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
-        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: Self.binaryPath)
-        process.arguments = ["serve", "--host", "127.0.0.1", "--port", String(self.port), "--data-dir", dataDirectory, "--log-level", "warning"]
-            + backend.serverArguments + arguments
-        let logHandle = FileHandle(forWritingAtPath: logPath)
-        process.standardOutput = logHandle
-        process.standardError = logHandle
-        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
-        try process.run()
-        let client = PigeonTestClient(port: self.port)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let chosenPort = try port ?? freePort()
+            _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Self.binaryPath)
+            process.arguments =
+                ["serve", "--host", "127.0.0.1", "--port", String(chosenPort), "--data-dir", dataDirectory, "--log-level", "warning"]
+                + backend.serverArguments + arguments
+            let logHandle = FileHandle(forWritingAtPath: logPath)
+            process.standardOutput = logHandle
+            process.standardError = logHandle
+            if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
+            try process.run()
+            if try await Self.becomesReady(process, port: chosenPort, path: waitUntilReady ? "/readyz" : "/healthz") {
+                self.port = chosenPort
+                self.process = process
+                return
+            }
+            let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+            if process.isRunning { process.terminate() }
+            if port == nil, attempt < 3, !process.isRunning, log.contains("Address already in use") { continue }
+            throw TestFailure("pigeon-server did not become ready: \(log)")
+        }
+    }
+
+    /// Polls `path` until it answers 200 while the process runs (true), the process exits or 30 s pass (false).
+    private static func becomesReady(_ process: Process, port: Int, path: String) async throws -> Bool {
+        let client = PigeonTestClient(port: port)
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
-            if let answer = try? await client.request(.GET, waitUntilReady ? "/readyz" : "/healthz"), answer.status == 200 { return }
-            guard process.isRunning else { break }
+            if let answer = try? await client.request(.GET, path), answer.status == 200, process.isRunning { return true }
+            guard process.isRunning else { return false }
             try await Task.sleep(for: .milliseconds(50))
         }
-        process.terminate()
-        throw TestFailure("pigeon-server did not become ready: \(log())")
+        return false
     }
 
     var client: PigeonTestClient { PigeonTestClient(port: port) }
