@@ -29,7 +29,7 @@ struct JWTCompactToken: Sendable {
         struct Header: Decodable {
             var alg: String
             var kid: String?
-            var crit: JSONClaim?
+            var crit: JSONValue?
         }
         guard let header = try? JSONDecoder().decode(Header.self, from: headerData) else {
             throw JWTRejection("header is not a JSON object with a string alg (and a string kid, if any)")
@@ -44,8 +44,8 @@ struct JWTCompactToken: Sendable {
     }
 
     /// The claims (call only after the signature is verified).
-    func claims() throws(JWTRejection) -> [String: JSONClaim] {
-        guard let claims = try? JSONDecoder().decode([String: JSONClaim].self, from: payload) else {
+    func claims() throws(JWTRejection) -> [String: JSONValue] {
+        guard let claims = try? JSONDecoder().decode([String: JSONValue].self, from: payload) else {
             throw JWTRejection("payload is not a JSON object")
         }
         return claims
@@ -67,34 +67,6 @@ struct JWTCompactToken: Sendable {
         }
         while base64.count % 4 != 0 { base64.append(UInt8(ascii: "=")) }
         return Data(base64Encoded: Data(base64))
-    }
-}
-
-/// A JSON value of a JWT claim. Numbers that do not fit a `Double` (`1e400`) make the payload undecodable.
-enum JSONClaim: Decodable, Sendable, Equatable {
-    case string(String)
-    case number(Double)
-    case bool(Bool)
-    case array([JSONClaim])
-    case object
-    case null
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([JSONClaim].self) {
-            self = .array(value)
-        } else {
-            _ = try container.decode([String: JSONClaim].self)
-            self = .object
-        }
     }
 }
 
@@ -122,7 +94,7 @@ struct JWTClaimRules: Sendable {
     }
 
     /// The device the claims name, when every check passes at `now` (seconds since 1970).
-    func device(claims: [String: JSONClaim], now: Int64) throws(JWTRejection) -> AuthenticatedDevice {
+    func device(claims: [String: JSONValue], now: Int64) throws(JWTRejection) -> AuthenticatedDevice {
         guard let expiry = try date("exp", in: claims) else { throw JWTRejection("no exp") }
         let notBefore = try date("nbf", in: claims)
         let issuedAt = try date("iat", in: claims)
@@ -132,7 +104,7 @@ struct JWTClaimRules: Sendable {
         guard expiry - (issuedAt ?? now) <= maxLifetime else { throw JWTRejection("lifetime over the maximum of \(maxLifetime) s") }
         if let issuer, claims["iss"] != .string(issuer) { throw JWTRejection("iss is not the configured issuer") }
         if !audiences.isEmpty {
-            let audience: [JSONClaim] =
+            let audience: [JSONValue] =
                 switch claims["aud"] {
                 case .string(let value): [.string(value)]
                 case .array(let values): values
@@ -153,7 +125,7 @@ struct JWTClaimRules: Sendable {
 
     /// A NumericDate claim in whole seconds: absent is `nil`; present, it must be a finite number from 0 to the
     /// year 9999.
-    private func date(_ name: String, in claims: [String: JSONClaim]) throws(JWTRejection) -> Int64? {
+    private func date(_ name: String, in claims: [String: JSONValue]) throws(JWTRejection) -> Int64? {
         guard let claim = claims[name] else { return nil }
         guard case .number(let value) = claim, value.isFinite, value >= 0, value <= Self.latestDate else {
             throw JWTRejection("\(name) is not a date from 1970 to 9999")
