@@ -59,4 +59,12 @@ extension ConnectionGuardHandler {
         }.get()
         return (guarded ?? nil) ?? channel.closeFuture
     }
+
+    /// Makes `refusal` the answer of the WebSocket upgrade under way on `channel`, which the caller refuses
+    /// (`.dontUpgrade`); done before it returns, so before the refusal is written. Nothing when `channel` has no guard.
+    static func refuseUpgrade(with refusal: ConnectionRefusal, on channel: any Channel) async {
+        _ = try? await channel.eventLoop.submit {
+            try channel.pipeline.syncOperations.handler(type: ConnectionGuardHandler.self).setUpgradeRefusal(refusal)
+        }.get()
+    }
 }

@@ -51,6 +51,8 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     /// A response head was written and its end not yet.
     private var responseInProgress = false
     private var context: ChannelHandlerContext?
+    /// The answer chosen for the WebSocket upgrade under way, which is being refused (``refuseUpgrade(with:on:)``).
+    private var upgradeRefusal: ConnectionRefusal?
     /// Completed once the client has closed its side of the connection (its input ended, or the connection closed).
     private var clientClosedPromise: EventLoopPromise<Void>?
 
@@ -180,6 +182,24 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
         exchangeProgressed()
     }
 
+    /// A request's body has not ended yet (the guard has seen its head, not its end).
+    var isRequestBodyUnfinished: Bool { openRequests > 0 }
+
+    /// After an answer given before the request's body ended: the output is closed once the answer is written, what
+    /// the client still sends is discarded, and the connection closes once the client closes its side or after
+    /// ``lingerTime``.
+    func closeAfterAnswer(written: EventLoopFuture<Void>) {
+        guard let context else { return }
+        if case .closing = phase { return }
+        phase = .closing
+        schedule(Self.lingerTime, context: context) { context in
+            context.close(promise: nil)
+        }
+        written.assumeIsolated().whenComplete { _ in
+            context.close(mode: .output, promise: nil)
+        }
+    }
+
     func upgradedToWebSocket() {
         cancelTimer()
         phase = .webSocket
@@ -188,6 +208,23 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     func parserFailed(_ error: HTTPParserError) {
         guard let context else { return }
         refuse(.parserError(error), context: context)
+    }
+
+    func setUpgradeRefusal(_ refusal: ConnectionRefusal) {
+        upgradeRefusal = refusal
+    }
+
+    /// The refusal set for the WebSocket upgrade under way, taken once: the exchange observer writes it in place of
+    /// the bare `400` that hummingbird-websocket answers every refused upgrade with.
+    func takeUpgradeRefusal() -> ConnectionRefusal? {
+        defer { upgradeRefusal = nil }
+        return upgradeRefusal
+    }
+
+    /// Answers the request under way with `refusal` and closes (nothing of a response was written yet).
+    func refuseNow(_ refusal: ConnectionRefusal) {
+        guard let context else { return }
+        refuse(refusal, context: context)
     }
 
     /// A WebSocket request from a page of an origin that may not open it: refused (`403`) and closed.
@@ -260,6 +297,10 @@ final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHa
     private var upgraded = false
     /// A request was refused: nothing more is passed on (the guard is closing the connection).
     private var refused = false
+    /// A refused upgrade's bare `400` is being dropped for the guard's own answer.
+    private var replaced = false
+    /// The response being written answers a request whose body had not ended: the connection closes after it.
+    private var closesAfterResponse = false
 
     init(connectionGuard: ConnectionGuardHandler, cors: CORSPolicy?) {
         self.connectionGuard = connectionGuard
@@ -301,23 +342,45 @@ final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHa
             context.write(data, promise: promise)
             return
         }
-        switch unwrapOutboundIn(data) {
-        case .head(let head) where head.status == .switchingProtocols:
-            // From here on everything passes through untouched. (Removing this handler inside the write of the
-            // 101 lost the flush that follows it: the upgrade answer never left.)
-            upgraded = true
-            connectionGuard.upgradedToWebSocket()
-            context.write(data, promise: promise)
+        guard !replaced else {
+            // The rest of the bare refusal: the guard wrote the real answer instead.
+            promise?.succeed()
             return
-        case .head(let head) where head.status.code < 200:
-            break
-        case .head:
+        }
+        switch unwrapOutboundIn(data) {
+        case .head(var head):
+            if head.status == .badRequest, let refusal = connectionGuard.takeUpgradeRefusal() {
+                replaced = true
+                promise?.succeed()
+                connectionGuard.refuseNow(refusal)
+                return
+            }
+            if head.status == .switchingProtocols {
+                // From here on everything passes through untouched. (Removing this handler inside the write of the
+                // 101 lost the flush that follows it: the upgrade answer never left.)
+                upgraded = true
+                connectionGuard.upgradedToWebSocket()
+                break
+            }
+            guard head.status.code >= 200 else { break }
             connectionGuard.responseStarted()
+            if head.status.code >= 400, connectionGuard.isRequestBodyUnfinished {
+                // An error answered before the request's body ended (a body over the limit): a client may stop
+                // sending the body once it has the answer, so what follows on this connection could be the rest of
+                // it or a new request. The connection carries no other request: it says so, and closes.
+                head.headers.replaceOrAdd(name: "Connection", value: "close")
+                closesAfterResponse = true
+                context.write(wrapOutboundOut(.head(head)), promise: promise)
+                return
+            }
         case .body:
             break
         case .end:
-            context.write(data, promise: promise)
+            let written = context.eventLoop.makePromise(of: Void.self)
+            if let promise { written.futureResult.cascade(to: promise) }
+            context.write(data, promise: written)
             connectionGuard.responseEnded()
+            if closesAfterResponse { connectionGuard.closeAfterAnswer(written: written.futureResult) }
             return
         }
         context.write(data, promise: promise)

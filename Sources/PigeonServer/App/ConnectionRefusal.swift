@@ -39,6 +39,14 @@ struct ConnectionRefusal: Sendable {
             message: "the origin \(origin.prefix(200)) may not open this server's WebSocket (--cors-origin)", limit: nil)
     }
 
+    /// The refusal of a WebSocket upgrade for what the request carries (its token: `401`, its cursor: `400`, the
+    /// store not answering: `503`), with the error body an HTTP call gets for the same.
+    static func webSocketUpgrade(_ error: PigeonError) -> ConnectionRefusal {
+        ConnectionRefusal(
+            status: HTTPResponseStatus(statusCode: error.code.httpStatus), code: error.code, message: error.message, limit: nil,
+            retryAfter: error.retryAfter)
+    }
+
     /// The refusal for an error of the HTTP parser.
     static func parserError(_ error: HTTPParserError) -> ConnectionRefusal {
         error == .headerOverflow ? .headersTooLarge : .malformed

@@ -198,8 +198,8 @@ extension StreamController {
 }
 
 /// Authenticates WebSocket upgrade requests (header or `access_token`) and fixes where the stream starts.
-/// A request with a bad token or cursor is not upgraded and falls through to the HTTP route, which answers
-/// 401 or 400.
+/// A request with a bad token or cursor is not upgraded: it is answered what an HTTP call would get (`401
+/// unauthorized`, `400 invalid_request`, `503 overloaded`, with the error body), through the connection guard.
 struct WebSocketAuthMiddleware: RouterMiddleware {
     let authenticator: Authenticator
     let store: any MessageStore
@@ -209,12 +209,19 @@ struct WebSocketAuthMiddleware: RouterMiddleware {
         // Hummingbird's WebSocket handler logs the first bytes of every frame at trace level, with this logger:
         // message bodies never reach the log.
         context.logger.logLevel = max(context.logger.logLevel, .debug)
-        let authenticated = try? await authenticator.authenticate(request, allowQuery: true)
-        context.device = authenticated?.device
-        context.tokenIssuedAt = authenticated?.issuedAt
-        if context.device != nil {
-            // A malformed cursor (or a store failure) leaves no start: not upgraded, the HTTP route answers.
-            context.streamStart = try? await store.resolveStart(request.cursorParameter(allowHeader: false))
+        // Another path is not a route of this router: not upgraded, answered a bare 400 as before.
+        guard request.uri.path.split(separator: "/").elementsEqual(["v1", "ws"]) else { return try await next(request, context) }
+        do {
+            let authenticated = try await authenticator.authenticate(request, allowQuery: true)
+            context.device = authenticated.device
+            context.tokenIssuedAt = authenticated.issuedAt
+            context.streamStart = try await store.resolveStart(request.cursorParameter(allowHeader: false))
+        } catch {
+            // Not upgraded (no device or no start): answered with this error instead of a bare 400.
+            let refusal = WireError.of(error, logger: context.logger, what: "resolving a WebSocket's start")
+            context.device = nil
+            context.streamStart = nil
+            await ConnectionGuardHandler.refuseUpgrade(with: .webSocketUpgrade(refusal), on: context.channel)
         }
         return try await next(request, context)
     }

@@ -197,7 +197,7 @@ extension ContractRoute {
         ContractRoute(
             method: .get, path: "/v1/ws", operationId: "webSocket", tag: "events", summary: "The device's WebSocket",
             description:
-                "A WebSocket upgrade: the device's events, and its operations the other way, as described by /asyncapi.json (channel webSocket). A request that cannot be upgraded gets the HTTP answers below; an upgrade refused for its token or cursor is answered 400 without a body.",
+                "A WebSocket upgrade: the device's events, and its operations the other way, as described by /asyncapi.json (channel webSocket). A request that cannot be upgraded gets the HTTP answers below; an upgrade refused for its token or cursor is answered like an HTTP call with them (401, 400 or 503, with the error body).",
             security: .deviceOrAccessToken,
             parameters: [
                 cursor,

@@ -40,9 +40,11 @@ import Testing
     }
 
     /// The status of a WebSocket upgrade request with these extra headers, and the error body when it is refused.
-    static func upgrade(_ client: PigeonTestClient, token: String, headers: [String: String]) async throws -> (status: Int, error: ErrorBody?, head: String) {
+    static func upgrade(
+        _ client: PigeonTestClient, token: String, cursor: String? = nil, headers: [String: String]
+    ) async throws -> (status: Int, error: ErrorBody?, head: String) {
         try await offThePool { [port = client.port] in
-            let (socket, head) = try RawStreamSocket.webSocketUpgrade(port: port, token: token, headers: headers)
+            let (socket, head) = try RawStreamSocket.webSocketUpgrade(port: port, token: token, cursor: cursor, headers: headers)
             let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
             guard status != 101 else { return (status, nil, head) }
             let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
@@ -231,9 +233,9 @@ import Testing
                     #expect(!refused.head.lowercased().contains("access-control-"), "\(origin): \(refused.head)")
                 }
             }
-            // (An upgrade refused for its token is answered 400 without a body, as docs/API.md "From a browser" says.)
+            // An allowed origin's upgrade refused for its token is answered 401, as an HTTP call.
             let badToken = try await Self.upgrade(client, token: "not-a-token", headers: ["Origin": Self.page])
-            #expect(badToken.status == 400, "\(badToken.head)")
+            #expect(badToken.status == 401 && badToken.error?.error.code == .unauthorized, "\(badToken.head)")
             // A plain request for it (no upgrade) from another origin is refused too.
             expectError(
                 try await client.request(.GET, "/v1/ws?access_token=\(bob.token)", headers: ["Origin": Self.stranger]), 403, .forbidden,

@@ -115,6 +115,24 @@ import Testing
     }
 
     /// A device revokes itself (logout): `204`, and its token is refused from then on.
+    /// A WebSocket upgrade with a token that is missing, unknown or revoked is answered `401 unauthorized` with the
+    /// error body, as every HTTP call with it (it was a bare `400` from the WebSocket library); a good one is upgraded.
+    @Test func aRefusedWebSocketUpgradeIsAnswered401WithTheErrorBody() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let phone = try await client.register("alice", deviceName: "phone", existing: alice)
+            #expect(try await BrowserTests.upgrade(client, token: phone.token, headers: [:]).status == 101)
+            #expect(try await client.request(.DELETE, "/v1/devices/\(phone.deviceId)", token: alice.token).status == 204)
+            for token in ["", "pgn_unknown", "not-a-token", phone.token] {
+                let refused = try await BrowserTests.upgrade(client, token: token, headers: [:])
+                #expect(refused.status == 401, "token \(token.prefix(12)): \(refused.head)")
+                #expect(refused.error?.error.code == .unauthorized, "token \(token.prefix(12)): \(refused.head)")
+                #expect(refused.head.lowercased().contains("content-type: application/json"), "\(refused.head)")
+            }
+            #expect(try await BrowserTests.upgrade(client, token: alice.token, headers: [:]).status == 101)
+        }
+    }
+
     @Test func aDeviceRevokesItself() async throws {
         try await withTestServer { client in
             let laptop = try await client.register("alice")

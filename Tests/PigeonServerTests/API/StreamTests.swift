@@ -452,6 +452,12 @@ import Testing
                     try await TestWebSocket.connect(port: client.port, token: bob.token, cursor: cursor)
                 }
             }
+            // The refused upgrade is answered as the HTTP call: 400 invalid_request with the error body.
+            for cursor in [String(repeating: "a", count: 513), "a%20b", "caf%C3%A9-1"] {
+                let refused = try await BrowserTests.upgrade(client, token: bob.token, cursor: cursor, headers: [:])
+                #expect(refused.status == 400 && refused.error?.error.code == .invalidRequest, "ws \(cursor): \(refused.head)")
+                #expect(refused.head.lowercased().contains("connection: close"), "\(refused.head)")
+            }
             for header in [String(repeating: "a", count: 513), "a b"] {
                 let answer = try await client.request(.GET, "/v1/events", token: bob.token, headers: ["Last-Event-ID": header])
                 expectError(answer, 400, .invalidRequest, "Last-Event-ID \(header)")

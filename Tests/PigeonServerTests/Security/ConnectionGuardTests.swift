@@ -51,6 +51,28 @@ import Testing
         }
     }
 
+    /// A body over the limit is answered `413` before all of it arrived. The answer says `Connection: close` and the
+    /// server closes the connection: a client may stop sending the body once it has the answer, and the rest of the
+    /// body, or its next request, must not be read as a request (a reused connection once answered the next request
+    /// `414`, the rest of a body taken for its request line).
+    @Test func anErrorAnsweredBeforeTheBodyEndedClosesTheConnection() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            _ = try await client.register("bob")
+            let conversation = try await client.createConversation(alice, members: ["bob"])
+            let connection = try await RawConnection.open(port: client.port)
+            // Content-Length 100,000, over the 64 KiB limit; 70,000 bytes of it sent, then nothing more.
+            try await connection.send(
+                "POST /v1/conversations/\(conversation.id)/messages HTTP/1.1\r\nHost: pig\r\nAuthorization: Bearer \(alice.token)\r\n"
+                    + "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n" + String(repeating: "a", count: 70_000))
+            let answer = try #require(await connection.waitForAnswer(within: .seconds(10)))
+            expectError(answer, 413, .payloadTooLarge, "a body over the limit")
+            #expect(answer.headers["connection"] == "close")
+            #expect(await connection.waitForClose(within: .seconds(5)), "the connection must close after an answer given before the body ended")
+            #expect(try await client.conversation(alice, conversation.id).lastSeq == 0)
+        }
+    }
+
     @Test func halfSentHeadIsAnswered408AndClosed() async throws {
         try await withTestServer(configure: { configuration in
             configuration.connectionLimits.headTimeout = .seconds(1)
