@@ -35,7 +35,10 @@ struct AdminController: Sendable {
         let totals = AdminStats.Totals(
             accepted: counts.accepted.value, stored: counts.stored.value, delivered: counts.delivered.value,
             deadLettered: counts.deadLettered.value, retried: counts.retried.value, rejected: counts.rejected.value)
-        let latest = sampler.samples(since: nil).last
+        // One read of the samples: the rates are the last one's, also when a tick comes while the rest is gathered.
+        let allSamples = sampler.samples(since: nil)
+        let latest = allSamples.last
+        let samples = since.map { since in Array(allSamples.drop { $0.at <= since }) } ?? allSamples
         let deadLetters = try? await store.deadLetterCount()
         let nodes = await knownNodes()
         let now = WallClock.nowMillis()
@@ -46,7 +49,7 @@ struct AdminController: Sendable {
                     accepted: latest?.accepted ?? 0, stored: latest?.stored ?? 0, delivered: latest?.delivered ?? 0,
                     deadLettered: latest?.deadLettered ?? 0),
                 bufferDepth: buffer.depth, openStreams: OpenStreams(hub.openStreams), deadLetters: deadLetters, nodes: nodes,
-                latency: sampler.recentLatency(), sampleIntervalSeconds: 1, samples: sampler.samples(since: since)))
+                latency: sampler.recentLatency(), sampleIntervalSeconds: 1, samples: samples))
     }
 
     /// This node and every node a shared backend knows, each with its latest heartbeat (the newest any backend saw);

@@ -1,12 +1,13 @@
 import Foundation
 import PostgresNIO
 
-/// `postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require][&schema=NAME][&event_partitions=N]`,
-/// parsed.
+/// `postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require][&schema=NAME][&event_partitions=N]`
+/// `[&max_connections=N]`, parsed.
 ///
 /// `schema` keeps Pigeon's tables in a schema of their own (created at start-up when missing), e.g. to share a
 /// database with an application. `event_partitions` (1–64, default 16) is how many partitions the event log has:
-/// see ``PostgresSchema/applyLayout(_:partitions:logger:)``.
+/// see ``PostgresSchema/applyLayout(_:partitions:logger:)``. `max_connections` (2–1000, default 20) caps this node's
+/// connection pool (its LISTEN connection included): the nodes' sum must stay under the server's `max_connections`.
 struct PostgresURL: Sendable {
     enum SSLMode: String, Sendable { case disable, prefer, require }
 
@@ -19,6 +20,8 @@ struct PostgresURL: Sendable {
     var schema: String?
     /// How many partitions the event log should have.
     var eventPartitions = 16
+    /// The most connections this node's pool opens; `nil`: the caller's default.
+    var maxConnections: Int?
 
     init(_ url: String) throws {
         guard let components = URLComponents(string: url), let scheme = components.scheme, ["postgres", "postgresql"].contains(scheme)
@@ -42,6 +45,16 @@ struct PostgresURL: Sendable {
             }
             self.eventPartitions = partitions
         }
+        if let text = query["max_connections"] {
+            guard let count = Int(text), (2...1000).contains(count) else {
+                throw PigeonError.invalid("the PostgreSQL URL's max_connections must be an integer from 2 to 1000, not '\(text)'")
+            }
+            self.maxConnections = count
+        }
+        if let unknown = query.keys.sorted().first(where: { !["sslmode", "schema", "event_partitions", "max_connections"].contains($0) }) {
+            throw PigeonError.invalid(
+                "the PostgreSQL URL has an unknown option '\(unknown)' (known: sslmode, schema, event_partitions, max_connections)")
+        }
         let database = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
         self.host = host
         self.port = components.port ?? 5432
@@ -59,7 +72,7 @@ struct PostgresURL: Sendable {
         case .require: tls = .require(.makeClientConfiguration())
         }
         var configuration = PostgresClient.Configuration(host: host, port: port, username: user, password: password, database: database, tls: tls)
-        configuration.options.maximumConnections = maxConnections
+        configuration.options.maximumConnections = self.maxConnections ?? maxConnections
         configuration.options.minimumConnections = 2
         configuration.options.connectTimeout = .seconds(5)
         if let schema { configuration.options.additionalStartupParameters = [("search_path", schema)] }

@@ -190,7 +190,10 @@ import Testing
             let before = try await Self.stats(client)
             #expect(before.deadLetters == 0)
             try await client.sendAccepted(alice, to: conversation.id, body: "fragile")
-            let after = try await Self.waitForStats(client) { $0.deadLetters == 1 && $0.totals.deadLettered == before.totals.deadLettered + 1 }
+            // The buffer acknowledges the entry once the dead letter is written: its depth falls a moment later.
+            let after = try await Self.waitForStats(client) {
+                $0.deadLetters == 1 && $0.totals.deadLettered == before.totals.deadLettered + 1 && $0.bufferDepth == 0
+            }
             #expect(after.deadLetters == 1)
             #expect(after.totals.deadLettered == before.totals.deadLettered + 1)
             #expect(after.totals.retried == before.totals.retried + 2)

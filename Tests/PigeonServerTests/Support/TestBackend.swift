@@ -44,7 +44,9 @@ struct TestBackendInstance: Sendable {
             // A schema per test (creating a database per test is slow when dozens run at once).
             let name = "pigeon_t_\(suffix)"
             instance.schemaName = name
-            instance.store = .postgres(try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(name)")
+            // A small pool: the crowded passes run 150+ servers at once, and 20 connections each (the default) went
+            // past PostgreSQL's max_connections ("too many clients"), stalling requests past their 30 s timeout.
+            instance.store = .postgres(try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(name)&max_connections=4")
         }
         if backend.usesRedis {
             var url = try TestBackend.environmentURL("PIGEON_TEST_REDIS_URL") + "?prefix=t\(suffix)"
