@@ -53,15 +53,75 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The server, one module per seam: the domain (types, seam protocols, pure rules), one module per backend
+        // (each links only its own database client), the machine-readable contract, and the HTTP application that
+        // composes them (docs/ARCHITECTURE.md).
+        .target(
+            name: "PigeonDomain",
+            dependencies: [
+                "PigeonProtocol",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PigeonSQLite",
+            dependencies: [
+                "PigeonDomain",
+                "PigeonProtocol",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PigeonPostgres",
+            dependencies: [
+                "PigeonDomain",
+                "PigeonProtocol",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PigeonRedisBuffer",
+            dependencies: [
+                "PigeonDomain",
+                "PigeonProtocol",
+                "PigeonRedis",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PigeonContract",
+            dependencies: [
+                "PigeonProtocol",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "PigeonServer",
             dependencies: [
                 "PigeonProtocol",
+                "PigeonDomain",
+                "PigeonSQLite",
+                "PigeonPostgres",
+                "PigeonRedisBuffer",
+                "PigeonContract",
                 "PigeonRedis",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
-                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -71,7 +131,6 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -143,6 +202,7 @@ let package = Package(
             name: "pigeon-server",
             dependencies: [
                 "PigeonServer",
+                "PigeonContract",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -267,6 +327,11 @@ let package = Package(
             name: "PigeonServerTests",
             dependencies: [
                 "PigeonServer",
+                "PigeonDomain",
+                "PigeonSQLite",
+                "PigeonPostgres",
+                "PigeonRedisBuffer",
+                "PigeonContract",
                 "pigeon-server",
                 "PigeonProtocol",
                 "PigeonTestSupport",

@@ -1,8 +1,5 @@
 /// The syntactic rules of the wire contract, shared by the server and clients so both refuse the same input.
 public enum Validation {
-    /// The largest request body the server accepts by default, in bytes.
-    public static let defaultMaxBodyBytes = 65_536
-
     /// `userId`: 1–64 characters of `[A-Za-z0-9._@-]`.
     public static func isValidUserId(_ value: String) -> Bool {
         let utf8 = value.utf8
@@ -41,11 +38,6 @@ public enum Validation {
     /// PostgreSQL's text type cannot hold (refused by every backend, so all behave alike).
     public static func isStorableText(_ value: String) -> Bool {
         !value.utf8.contains(0)
-    }
-
-    /// A UUID in its canonical textual form (8-4-4-4-12 hex digits). Upper case is accepted; ``canonicalUUID(_:)`` lowers it.
-    public static func isValidUUID(_ value: String) -> Bool {
-        canonicalUUID(value) != nil
     }
 
     /// The lowercase form of a UUID string, or `nil` if it is not one.

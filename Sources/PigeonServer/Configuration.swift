@@ -1,4 +1,5 @@
 import Logging
+import PigeonDomain
 
 /// Everything a Pigeon server can be told. Defaults are the embedded development setup.
 public struct ServerConfiguration: Sendable {
@@ -31,8 +32,8 @@ public struct ServerConfiguration: Sendable {
     /// fsync every commit (a ✓ survives power loss). Off: survives a crash of the process only.
     public var durable = true
     /// With the embedded store and buffer: keep accepted messages in a separate SQLite buffer (`buffer.sqlite`) and
-    /// store them in batches, two durable writes per message (the layout of the seeds). Off (the default): a send is
-    /// written straight into the store, one durable write (``StoreIngestBuffer``).
+    /// store them in batches, two durable writes per message (accept → buffer → store, as production runs). Off (the default): a send is
+    /// written straight into the store, one durable write (``DirectAcceptPath``).
     public var separateEmbeddedBuffer = false
     public var logLevel = Logger.Level.info
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import PigeonContract
 import PigeonServer
 
 /// `pigeon-server contract openapi|asyncapi`: prints a contract document, the bytes `GET /openapi.json` and

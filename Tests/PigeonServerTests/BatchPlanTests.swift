@@ -1,3 +1,4 @@
+import PigeonDomain
 import PigeonProtocol
 import Testing
 
@@ -104,7 +105,7 @@ import Testing
             return session
         }
         defer { for session in sessions { hub.unregister(session) } }
-        let event = MessageEvents.stored(message, seq: 1, storedAt: 1, members: ["alice", "bob", "carol"], fanout: fanout)
+        let event = MessageEvents.stored(message, seq: 1, storedAt: 1, members: ["alice", "bob", "carol"], presence: fanout)
         #expect(event.recipientsOnline == 2, "bob's and carol's devices; not the sender's, not dave (no member)")
     }
 

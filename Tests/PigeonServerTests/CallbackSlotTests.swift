@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import PigeonDomain
 @testable import PigeonServer
 import Testing
 

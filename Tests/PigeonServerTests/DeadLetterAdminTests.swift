@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import PigeonDomain
 import PigeonProtocol
 import PigeonServer
 import PigeonTestSupport

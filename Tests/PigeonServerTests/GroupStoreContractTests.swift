@@ -1,5 +1,8 @@
 import Foundation
+import PigeonDomain
+import PigeonPostgres
 import PigeonProtocol
+import PigeonSQLite
 @testable import PigeonServer
 import PigeonTestSupport
 import Testing

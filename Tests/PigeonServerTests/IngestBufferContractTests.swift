@@ -1,16 +1,20 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import PigeonDomain
 import PigeonProtocol
 import PigeonRedis
+import PigeonRedisBuffer
+import PigeonSQLite
 @testable import PigeonServer
 import PigeonTestSupport
 import Testing
 
-/// The ``IngestBuffer`` contract, one body run against every implementation (centrifuge's `*_shared_test.go`, GRDB's
-/// one test over queue and pool): the embedded default that writes into the store (``StoreIngestBuffer``), the
-/// separate SQLite buffer (``EmbeddedBuffer``, `--separate-buffer`) and the Redis Streams buffer (against the test
-/// Redis of `PIGEON_TEST_REDIS_URL`, a key prefix per test).
+/// The ``AcceptPath`` and ``IngestBuffer`` contract, one body run against every implementation (centrifuge's
+/// `*_shared_test.go`, GRDB's one test over queue and pool): the embedded default's direct path that writes into the
+/// store (``DirectAcceptPath``, no buffer: nothing is ever handed out), the separate SQLite buffer (``EmbeddedBuffer``,
+/// `--separate-buffer`) and the Redis Streams buffer (against the test Redis of `PIGEON_TEST_REDIS_URL`, a key prefix
+/// per test).
 ///
 /// What every buffer promises, whatever its layout: an answered append is durable and reaches the store exactly
 /// once; one caller's appends reach it in their order; a resend is answered with its original (before and after
@@ -35,7 +39,9 @@ import Testing
         let redisPrefix: String
         private struct Open: Sendable {
             var store: SQLiteMessageStore
-            var buffer: any IngestBuffer
+            var accept: any AcceptPath
+            /// `nil` on the direct path: there is no buffer to hand anything out.
+            var buffer: (any IngestBuffer)?
             var redis: (buffer: RedisStreamsBuffer, client: RedisClient, runner: Task<Void, any Error>)?
         }
         private let current = NIOLockedValueBox<Open?>(nil)
@@ -48,16 +54,20 @@ import Testing
         }
 
         var store: SQLiteMessageStore { current.withLockedValue { $0! }.store }
-        var buffer: any IngestBuffer { current.withLockedValue { $0! }.buffer }
+        /// Where the tests append (and requeue).
+        var buffer: any AcceptPath { current.withLockedValue { $0! }.accept }
+        /// What the processor reads from; `nil` on the direct path.
+        var handOutBuffer: (any IngestBuffer)? { current.withLockedValue { $0! }.buffer }
 
         private func open() async throws {
             let store = try SQLiteMessageStore(
                 path: directory + "/store.sqlite", durable: false, fanout: LocalFanout(sink: StoreContractTests.RecordingSink()))
             switch kind {
             case .oneWrite:
-                current.withLockedValue { $0 = Open(store: store, buffer: StoreIngestBuffer(store: store, legacy: nil)) }
+                current.withLockedValue { $0 = Open(store: store, accept: DirectAcceptPath(store: store), buffer: nil) }
             case .separate:
-                current.withLockedValue { $0 = Open(store: store, buffer: try! EmbeddedBuffer(path: directory + "/buffer.sqlite", durable: false)) }
+                let buffer = try EmbeddedBuffer(path: directory + "/buffer.sqlite", durable: false)
+                current.withLockedValue { $0 = Open(store: store, accept: buffer, buffer: buffer) }
             case .redis:
                 let client = RedisClient(
                     configuration: try RedisConfiguration(url: try TestBackend.environmentURL("PIGEON_TEST_REDIS_URL")), logger: logger)
@@ -68,7 +78,7 @@ import Testing
                         heartbeatInterval: .seconds(1)),
                     logger: logger)
                 let runner = Task { try await buffer.run() }
-                current.withLockedValue { $0 = Open(store: store, buffer: buffer, redis: (buffer, client, runner)) }
+                current.withLockedValue { $0 = Open(store: store, accept: buffer, buffer: buffer, redis: (buffer, client, runner)) }
                 try await waitUntil("the Redis buffer leases its partitions") { buffer.ownedPartitions.count == 4 }
             }
         }
@@ -102,6 +112,7 @@ import Testing
             let deadline = ContinuousClock.now + timeout
             while entries.count < count {
                 guard ContinuousClock.now < deadline else { throw TestFailure("\(kind): \(entries.count) of \(count) entries handed out") }
+                guard let buffer = handOutBuffer else { throw TestFailure("\(kind): no buffer hands anything out") }
                 entries += try await buffer.nextBatch(max: 100, wait: .milliseconds(100))
             }
             return entries
@@ -115,6 +126,11 @@ import Testing
                 let messages = try await store.messages(conversationId: conversationId, after: 0, before: nil, limit: 1000).messages
                 if messages.count >= count { return messages }
                 guard ContinuousClock.now < deadline else { throw TestFailure("\(kind): \(messages.count) of \(count) messages stored") }
+                // The direct path stored them when it answered: nothing to hand out.
+                guard let buffer = handOutBuffer else {
+                    try await Task.sleep(for: .milliseconds(50))
+                    continue
+                }
                 let entries = try await buffer.nextBatch(max: 100, wait: .milliseconds(50))
                 guard !entries.isEmpty else { continue }
                 let results = try await store.process(entries.map { ProcessingItem(entry: $0, isFinalAttempt: false) })
@@ -132,12 +148,13 @@ import Testing
         func store(_ entries: [BufferEntry]) async throws {
             let results = try await store.process(entries.map { ProcessingItem(entry: $0, isFinalAttempt: false) })
             #expect(results.allSatisfy { if case .stored = $0 { true } else { false } })
-            try await buffer.acknowledge(entryIds: entries.map(\.id))
+            try await handOutBuffer?.acknowledge(entryIds: entries.map(\.id))
         }
 
         /// Nothing more is handed out (waits `wait` for it).
         func handsOutNothing(wait: Duration = .milliseconds(300)) async throws -> Bool {
-            try await buffer.nextBatch(max: 100, wait: wait).isEmpty
+            guard let buffer = handOutBuffer else { return true }
+            return try await buffer.nextBatch(max: 100, wait: wait).isEmpty
         }
     }
 
@@ -251,12 +268,12 @@ import Testing
             }
             let handedOut = try await harness.handOut(3)
             #expect(handedOut.map(\.message) == messages)
-            try await harness.buffer.recordFailedAttempt(entryId: handedOut[0].id, attempts: 2)
+            try await harness.handOutBuffer!.recordFailedAttempt(entryId: handedOut[0].id, attempts: 2)
             try await harness.restart()
             let again = try await harness.handOut(3)
             #expect(again.map(\.message) == messages, "handed out again, in order, after the restart")
             #expect(again.map(\.attempts) == [2, 0, 0], "the failed attempt survived the restart")
-            try await harness.buffer.acknowledge(entryIds: again.map(\.id))
+            try await harness.handOutBuffer!.acknowledge(entryIds: again.map(\.id))
             try await harness.restart()
             #expect(try await harness.handsOutNothing(), "acknowledged entries are gone for good")
         }
@@ -270,8 +287,8 @@ import Testing
             if kind != .oneWrite {
                 // The processor gave up on it: dead-lettered (not stored) and acknowledged.
                 let first = try await harness.handOut(1)
-                try await harness.buffer.recordFailedAttempt(entryId: first[0].id, attempts: 5)
-                try await harness.buffer.acknowledge(entryIds: first.map(\.id))
+                try await harness.handOutBuffer!.recordFailedAttempt(entryId: first[0].id, attempts: 5)
+                try await harness.handOutBuffer!.acknowledge(entryIds: first.map(\.id))
                 #expect(try await harness.handsOutNothing())
             }
             // An operator replays it.

@@ -1,3 +1,4 @@
+import PigeonRedisBuffer
 import Testing
 
 @testable import PigeonServer

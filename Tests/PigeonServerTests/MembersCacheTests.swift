@@ -1,3 +1,4 @@
+import PigeonDomain
 @testable import PigeonServer
 import Testing
 

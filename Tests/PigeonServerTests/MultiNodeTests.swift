@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
+import PigeonRedisBuffer
 import PigeonTestSupport
 import Testing
 

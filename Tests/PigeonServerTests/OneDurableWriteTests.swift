@@ -1,6 +1,8 @@
 import Foundation
 import NIOConcurrencyHelpers
+import PigeonDomain
 import PigeonProtocol
+import PigeonSQLite
 @testable import PigeonServer
 import PigeonTestSupport
 import Testing

@@ -1,6 +1,8 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonPostgres
 import PigeonProtocol
 @testable import PigeonServer
 import PigeonTestSupport

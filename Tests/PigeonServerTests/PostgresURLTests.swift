@@ -1,3 +1,5 @@
+import PigeonDomain
+import PigeonPostgres
 import PigeonProtocol
 import Testing
 

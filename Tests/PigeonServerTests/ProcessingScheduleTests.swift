@@ -1,4 +1,5 @@
 import Foundation
+import PigeonDomain
 import PigeonProtocol
 import Testing
 

@@ -1,7 +1,9 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import PigeonDomain
 import PigeonProtocol
+import PigeonSQLite
 @testable import PigeonServer
 import PigeonTestSupport
 import Testing

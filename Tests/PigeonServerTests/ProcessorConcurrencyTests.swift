@@ -1,8 +1,11 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonPostgres
 import PigeonProtocol
 import PigeonRedis
+import PigeonRedisBuffer
 import PigeonTestSupport
 import Testing
 

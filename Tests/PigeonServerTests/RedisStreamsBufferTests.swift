@@ -2,8 +2,10 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import PigeonDomain
 import PigeonProtocol
 import PigeonRedis
+import PigeonRedisBuffer
 import PigeonTestSupport
 import Testing
 

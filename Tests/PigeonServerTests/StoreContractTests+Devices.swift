@@ -1,4 +1,6 @@
 import Foundation
+import PigeonDomain
+import PigeonPostgres
 import PigeonProtocol
 @testable import PigeonServer
 import PigeonTestSupport

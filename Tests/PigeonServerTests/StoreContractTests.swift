@@ -1,7 +1,10 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonPostgres
 import PigeonProtocol
+import PigeonSQLite
 @testable import PigeonServer
 import PigeonTestSupport
 import Testing

@@ -1,3 +1,4 @@
+import PigeonDomain
 import PigeonProtocol
 import Testing
 

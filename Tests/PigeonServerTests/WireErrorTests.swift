@@ -1,6 +1,7 @@
 import Hummingbird
 import Logging
 import NIOCore
+import PigeonDomain
 import PigeonProtocol
 import Testing
 

@@ -12,8 +12,6 @@ final class ConnectGate: Sendable {
     func succeed() { resolve(.success(())) }
     func fail(_ error: any Error) { resolve(.failure(error)) }
 
-    var isResolved: Bool { state.withLockedValue { $0.outcome != nil } }
-
     private func resolve(_ outcome: Result<Void, any Error>) {
         let waiter = state.withLockedValue { state -> CheckedContinuation<Void, any Error>? in
             guard state.outcome == nil else { return nil }

@@ -12,7 +12,7 @@ extension ClientEngine {
             } catch {
                 logger.debug("gap fetch failed; retrying", metadata: ["error": "\(error)"])
                 try? await clock.sleep(for: settings.reconnectBaseDelay)
-                gapWake.signal()
+                gapWake.notify()
             }
         }
     }
@@ -22,21 +22,28 @@ extension ClientEngine {
     /// it: it is marked left and no longer fetched.
     func fillGaps() async throws {
         try await fetchConversations()
+        try await fetchMissingMessages()
+    }
+
+    /// Fetches the messages missing in `conversationId` (nil: in every conversation), page by page from each gap's
+    /// contiguous seq. A `404` for a conversation means this user is no longer in it: it is marked left and no longer
+    /// fetched. Returns when nothing is missing, or when the server has nothing after a gap: the seq expected does not
+    /// exist (yet); a later event or catch-up asks again.
+    func fetchMissingMessages(in conversationId: String? = nil) async throws {
         var rounds = 0
-        while let (conversationId, after) = try await store.gaps().first, rounds < 100_000 {
+        while let (gapConversationId, after) = try await store.gaps().first(where: { conversationId == nil || $0.conversationId == conversationId }),
+            rounds < 100_000
+        {
             rounds += 1
             let page: MessagePage
             do {
-                page = try await transport.messages(conversationId: conversationId, after: after, limit: settings.fetchPageSize)
+                page = try await transport.messages(conversationId: gapConversationId, after: after, limit: settings.fetchPageSize)
             } catch let error as PigeonClientError where error.serverError?.code == .notFound {
-                try await markLeft(conversationId)
+                try await markLeft(gapConversationId)
                 continue
             }
-            try await apply([.history(conversationId: conversationId, page.messages)])
-            if page.messages.isEmpty {
-                // The server has nothing after `after`: the seq we expected does not exist (yet); wait for news.
-                return
-            }
+            try await apply([.history(conversationId: gapConversationId, page.messages)])
+            if page.messages.isEmpty { return }
         }
     }
 
@@ -52,7 +59,7 @@ extension ClientEngine {
             } catch {
                 logger.debug("catch-up failed; retrying", metadata: ["error": "\(error)"])
                 try? await clock.sleep(for: settings.reconnectBaseDelay)
-                catchUpWake.signal()
+                catchUpWake.notify()
             }
         }
     }

@@ -29,11 +29,11 @@ extension ClientEngine {
                     continue
                 }
                 setState(.online)
-                outboxWake.signal()
-                receiptWake.signal()
-                gapWake.signal()
+                outboxWake.notify()
+                receiptWake.notify()
+                gapWake.notify()
                 let (cursor, needsFullSync) = try await store.syncState()
-                if cursor == nil || needsFullSync { catchUpWake.signal() }
+                if cursor == nil || needsFullSync { catchUpWake.notify() }
                 try await consume(connection)
             } catch is CancellationError {
                 break

@@ -4,7 +4,7 @@ extension ClientEngine {
     /// Adds a message saved by `send` (or `retry`) and wakes the dispatcher.
     func enqueue(_ item: OutboxItem) {
         outbox.withLockedValue { $0.add(item) }
-        outboxWake.signal()
+        outboxWake.notify()
     }
 
     /// Makes a failed item sendable again.
@@ -13,7 +13,7 @@ extension ClientEngine {
             _ = queue.remove(item.localId)
             queue.add(item)
         }
-        outboxWake.signal()
+        outboxWake.notify()
     }
 
     /// Counts expired ACK deadlines as tries, hands the due items to the connection (per conversation one at a
@@ -70,7 +70,7 @@ extension ClientEngine {
             (queue.update(item.localId) { $0.refused(reason) }, queue.items[item.localId]?.attempts ?? 0)
         }
         await perform(action, localId: item.localId, attempts: attempts)
-        outboxWake.signal()
+        outboxWake.notify()
     }
 
     private func handOver(_ item: OutboxItem, _ request: OutboxRequest, on connection: any EventStreamConnection) async {
@@ -110,7 +110,7 @@ extension ClientEngine {
         } catch {
             logger.error("recording an ack failed", metadata: ["error": "\(error)"])
         }
-        outboxWake.signal()
+        outboxWake.notify()
     }
 
     /// The server (or the network) refused a send: transient errors retry, an expired token keeps the message
@@ -132,7 +132,7 @@ extension ClientEngine {
             return (action, queue.items[item.localId]?.attempts ?? 0)
         }
         await perform(action, localId: item.localId, attempts: attempts)
-        outboxWake.signal()
+        outboxWake.notify()
     }
 
     private func perform(_ action: OutboxItem.Action, localId: Int64, attempts: Int) async {

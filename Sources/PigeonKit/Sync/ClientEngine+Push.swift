@@ -5,20 +5,7 @@ extension ClientEngine {
     /// then it is marked left), then fetch every message missing in it, page by page.
     func catchUp(conversationId: String) async throws {
         guard try await refreshConversation(conversationId) else { return }
-        var rounds = 0
-        while let after = try await store.gaps().first(where: { $0.conversationId == conversationId })?.after, rounds < 100_000 {
-            rounds += 1
-            let page: MessagePage
-            do {
-                page = try await transport.messages(conversationId: conversationId, after: after, limit: settings.fetchPageSize)
-            } catch let error as PigeonClientError where error.serverError?.code == .notFound {
-                try await markLeft(conversationId)
-                return
-            }
-            try await apply([.history(conversationId: conversationId, page.messages)])
-            // Nothing after `after`: the seq expected does not exist (yet).
-            if page.messages.isEmpty { return }
-        }
+        try await fetchMissingMessages(in: conversationId)
     }
 
     /// Closes the open stream, if any, and reconnects at once (without the backoff of a failed attempt): a push
@@ -29,7 +16,7 @@ extension ClientEngine {
     func replaceConnection() -> Bool {
         let connection = slot.withLockedValue { $0.connection }
         guard let connection else { return false }
-        connectionWake.signal()
+        connectionWake.notify()
         connection.close()
         return true
     }

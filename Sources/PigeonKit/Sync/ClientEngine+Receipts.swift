@@ -27,5 +27,5 @@ extension ClientEngine {
     }
 
     /// Queues a read receipt now (``PigeonClient/markRead(conversationId:upToSeq:)``).
-    func receiptsChanged() { receiptWake.signal() }
+    func receiptsChanged() { receiptWake.notify() }
 }

@@ -33,11 +33,11 @@ final class ClientEngine: Sendable {
 
     let slot = NIOLockedValueBox(ConnectionSlot())
     let outbox = NIOLockedValueBox(OutboxQueue())
-    let connectionWake: WakeSignal
-    let outboxWake: WakeSignal
-    let receiptWake: WakeSignal
-    let gapWake: WakeSignal
-    let catchUpWake: WakeSignal
+    let connectionWake: AsyncSignal
+    let outboxWake: AsyncSignal
+    let receiptWake: AsyncSignal
+    let gapWake: AsyncSignal
+    let catchUpWake: AsyncSignal
 
     init(store: LocalStore, transport: any PigeonTransport, hub: EventHub, settings: PigeonClient.Configuration, logger: Logger) throws {
         self.store = store
@@ -49,11 +49,11 @@ final class ClientEngine: Sendable {
         let clock = ElapsedClock(settings.clock)
         self.clock = clock
         self.jitter = settings.jitter
-        connectionWake = WakeSignal(clock: clock)
-        outboxWake = WakeSignal(clock: clock)
-        receiptWake = WakeSignal(clock: clock)
-        gapWake = WakeSignal(clock: clock)
-        catchUpWake = WakeSignal(clock: clock)
+        connectionWake = AsyncSignal(clock: clock)
+        outboxWake = AsyncSignal(clock: clock)
+        receiptWake = AsyncSignal(clock: clock)
+        gapWake = AsyncSignal(clock: clock)
+        catchUpWake = AsyncSignal(clock: clock)
         let items = try store.loadOutbox()
         outbox.withLockedValue { queue in
             for item in items { queue.add(item) }
@@ -88,7 +88,7 @@ final class ClientEngine: Sendable {
             return enabled ? nil : slot.connection
         }
         connection?.close()
-        connectionWake.signal()
+        connectionWake.notify()
     }
 
     /// Runs every loop until the task is cancelled.
@@ -119,11 +119,11 @@ final class ClientEngine: Sendable {
             outbox.withLockedValue { queue in
                 for settled in outcome.outboxSettled { _ = queue.remove(settled.localId) }
             }
-            outboxWake.signal()
+            outboxWake.notify()
         }
-        if !outcome.gaps.isEmpty || outcome.fetchNeeded { gapWake.signal() }
-        if outcome.resetRequested { catchUpWake.signal() }
-        if outcome.receiptsDue || !outcome.conversationsChanged.isEmpty { receiptWake.signal() }
+        if !outcome.gaps.isEmpty || outcome.fetchNeeded { gapWake.notify() }
+        if outcome.resetRequested { catchUpWake.notify() }
+        if outcome.receiptsDue || !outcome.conversationsChanged.isEmpty { receiptWake.notify() }
     }
 
     /// Keeps the write-ahead log short without making any write pay for it (see ``LocalStore/checkpoint(thresholdBytes:)``).

@@ -1,15 +1,16 @@
 import Hummingbird
 import Logging
+import PigeonDomain
 import PigeonProtocol
 
 /// The operator's routes behind the admin token (``OperatorTokenMiddleware``): `GET /v1/admin/dead-letters`,
 /// `POST /v1/admin/dead-letters/{serverId}/replay`, `GET /v1/admin/stats` and `GET /v1/admin/conversations/{id}`.
 /// Without an admin token configured the routes do not exist (404), nor does the page that calls them (`GET /admin`).
 struct AdminController: Sendable {
-    let store: any MessageStore
-    let buffer: any IngestBuffer
+    let store: any ConversationStore & DeviceStore & DeadLetterStore
+    let buffer: any AcceptPath
     let hub: StreamHub
-    let fanout: any Fanout
+    let fanout: any Presence
     let metrics: PigeonMetrics
     let sampler: StatisticsSampler
     /// This node's id, and what the shared backends know of the deployment's nodes.

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import PigeonDomain
 import PigeonProtocol
 
 /// Which web pages may call the `/v1` API (and read the contract documents, ``ContractDocument``) from a browser

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOHTTP1
+import PigeonDomain
 import PigeonProtocol
 
 /// An answer the connection guard gives a client just before it closes the connection: API.md's JSON error body,

@@ -1,5 +1,6 @@
 import Hummingbird
 import NIOCore
+import PigeonContract
 
 /// `GET /openapi.json` and `GET /asyncapi.json`: the contract documents (``ContractDocument``), without
 /// authentication, with CORS like the `/v1` routes when `--cors-origin` is set (``PigeonResponder``), so a

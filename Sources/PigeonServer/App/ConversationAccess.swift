@@ -1,9 +1,10 @@
+import PigeonDomain
 import PigeonProtocol
 
 /// What a device may do in a conversation, the same over HTTP and over its WebSocket: find a conversation it is a
 /// member of, record its receipts, update its typing state.
 struct ConversationAccess: Sendable {
-    let store: any MessageStore
+    let store: any ConversationStore & ReceiptStore
     let abuse: AbuseGuard
     let metrics: PigeonMetrics
     let typing: TypingTracker

@@ -1,10 +1,11 @@
 import Hummingbird
+import PigeonDomain
 import PigeonProtocol
 
 /// Conversations, their messages, receipts and typing: the request/response part of API.md, for an authenticated
 /// device (``DeviceRequestContext``).
 struct ConversationController: Sendable {
-    let store: any MessageStore
+    let store: any ConversationStore & MessageHistory
     let ingest: Ingest
     let access: ConversationAccess
     let abuse: AbuseGuard

@@ -1,5 +1,6 @@
 import Hummingbird
 import NIOCore
+import PigeonDomain
 import PigeonProtocol
 
 /// Authenticates the device behind a request's bearer token (`Authorization: Bearer …`, or `?access_token=` where

@@ -1,6 +1,7 @@
 import HTTPTypes
 import Hummingbird
 import Logging
+import PigeonDomain
 import PigeonProtocol
 
 /// `POST /v1/devices`: registration of a device (API.md 1.1, "Registration and identity"). A token, when given,
@@ -11,9 +12,9 @@ import PigeonProtocol
 /// ``Fanout`` (this one before the answer): the device's tokens answer `401`, its streams end.
 struct DeviceController: Sendable {
     let authenticator: Authenticator
-    let store: any MessageStore
+    let store: any DeviceStore
     let pushStore: any PushStore
-    let fanout: any Fanout
+    let fanout: any EventFanout
     let abuse: AbuseGuard
     let metrics: PigeonMetrics
     let openRegistration: Bool

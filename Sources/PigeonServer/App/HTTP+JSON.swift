@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import PigeonDomain
 import PigeonProtocol
 
 /// JSON in and out, with API.md's errors for bodies that are too large or malformed.

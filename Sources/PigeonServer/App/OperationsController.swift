@@ -1,10 +1,11 @@
 import Hummingbird
+import PigeonDomain
 import PigeonProtocol
 
 /// `/healthz`, `/readyz` and `/metrics` (behind the metrics token when one is set).
 struct OperationsController: Sendable {
-    let store: any MessageStore
-    let buffer: any IngestBuffer
+    let store: any DeadLetterStore & StoreHealth
+    let buffer: any AcceptPath
     let hub: StreamHub
     let metrics: PigeonMetrics
     let metricsToken: OperatorToken?

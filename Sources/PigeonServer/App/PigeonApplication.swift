@@ -43,14 +43,14 @@ public enum PigeonApplication {
             to: v1.group().add(middleware: DeviceAuthenticationMiddleware(authenticator: core.authenticator, allowQuery: true))
                 .group(context: DeviceRequestContext.self))
         OperationsController(
-            store: core.store, buffer: core.buffer, hub: core.hub, metrics: core.metrics,
+            store: core.store, buffer: core.accept, hub: core.hub, metrics: core.metrics,
             metricsToken: configuration.metricsToken.map(OperatorToken.init)
         ).addRoutes(to: router)
         ContractController().addRoutes(to: router)
         // Without an admin token the admin routes do not exist (404).
         if let adminToken = configuration.adminToken.map(OperatorToken.init) {
             AdminController(
-                store: core.store, buffer: core.buffer, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
+                store: core.store, buffer: core.accept, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
                 nodeId: core.nodeId, nodeRosters: core.nodeRosters, startedAt: core.startedAt, logger: logger
             ).addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
             // The page itself is public; it asks for the token and calls the routes above with it.
@@ -79,8 +79,8 @@ public enum PigeonApplication {
                     limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics, cors: cors)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.processor, core.typing, core.sampler]
-                + [core.pushDispatcher].compactMap { $0 },
+            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping]
+                + [core.processor].compactMap { $0 } + [core.typing, core.sampler] + [core.pushDispatcher].compactMap { $0 },
             onServerRunning: { channel in
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
             },

@@ -2,8 +2,12 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import PigeonDomain
+import PigeonPostgres
 import PigeonProtocol
 import PigeonRedis
+import PigeonRedisBuffer
+import PigeonSQLite
 import ServiceLifecycle
 
 /// The server's parts, opened and wired together once per server instance (``open(configuration:logger:)``); the
@@ -20,14 +24,17 @@ final class PigeonCore: Sendable {
     let pushStore: any PushStore
     /// Sends the pushes owed to devices with no stream open (nil without `--push-gateway`).
     let pushDispatcher: PushDispatcher?
-    let buffer: any IngestBuffer
+    /// Where an accepted message is written durably: straight into the embedded store, or into a buffer that the
+    /// processor empties (``PigeonCore/open(configuration:logger:)`` chooses, once).
+    let accept: any AcceptPath
     let ingest: Ingest
     let authenticator: Authenticator
     /// When each device was last seen, written off the requests' path.
     let activity: DeviceActivity
     /// Registrations per address, conversations and stored bytes per user.
     let abuse: AbuseGuard
-    let processor: Processor
+    /// Moves buffered messages into the store; `nil` on the direct path, where there is no buffer.
+    let processor: Processor?
     let typing: TypingTracker
     let housekeeping: Housekeeping
     /// Background WAL checkpoints of the embedded files (nil when neither store nor buffer is embedded).
@@ -72,22 +79,27 @@ final class PigeonCore: Sendable {
                 url: url, local: local, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
                 stageTimer: metrics.stageTimer)
             (store, fanout) = (opened, opened.fanout)
-            // Which devices are connected to which node (`recipientsOnline` counts every node's).
-            hub.observePresence { [fanout = opened.fanout] device, online in fanout.devicePresence(device, online: online) }
             backendServices.append(opened)
             nodeRosters.append(opened.fanout)
         }
-        let buffer: any IngestBuffer
+        // Which devices are connected to which node (`recipientsOnline` counts every node's).
+        hub.observePresence { [fanout] device, online in fanout.devicePresence(device, online: online) }
+        // The accept path, chosen once: direct (the embedded store writes an accepted message at once, one durable write,
+        // no processor) or buffered (a buffer, and the processor that empties it into the store).
+        let accept: any AcceptPath
+        var buffer: (any IngestBuffer)?
         switch configuration.buffer {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("buffer.sqlite").path
             if let sqliteStore, !configuration.separateEmbeddedBuffer {
-                // One durable write per message; a buffer file left by a separate-buffer run is drained, not appended to.
-                let legacy = FileManager.default.fileExists(atPath: path) ? try EmbeddedBuffer(path: path, durable: configuration.durable) : nil
-                buffer = StoreIngestBuffer(store: sqliteStore, legacy: legacy)
-                if legacy != nil { sqliteFiles.append(path) }
+                // A buffer file left by a separate-buffer run is drained into the store first, then never appended to.
+                if FileManager.default.fileExists(atPath: path) {
+                    try await drainLeftoverBuffer(path: path, store: sqliteStore, metrics: metrics, configuration: configuration, logger: logger)
+                }
+                accept = DirectAcceptPath(store: sqliteStore)
             } else {
-                buffer = try EmbeddedBuffer(path: path, durable: configuration.durable)
+                let embedded = try EmbeddedBuffer(path: path, durable: configuration.durable)
+                (accept, buffer) = (embedded, embedded)
                 sqliteFiles.append(path)
             }
         case .redis(let url):
@@ -95,7 +107,7 @@ final class PigeonCore: Sendable {
             do {
                 let redis = try await RedisStreamsBuffer(
                     client: client, configuration: try RedisStreamsBuffer.Configuration(url: url, nodeId: nodeId), logger: logger)
-                buffer = redis
+                (accept, buffer) = (redis, redis)
                 nodeRosters.append(redis)
                 backendServices.append(RedisBufferService(buffer: redis, client: client))
             } catch {
@@ -110,26 +122,26 @@ final class PigeonCore: Sendable {
         var pushDispatcher: PushDispatcher?
         if let notifyURL = configuration.push.notifyURL {
             let dispatcher = PushDispatcher(
-                store: store, fanout: fanout, configuration: configuration.push, notifyURL: notifyURL, metrics: metrics, nodeId: nodeId,
+                store: store, presence: fanout, configuration: configuration.push, notifyURL: notifyURL, metrics: metrics, nodeId: nodeId,
                 logger: logger)
             local.observePublications { [weak dispatcher] in dispatcher?.committed() }
             pushDispatcher = dispatcher
         }
         return PigeonCore(
-            configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, buffer: buffer,
+            configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, accept: accept, buffer: buffer,
             authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices,
             pushStore: store, pushDispatcher: pushDispatcher, nodeId: nodeId, nodeRosters: nodeRosters)
     }
 
     private init(
         configuration: ServerConfiguration, logger: Logger, metrics: PigeonMetrics, hub: StreamHub, fanout: any Fanout,
-        store: any MessageStore, buffer: any IngestBuffer, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
+        store: any MessageStore, accept: any AcceptPath, buffer: (any IngestBuffer)?, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
         backendServices: [any Service], pushStore: any PushStore, pushDispatcher: PushDispatcher?, nodeId: String, nodeRosters: [any NodeRoster]
     ) {
         self.nodeId = nodeId
         self.startedAt = WallClock.nowMillis()
         self.nodeRosters = nodeRosters
-        self.sampler = StatisticsSampler(metrics: metrics, buffer: buffer, hub: hub)
+        self.sampler = StatisticsSampler(metrics: metrics, buffer: accept, hub: hub)
         self.pushStore = pushStore
         self.pushDispatcher = pushDispatcher
         self.configuration = configuration
@@ -138,12 +150,12 @@ final class PigeonCore: Sendable {
         self.hub = hub
         self.fanout = fanout
         self.store = store
-        self.buffer = buffer
+        self.accept = accept
         self.authenticator = authenticator
         self.activity = activity
         self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
-        self.ingest = Ingest(buffer: buffer, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
-        self.processor = Processor(buffer: buffer, store: store, metrics: metrics, configuration: configuration, logger: logger)
+        self.ingest = Ingest(buffer: accept, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
+        self.processor = buffer.map { Processor(buffer: $0, store: store, metrics: metrics, configuration: configuration, logger: logger) }
         self.typing = TypingTracker(fanout: fanout, timeout: configuration.typingTimeout)
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
@@ -153,6 +165,23 @@ final class PigeonCore: Sendable {
     /// What a device may do in a conversation, for the HTTP routes and the WebSocket alike.
     var conversationAccess: ConversationAccess {
         ConversationAccess(store: store, abuse: abuse, metrics: metrics, typing: typing, streamLimits: configuration.streamLimits)
+    }
+
+    /// Stores what a `buffer.sqlite` left by a server that ran with `--separate-buffer` still holds, before the
+    /// direct accept path takes sends (so that a conversation's leftover messages are stored before its new ones). The
+    /// drained file is left in place, empty, for a later `--separate-buffer` run. Refuses to start when it cannot be
+    /// emptied within the shutdown drain timeout.
+    private static func drainLeftoverBuffer(
+        path: String, store: SQLiteMessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger
+    ) async throws {
+        let leftover = try EmbeddedBuffer(path: path, durable: configuration.durable)
+        guard leftover.depth > 0 else { return }
+        logger.info("draining the messages left in a separate buffer into the store", metadata: ["path": "\(path)", "depth": "\(leftover.depth)"])
+        let processor = Processor(buffer: leftover, store: store, metrics: metrics, configuration: configuration, logger: logger)
+        guard try await processor.drain(within: configuration.shutdownDrainTimeout) else {
+            throw PigeonError.overloaded(
+                "\(path) still holds \(leftover.depth) messages after \(configuration.shutdownDrainTimeout) of draining; the store refused them (see the log)")
+        }
     }
 
     /// The node id kept in `<dataDirectory>/node-id` (created with a random one at the first start).

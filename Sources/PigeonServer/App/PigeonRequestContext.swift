@@ -1,6 +1,7 @@
 import Hummingbird
 import HummingbirdWebSocket
 import NIOCore
+import PigeonDomain
 
 /// The request context of every Pigeon route: Hummingbird's core storage, the WebSocket upgrade slot, and
 /// the authenticated device once a route or middleware has established it.

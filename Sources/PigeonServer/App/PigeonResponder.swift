@@ -1,6 +1,8 @@
 import HTTPTypes
 import Hummingbird
 import Logging
+import PigeonContract
+import PigeonDomain
 import PigeonProtocol
 
 /// The server's HTTP responder: the router, behind the answers a router cannot give, because it only knows the

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import NIOCore
+import PigeonDomain
 import PigeonProtocol
 import ServiceLifecycle
 
@@ -202,7 +203,7 @@ extension StreamController {
 /// unauthorized`, `400 invalid_request`, `503 overloaded`, with the error body), through the connection guard.
 struct WebSocketAuthMiddleware: RouterMiddleware {
     let authenticator: Authenticator
-    let store: any MessageStore
+    let store: any EventLog
 
     func handle(_ request: Request, context: PigeonRequestContext, next: (Request, PigeonRequestContext) async throws -> Response) async throws -> Response {
         var context = context

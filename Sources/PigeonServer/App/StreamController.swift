@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import PigeonDomain
 import PigeonProtocol
 import Logging
 import ServiceLifecycle
@@ -10,7 +11,7 @@ import ServiceLifecycle
 /// WebSocket at `/v1/ws` (its stream, and sends, receipts and typing going the other way), for an authenticated
 /// device (``DeviceRequestContext``).
 struct StreamController: Sendable {
-    let store: any MessageStore
+    let store: any EventLog
     let hub: StreamHub
     let ingest: Ingest
     let access: ConversationAccess

@@ -1,3 +1,5 @@
+import PigeonDomain
+
 /// The web demo page of `GET /` (with `--web`): alice and bob side by side in one self-contained HTML page (no build
 /// step, no CDN), driving the real `/v1` API from the browser, alice over the WebSocket and bob over SSE and HTTP,
 /// each sent message's tick live (DESIGN.md's status model: ⏰ ✓ ✓✓ blue ✓✓ ⚠️, each only on the server's evidence),

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import PigeonDomain
 import PigeonProtocol
 import ServiceLifecycle
 
@@ -29,7 +30,7 @@ public struct AuthenticatedDevice: Sendable, Hashable {
 ///
 /// As a `Service` it keeps a JWKS current (see ``JWKSKeySource``); without a JWKS it only waits for shutdown.
 public final class Authenticator: Service, Sendable {
-    private let store: any MessageStore
+    private let store: any DeviceStore
     private let jwt: JWTAuthenticator?
     private let logger: Logger
     /// Opaque tokens' hashes → their devices.
@@ -41,7 +42,7 @@ public final class Authenticator: Service, Sendable {
 
     /// Reads the configured key files (a missing or malformed one is an error naming it); a JWKS URL is first
     /// fetched by ``run()``.
-    init(store: any MessageStore, configuration: AuthConfiguration, activity: DeviceActivity, logger: Logger) async throws {
+    init(store: any DeviceStore, configuration: AuthConfiguration, activity: DeviceActivity, logger: Logger) async throws {
         self.store = store
         self.logger = logger
         self.activity = activity

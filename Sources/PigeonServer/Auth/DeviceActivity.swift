@@ -1,5 +1,7 @@
 import Logging
 import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonProtocol
 import ServiceLifecycle
 
 /// When each device was last seen (its latest authenticated request): kept in memory by ``seen(_:at:)``, which
@@ -24,7 +26,7 @@ public final class DeviceActivity: Service, Sendable {
         var due: Set<DeviceIdentity> = []
     }
 
-    private let store: any MessageStore
+    private let store: any DeviceStore
     /// The shortest time between two writes of one device.
     let interval: Duration
     private let logger: Logger
@@ -32,7 +34,7 @@ public final class DeviceActivity: Service, Sendable {
     private let wakeUp = AsyncSignal()
     private var intervalMillis: Int64 { interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000 }
 
-    init(store: any MessageStore, interval: Duration, logger: Logger) {
+    init(store: any DeviceStore, interval: Duration, logger: Logger) {
         self.store = store
         self.interval = interval
         self.logger = logger

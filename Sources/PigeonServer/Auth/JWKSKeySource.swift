@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import PigeonDomain
 import PigeonProtocol
 
 /// The keys of a JWKS document (a file or an identity provider's `http(s)` URL), kept current.

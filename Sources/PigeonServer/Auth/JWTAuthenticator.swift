@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PigeonDomain
 import PigeonProtocol
 
 /// Verifies JWTs against the configured keys (a secret, PEM public keys, a JWKS) and checks their claims.

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import JWTKit
+import PigeonDomain
 import PigeonProtocol
 
 /// One key that verifies JWT signatures of exactly one algorithm (a key usable with several algorithms, an HMAC

@@ -1,4 +1,5 @@
 import Foundation
+import PigeonDomain
 import PigeonProtocol
 
 /// Why a JWT was refused (logged at debug level; the client only ever sees `401 unauthorized`). Never holds the

@@ -1,3 +1,4 @@
+import PigeonDomain
 import PigeonProtocol
 
 /// The accept path: validate, authorise, rate-limit, append durably, answer.
@@ -11,15 +12,15 @@ final class Ingest: Sendable {
         var created: Bool
     }
 
-    private let buffer: any IngestBuffer
-    private let store: any MessageStore
+    private let buffer: any AcceptPath
+    private let store: any ConversationStore & MessageHistory
     private let metrics: PigeonMetrics
     private let abuse: AbuseGuard
     private let rateLimiter: RateLimiter?
     private let maxBuffered: Int
     private let maxBodyBytes: Int
 
-    init(buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, abuse: AbuseGuard, configuration: ServerConfiguration) {
+    init(buffer: any AcceptPath, store: any ConversationStore & MessageHistory, metrics: PigeonMetrics, abuse: AbuseGuard, configuration: ServerConfiguration) {
         self.buffer = buffer
         self.store = store
         self.metrics = metrics

@@ -1,3 +1,4 @@
+import PigeonDomain
 import PigeonProtocol
 
 /// Applies ``AbuseLimits``: registrations per client address, conversations and stored bytes per user. Every

@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import PigeonDomain
 import Prometheus
 
 /// The server's Prometheus metrics (seed 000's list), in a registry of their own so several servers can

@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import PigeonDomain
 import ServiceLifecycle
 
 /// Takes one ``StatisticsSample`` a second of this node's counts, buffer depth and open streams, and keeps the last
@@ -12,7 +13,7 @@ final class StatisticsSampler: Service {
     static let latencyWindowSeconds = 60
 
     private let metrics: PigeonMetrics
-    private let buffer: any IngestBuffer
+    private let buffer: any AcceptPath
     private let hub: StreamHub
     private let clock: any Clock<Duration>
     private let interval: Duration
@@ -33,7 +34,7 @@ final class StatisticsSampler: Service {
 
     private let state = NIOLockedValueBox(State())
 
-    init(metrics: PigeonMetrics, buffer: any IngestBuffer, hub: StreamHub, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(1)) {
+    init(metrics: PigeonMetrics, buffer: any AcceptPath, hub: StreamHub, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(1)) {
         self.metrics = metrics
         self.buffer = buffer
         self.hub = hub

@@ -1,4 +1,6 @@
 import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonProtocol
 
 /// Buffer entries whose processing ended, on their way to ``IngestBuffer/acknowledge(entryIds:)``.
 ///

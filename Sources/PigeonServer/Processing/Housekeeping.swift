@@ -1,13 +1,14 @@
 import Logging
+import PigeonDomain
 import ServiceLifecycle
 
 /// Periodic upkeep: prunes events older than the retention period.
 final class Housekeeping: Service {
-    private let store: any MessageStore
+    private let store: any EventLog
     private let configuration: ServerConfiguration
     private let logger: Logger
 
-    init(store: any MessageStore, configuration: ServerConfiguration, logger: Logger) {
+    init(store: any EventLog, configuration: ServerConfiguration, logger: Logger) {
         self.store = store
         self.configuration = configuration
         self.logger = logger

@@ -1,3 +1,4 @@
+import PigeonDomain
 import PigeonProtocol
 
 /// The processor's decisions, without I/O: which partitions' batches to store now, when to read more from the

@@ -1,5 +1,6 @@
 import Logging
 import NIOConcurrencyHelpers
+import PigeonDomain
 import PigeonProtocol
 import ServiceLifecycle
 
@@ -36,14 +37,14 @@ final class Processor: Service {
     }
 
     private let buffer: any IngestBuffer
-    private let store: any MessageStore
+    private let store: any MessageProcessing
     private let metrics: PigeonMetrics
     private let configuration: ServerConfiguration
     private let logger: Logger
     private let clock: ElapsedClock
 
     init(
-        buffer: any IngestBuffer, store: any MessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger,
+        buffer: any IngestBuffer, store: any MessageProcessing, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
         self.clock = ElapsedClock(clock)
@@ -61,14 +62,33 @@ final class Processor: Service {
                 while let entryIds = await acknowledgements.next() { try await self.acknowledge(entryIds) }
             }
             defer { acknowledgements.finish() }
-            try await process(acknowledgements: acknowledgements)
+            try await process(acknowledgements: acknowledgements, drainWithin: nil)
             acknowledgements.finish()
             try await group.waitForAll()
         }
     }
 
-    private func process(acknowledgements: AcknowledgementQueue) async throws {
+    /// Stores what the buffer holds and returns once it is empty (`true`) or `timeout` passed first (`false`, the rest
+    /// stays buffered): a one-shot drain, for a buffer that nothing appends to any more (the `buffer.sqlite` left by a
+    /// server that ran with `--separate-buffer`, drained at start before the direct accept path takes sends).
+    func drain(within timeout: Duration) async throws -> Bool {
+        let acknowledgements = AcknowledgementQueue()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while let entryIds = await acknowledgements.next() { try await self.acknowledge(entryIds) }
+            }
+            defer { acknowledgements.finish() }
+            try await process(acknowledgements: acknowledgements, drainWithin: timeout)
+            acknowledgements.finish()
+            try await group.waitForAll()
+        }
+        return buffer.depth == 0
+    }
+
+    /// The processing loop; with `drainWithin`, draining from the start (as after a graceful shutdown).
+    private func process(acknowledgements: AcknowledgementQueue, drainWithin: Duration?) async throws {
         var schedule = Schedule(settings: Schedule.Settings(configuration))
+        if let drainWithin { schedule.startDraining(deadline: clock.now + drainWithin) }
         // Wake-ups asked for and not yet come.
         var timers: [ElapsedClock.Instant] = []
         // When entries were read and not yet in a batch (for the `queued` stage).
@@ -77,9 +97,11 @@ final class Processor: Service {
         try await withThrowingTaskGroup(of: Event.self) { group in
             // Whatever is still running when the loop ends (a blocking read, an abandoned batch) is not waited for.
             defer { group.cancelAll() }
-            group.addTask {
-                try? await gracefulShutdown()
-                return .gracefulShutdown
+            if drainWithin == nil {
+                group.addTask {
+                    try? await gracefulShutdown()
+                    return .gracefulShutdown
+                }
             }
             while true {
                 // Cancelled (not a graceful shutdown): stop at once; what is buffered stays durable for the next start.
@@ -118,8 +140,8 @@ final class Processor: Service {
                     }
                 }
                 guard let event = try await group.next() else {
-                    // Cannot happen: the graceful shutdown watch runs until shutdown, and from then on the schedule
-                    // always leaves something to wait for (ProcessingScheduleTests).
+                    // Cannot happen: the graceful shutdown watch runs until shutdown, and while draining (from then on, or
+                    // from the start in a drain) the schedule always leaves something to wait for (ProcessingScheduleTests).
                     logger.critical("processor has nothing to wait for; stopping")
                     assertionFailure("the processing schedule left nothing to wait for")
                     return
@@ -212,86 +234,5 @@ final class Processor: Service {
                 delay = min(configuration.maxRetryDelay, delay * 2)
             }
         }
-    }
-}
-
-/// The store did not answer a batch in time (its connection may have died under it without an error).
-struct StoreTimeout: Error, CustomStringConvertible {
-    var timeout: Duration
-    var description: String { "the store did not answer within \(timeout)" }
-}
-
-/// Runs `operation`, but gives up waiting after `timeout` and throws ``StoreTimeout`` (or, when the calling task is
-/// cancelled, `CancellationError` at once). Unlike a task group, it does not wait for an operation that ignores
-/// cancellation: seen with a PostgreSQL transaction whose server was killed under it, which never returned. The
-/// abandoned operation is cancelled and left to finish on its own; processing is idempotent, so the batch can be
-/// tried again meanwhile.
-func withDeadline<T: Sendable>(_ timeout: Duration, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
-    let race = DeadlineRace<T>()
-    return try await withTaskCancellationHandler {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            race.start(continuation, timeout: timeout, operation: operation)
-        }
-    } onCancel: {
-        race.finish(.failure(CancellationError()))
-    }
-}
-
-/// The first of the operation, the timer and cancellation to finish resumes the caller; the others are cancelled.
-private final class DeadlineRace<T: Sendable>: Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<T, any Error>?
-        /// The winner, once there is one (kept for a `start` that comes after a cancellation).
-        var outcome: Result<T, any Error>?
-        var tasks: [Task<Void, Never>] = []
-    }
-
-    private let state = NIOLockedValueBox(State())
-
-    func start(_ continuation: CheckedContinuation<T, any Error>, timeout: Duration, operation: @escaping @Sendable () async throws -> T) {
-        let early = state.withLockedValue { state -> Result<T, any Error>? in
-            if let outcome = state.outcome { return outcome }
-            state.continuation = continuation
-            return nil
-        }
-        if let early {
-            continuation.resume(with: early)
-            return
-        }
-        let work = Task {
-            do {
-                self.finish(.success(try await operation()))
-            } catch {
-                self.finish(.failure(error))
-            }
-        }
-        let timer = Task {
-            try? await Task.sleep(for: timeout)
-            if !Task.isCancelled { self.finish(.failure(StoreTimeout(timeout: timeout))) }
-        }
-        let finishedMeanwhile = state.withLockedValue { state -> Bool in
-            guard state.outcome == nil else { return true }
-            state.tasks = [work, timer]
-            return false
-        }
-        if finishedMeanwhile {
-            work.cancel()
-            timer.cancel()
-        }
-    }
-
-    func finish(_ outcome: Result<T, any Error>) {
-        let winner = state.withLockedValue { state -> (CheckedContinuation<T, any Error>?, [Task<Void, Never>])? in
-            guard state.outcome == nil else { return nil }
-            state.outcome = outcome
-            defer {
-                state.continuation = nil
-                state.tasks = []
-            }
-            return (state.continuation, state.tasks)
-        }
-        guard let (continuation, tasks) = winner else { return }
-        for task in tasks { task.cancel() }
-        continuation?.resume(with: outcome)
     }
 }

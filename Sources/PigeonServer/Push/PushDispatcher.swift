@@ -4,6 +4,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import PigeonDomain
 import PigeonProtocol
 import ServiceLifecycle
 
@@ -23,7 +24,7 @@ import ServiceLifecycle
 /// gateway holds no store connection, and a slow or dead gateway only makes pushes late.
 final class PushDispatcher: Service {
     private let store: any PushStore
-    private let fanout: any Fanout
+    private let presence: any Presence
     private let configuration: PushConfiguration
     private let notifyURL: String
     private let metrics: PigeonMetrics
@@ -35,11 +36,11 @@ final class PushDispatcher: Service {
     private let collectLimit = 2_000
 
     init(
-        store: any PushStore, fanout: any Fanout, configuration: PushConfiguration, notifyURL: String, metrics: PigeonMetrics, nodeId: String,
+        store: any PushStore, presence: any Presence, configuration: PushConfiguration, notifyURL: String, metrics: PigeonMetrics, nodeId: String,
         logger: Logger
     ) {
         self.store = store
-        self.fanout = fanout
+        self.presence = presence
         self.configuration = configuration
         self.notifyURL = notifyURL
         self.metrics = metrics
@@ -80,12 +81,12 @@ final class PushDispatcher: Service {
     private func collectLoop() async {
         let window = configuration.retryWindow.milliseconds
         let minInterval = configuration.minInterval.milliseconds
-        let fanout = fanout
+        let presence = presence
         while !Task.isCancelled {
             do {
                 while let collection = try await store.collectOwedPushes(
                     limit: collectLimit, now: WallClock.nowMillis(), window: window, minInterval: minInterval,
-                    isOnline: { device in fanout.onlineDevices(of: [device.userId]).contains(device) })
+                    isOnline: { device in presence.onlineDevices(of: [device.userId]).contains(device) })
                 {
                     if collection.owed > 0 { sendWake.notify() }
                     if !collection.more { break }
@@ -137,7 +138,7 @@ final class PushDispatcher: Service {
     /// Sends one claimed push and records what became of it.
     private func deliver(_ push: ClaimedPush, http: HTTPClient) async {
         let outcome: PushOutcome
-        if fanout.onlineDevices(of: [push.device.userId]).contains(push.device) {
+        if presence.onlineDevices(of: [push.device.userId]).contains(push.device) {
             outcome = .dropped  // its stream delivers the message
         } else {
             outcome = await post(push, http: http)

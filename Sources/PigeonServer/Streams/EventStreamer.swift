@@ -1,3 +1,5 @@
+import PigeonDomain
+
 /// One device's stream as a sequence of frames: the events after its start from the log, then the live ones
 /// from its session, each exactly once and in order (live events already read from the log are skipped by their partition's offset).
 struct EventStreamer: Sendable {
@@ -16,7 +18,7 @@ struct EventStreamer: Sendable {
         case idle
     }
 
-    private let store: any MessageStore
+    private let store: any EventLog
     private let session: StreamSession
     private let idleInterval: Duration?
     private let pageSize = 500
@@ -26,7 +28,7 @@ struct EventStreamer: Sendable {
     private var position = 0
 
     /// `idleInterval`: how long the stream may be silent before ``next()`` answers `.idle` (`nil`: never).
-    init(store: any MessageStore, session: StreamSession, start: StreamStart, idleInterval: Duration?) {
+    init(store: any EventLog, session: StreamSession, start: StreamStart, idleInterval: Duration?) {
         self.store = store
         self.session = session
         self.idleInterval = idleInterval

@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import PigeonDomain
 import PigeonProtocol
 
 /// Receipts of one WebSocket waiting to be written, coalesced: per conversation and kind only the highest

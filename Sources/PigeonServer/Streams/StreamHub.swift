@@ -1,9 +1,10 @@
 import NIOConcurrencyHelpers
+import PigeonDomain
 
 /// The connected devices of this node and the event push to them: the local ``EventSink``.
 ///
 /// Sessions are kept by user in 32 shards, so publishing for different users rarely contends.
-public final class StreamHub: EventSink {
+public final class StreamHub: LocalStreams {
     private static let shardCount = 32
     private let shards: [NIOLockedValueBox<[String: [StreamSession]]>]
     private let nextSessionID = NIOLockedValueBox<UInt64>(0)
@@ -82,7 +83,7 @@ public final class StreamHub: EventSink {
 
     /// The users with a stream open on this node, and the registration count when they were read (compare it with a
     /// later read's to know whether a stream was added in between).
-    func connectedUsers() -> (registrations: UInt64, users: [String]) {
+    public func connectedUsers() -> (registrations: UInt64, users: [String]) {
         let count = registrations.withLockedValue { $0 }
         var users: [String] = []
         for shard in shards { users.append(contentsOf: shard.withLockedValue { Array($0.keys) }) }
@@ -111,7 +112,7 @@ public final class StreamHub: EventSink {
     }
 
     /// Sends a frame that is never stored (typing) to the connected devices of `users`, except `excludedDevice`.
-    func publishEphemeral(type: String, json: String, to users: [String], excluding excludedDevice: DeviceIdentity?) {
+    public func publishEphemeral(type: String, json: String, to users: [String], excluding excludedDevice: DeviceIdentity?) {
         for user in users {
             for session in shard(user).withLockedValue({ $0[user] ?? [] }) where session.device != excludedDevice {
                 session.send(type: type, json: json)
@@ -122,7 +123,7 @@ public final class StreamHub: EventSink {
     /// Ends the streams of a revoked device opened with tokens the revocation refuses
     /// (``StreamSession/EndReason/revoked``); how many.
     @discardableResult
-    func endStreams(revokedBy revocation: DeviceRevocation) -> Int {
+    public func endStreams(revokedBy revocation: DeviceRevocation) -> Int {
         let now = ContinuousClock.now
         recentRevocations.withLockedValue { recent in
             recent = recent.filter { now - $0.value.at < Self.recentRevocationWindow }
@@ -136,12 +137,5 @@ public final class StreamHub: EventSink {
         }
         for session in ending { session.end(.revoked) }
         return ending.count
-    }
-
-    /// Ends every open stream (graceful shutdown).
-    func closeAll() {
-        for shard in shards {
-            for session in shard.withLockedValue({ $0.values.flatMap { $0 } }) { session.close() }
-        }
     }
 }

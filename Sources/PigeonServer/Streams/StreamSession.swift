@@ -1,4 +1,6 @@
 import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonProtocol
 
 /// One open event stream of a device (a WebSocket or an SSE response): the queue between the hub and the
 /// connection's writer, and the watch over that writer.
@@ -25,25 +27,7 @@ final class StreamSession: Sendable {
     }
 
     /// Why the server ends a stream (rather than the client or an error).
-    enum EndReason: Sendable, Equatable, CaseIterable {
-        /// Over the outbound byte budget: the client does not read fast enough.
-        case tooSlow
-        /// One write did not complete within the write timeout: the client stopped reading.
-        case writeTimeout
-        /// The device opened more streams than allowed; this was its oldest.
-        case replaced
-        /// The device was revoked (`DELETE /v1/devices/{deviceId}`): its token no longer works.
-        case revoked
-
-        /// The WebSocket close code and reason (API.md).
-        var webSocketClose: (code: Int, reason: String) {
-            switch self {
-            case .tooSlow, .writeTimeout: (4008, "too slow: reconnect with your cursor")
-            case .replaced: (4009, "replaced by a newer stream of this device")
-            case .revoked: (4001, "device revoked: its token no longer works")
-            }
-        }
-    }
+    typealias EndReason = StreamEndReason
 
     private struct State: Sendable {
         var items: [Item] = []

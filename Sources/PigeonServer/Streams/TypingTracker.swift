@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import PigeonDomain
 import PigeonProtocol
 import ServiceLifecycle
 
@@ -18,12 +19,12 @@ final class TypingTracker: Service {
     }
 
     /// Where frames go: this node's devices and, with several nodes, the other nodes'.
-    private let fanout: any Fanout
+    private let fanout: any EventFanout
     private let timeout: Duration
     private let active = NIOLockedValueBox([Key: Indicator]())
     /// Typing operations per device, made at the first ``admit(_:rate:burst:)``.
     private let rateLimiter = NIOLockedValueBox<RateLimiter?>(nil)
-    init(fanout: any Fanout, timeout: Duration) {
+    init(fanout: any EventFanout, timeout: Duration) {
         self.fanout = fanout
         self.timeout = timeout
     }

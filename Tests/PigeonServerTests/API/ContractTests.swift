@@ -3,6 +3,8 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOHTTP1
+import PigeonContract
+import PigeonDomain
 import PigeonProtocol
 @testable import PigeonServer
 import PigeonTestSupport

@@ -1,6 +1,8 @@
 import Foundation
 import NIOHTTP1
+import PigeonDomain
 import PigeonProtocol
+import PigeonSQLite
 @testable import PigeonServer
 import PigeonTestSupport
 import Testing

@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
+import PigeonSQLite
 import PigeonServer
 import PigeonTestSupport
 import Testing

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import PigeonProtocol
+import PigeonSQLite
 @testable import PigeonServer
 import PigeonTestSupport
 import PostgresNIO

@@ -6,6 +6,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import PigeonDomain
 import PigeonProtocol
 @testable import PigeonServer
 import PigeonTestSupport

@@ -1,0 +1,506 @@
+import PigeonProtocol
+
+/// The wire types of PigeonProtocol as JSON Schemas: the `components.schemas` shared by the OpenAPI document (HTTP
+/// bodies, `/v1/sync`'s events) and the AsyncAPI document (WebSocket frames, server-sent events), so the two cannot
+/// describe an event differently.
+///
+/// Unions (`Event`, `ClientOperation`, `ServerFrame`) are `oneOf` whose branches fix `type` or `op` with `const`, with
+/// no `discriminator` (OpenAPI's and AsyncAPI's disagree on its shape).
+///
+/// Requests are described as strictly as the server checks them (a request the schema allows is not refused `400`);
+/// what JSON Schema cannot say (byte limits, a limit counted after merging duplicates) is in the descriptions.
+package enum ContractSchemas {
+    // MARK: Fields
+
+    package static let uuid = Schema.string("A UUID (any case in requests; lowercase in answers).", format: "uuid")
+    package static let userId = Schema.string("1-64 characters of [A-Za-z0-9._@-].", pattern: "^[A-Za-z0-9._@-]{1,64}$")
+    package static let deviceId = Schema.string(
+        "A device id: a UUID for a registered device, the JWT's device claim (1-128 printable ASCII characters without spaces) for a JWT device.",
+        pattern: "^[!-~]{1,128}$")
+    package static let millis = Schema.integer("Milliseconds since the Unix epoch.")
+    package static let seq = Schema.integer("A seq of the conversation (1, 2, 3 ...); 0 is before the first.", minimum: 0)
+    package static let cursor = Schema.string("An opaque position in the device's event log: 1-512 printable ASCII characters (U+0021-U+007E).", pattern: "^[!-~]{1,512}$")
+    /// Free text that is stored: anything but U+0000.
+    package static let noNul = "^[^\\u0000]*$"
+    package static let messageType = Schema.string(
+        "App-defined, 1-32 characters of [a-z0-9._-]; types beginning with `pigeon.` are the server's (`pigeon.members`, `pigeon.edit`, `pigeon.delete`).",
+        pattern: "^[a-z0-9._-]{1,32}$")
+    package static let clientMessageType = Schema.string(
+        "App-defined, 1-32 characters of [a-z0-9._-], not beginning with `pigeon.` (the server's own types).",
+        pattern: "^(?!pigeon\\.)[a-z0-9._-]{1,32}$")
+    package static let messageBody = Schema.string(
+        "Opaque to the server; any text without U+0000, at most 65,536 bytes of UTF-8 (413 payload_too_large), and the whole request at most 65,536 bytes.",
+        pattern: noNul)
+    package static let clientTimestamp = Schema.integer("The sender's clock when the user pressed send (ms since the epoch).")
+    package static let upToSeq = Schema.integer("The watermark to move to; beyond the conversation's lastSeq it is clamped.", minimum: 0)
+    package static let errorCodes = [
+        "invalid_request", "unauthorized", "forbidden", "not_found", "method_not_allowed", "request_timeout", "payload_too_large", "rate_limited",
+        "internal", "overloaded",
+    ]
+
+    // MARK: Named schemas
+
+    /// Every named schema, in document order.
+    package static var components: [(String, JSONNode)] {
+        base + ServerEvent.Kind.allCases.map { (eventName($0), event($0)) }
+            + [("Event", eventUnion)]
+            + ClientOperation.Op.allCases.map { (operationName($0), operation($0)) }
+            + [("ClientOperation", operationUnion), ("AckFrame", ackFrame), ("ErrorFrame", errorFrame), ("ServerFrame", serverFrameUnion)]
+    }
+
+    private static var base: [(String, JSONNode)] {
+        [
+            ("ErrorCode", Schema.enumeration(errorCodes, "The error codes of API.md and docs/API.md, each with its HTTP status.")),
+            (
+                "ErrorDetail",
+                Schema.object(
+                    required: ["code", "message"], [("code", Schema.ref("ErrorCode")), ("message", Schema.string("For humans; may change."))])
+            ),
+            ("Error", Schema.object("Every error answer.", required: ["error"], [("error", Schema.ref("ErrorDetail"))])),
+            (
+                "RegisterDeviceRequest",
+                Schema.object(
+                    required: ["userId"],
+                    [
+                        ("userId", userId),
+                        ("deviceName", Schema.nullable(Schema.string("At most 128 characters, no U+0000.", pattern: noNul, maxLength: 128))),
+                    ])
+            ),
+            (
+                "DeviceRegistration",
+                Schema.object(
+                    required: ["userId", "deviceId", "token"],
+                    [
+                        ("userId", userId), ("deviceId", uuid),
+                        ("token", Schema.string("The device's bearer token, shown once.", pattern: "^pgn_[A-Za-z0-9_-]{43}$")),
+                    ])
+            ),
+            (
+                "DeviceInfo",
+                Schema.object(
+                    required: ["deviceId", "deviceName", "createdAt", "lastSeenAt", "current"],
+                    [
+                        ("deviceId", deviceId), ("deviceName", Schema.nullable(Schema.string())), ("createdAt", millis),
+                        ("lastSeenAt", Schema.described(millis, "Its latest authenticated request, to about a minute.")),
+                        ("current", Schema.described(Schema.boolean, "Whether it is the calling device.")),
+                    ])
+            ),
+            ("DeviceList", Schema.object(required: ["devices"], [("devices", Schema.array(Schema.ref("DeviceInfo"), "Oldest first."))])),
+            ("PushKind", Schema.enumeration(PushKind.allCases.map(\.rawValue))),
+            (
+                "PushRegistrationRequest",
+                Schema.object(
+                    required: ["kind", "appId", "pushkey"],
+                    [
+                        ("kind", Schema.ref("PushKind")),
+                        ("appId", Schema.string("The app's id at the push gateway.", pattern: "^[A-Za-z0-9._-]{1,64}$")),
+                        ("pushkey", Schema.string("The provider's token: 1-512 printable ASCII characters without spaces.", pattern: "^[!-~]{1,512}$")),
+                        ("data", Schema.nullable(["type": "object", "description": "Passed to the gateway; at most 2,048 bytes of JSON."])),
+                    ])
+            ),
+            (
+                "PushRegistrationInfo",
+                Schema.object(
+                    required: ["kind", "appId", "pushkey", "data", "updatedAt", "lastPushedAt", "pending"],
+                    [
+                        ("kind", Schema.ref("PushKind")), ("appId", Schema.string()), ("pushkey", Schema.string()),
+                        ("data", Schema.nullable(["type": "object"])), ("updatedAt", millis),
+                        ("lastPushedAt", Schema.nullable(Schema.integer("When the gateway last accepted a push for this device; null: never."))),
+                        ("pending", Schema.described(Schema.boolean, "Whether a push is owed to this device now.")),
+                    ])
+            ),
+            ("MemberRole", Schema.enumeration(MemberRole.allCases.map(\.rawValue))),
+            (
+                "ConversationMember",
+                Schema.object(
+                    required: ["userId", "role", "joinedSeq", "deliveredSeq", "readSeq"],
+                    [
+                        ("userId", userId), ("role", Schema.ref("MemberRole")),
+                        ("joinedSeq", Schema.described(seq, "The seq of the change that added it; 0 for a founding member.")),
+                        ("deliveredSeq", seq), ("readSeq", seq),
+                    ])
+            ),
+            (
+                "Message",
+                Schema.object(
+                    required: [
+                        "serverId", "clientMessageId", "conversationId", "seq", "senderId", "senderDeviceId", "type", "body", "clientTimestamp",
+                        "acceptedAt", "storedAt",
+                    ],
+                    [
+                        ("serverId", uuid), ("clientMessageId", uuid), ("conversationId", uuid),
+                        ("seq", Schema.described(seq, "0 only in a dead letter (never stored).")), ("senderId", userId), ("senderDeviceId", deviceId),
+                        ("type", messageType), ("body", Schema.string("The latest text; \"\" once deleted.")), ("clientTimestamp", clientTimestamp),
+                        ("acceptedAt", millis), ("storedAt", Schema.described(millis, "0 only in a dead letter.")),
+                        ("editedAt", Schema.described(millis, "Present once edited.")), ("deletedAt", Schema.described(millis, "Present once deleted.")),
+                    ])
+            ),
+            (
+                "Conversation",
+                Schema.object(
+                    required: ["id", "kind", "name", "createdAt", "lastSeq", "updatedAt", "members", "lastMessage", "unreadCount"],
+                    [
+                        ("id", uuid), ("kind", Schema.enumeration(["direct", "group"])), ("name", Schema.nullable(Schema.string())),
+                        ("createdAt", millis), ("lastSeq", seq), ("updatedAt", Schema.described(millis, "Its newest message's store time, else createdAt.")),
+                        ("members", Schema.array(Schema.ref("ConversationMember"))),
+                        ("lastMessage", Schema.nullable(Schema.ref("Message"))),
+                        ("unreadCount", Schema.integer("The caller's unread messages (null and 0 in a conversation.created event).", minimum: 0)),
+                    ])
+            ),
+            (
+                "ConversationList",
+                Schema.object(
+                    required: ["conversations", "hasMore", "nextBefore"],
+                    [
+                        ("conversations", Schema.array(Schema.ref("Conversation"), "Newest activity first.")), ("hasMore", Schema.boolean),
+                        ("nextBefore", Schema.nullable(Schema.string("The `before` of the next page."))),
+                    ])
+            ),
+            (
+                "CreateConversationRequest",
+                Schema.object(
+                    required: ["members"],
+                    [
+                        (
+                            "members",
+                            Schema.array(userId, "The other members; repeats and the caller are merged; at most 1,000 members with the caller (--max-members).")
+                        ),
+                        ("name", Schema.nullable(Schema.string("At most 256 characters, no U+0000.", pattern: noNul, maxLength: 256))),
+                    ])
+            ),
+            (
+                "RenameConversationRequest",
+                Schema.object(
+                    required: ["name"],
+                    [("name", Schema.nullable(Schema.string("1-256 characters, no U+0000; null removes the name.", pattern: noNul, minLength: 1, maxLength: 256)))])
+            ),
+            (
+                "AddMembersRequest",
+                Schema.object(
+                    required: ["userIds"],
+                    [
+                        ("userIds", Schema.array(userId, "Repeats and current members are ignored.", minItems: 1, maxItems: 1000)),
+                        ("role", Schema.nullable(Schema.enumeration(["member", "admin"], "Default member; never owner."))),
+                    ])
+            ),
+            ("SetRoleRequest", Schema.object(required: ["role"], [("role", Schema.enumeration(["admin", "member"]))])),
+            (
+                "SendMessageRequest",
+                Schema.object(
+                    required: ["clientMessageId", "type", "body", "clientTimestamp"],
+                    [
+                        ("clientMessageId", Schema.described(uuid, "The sender's idempotency key, unique per device.")), ("type", clientMessageType),
+                        ("body", messageBody), ("clientTimestamp", clientTimestamp),
+                    ])
+            ),
+            ("MessageStatus", Schema.enumeration(["queued", "stored", "failed"])),
+            (
+                "SendMessageResponse",
+                Schema.object(
+                    "The accept answer: 202 for a new message, 200 for a resend (with seq once stored).",
+                    required: ["serverId", "clientMessageId", "status", "acceptedAt"],
+                    [
+                        ("serverId", uuid), ("clientMessageId", uuid), ("status", Schema.ref("MessageStatus")), ("acceptedAt", millis),
+                        ("seq", Schema.described(seq, "Present once stored, on a resend's answer.")),
+                    ])
+            ),
+            (
+                "EditMessageRequest",
+                Schema.object(
+                    required: ["clientMessageId", "body", "clientTimestamp"],
+                    [("clientMessageId", uuid), ("body", messageBody), ("clientTimestamp", clientTimestamp)])
+            ),
+            (
+                "DeleteMessageRequest",
+                Schema.object(required: ["clientMessageId", "clientTimestamp"], [("clientMessageId", uuid), ("clientTimestamp", clientTimestamp)])
+            ),
+            (
+                "MessagePage",
+                Schema.object(
+                    required: ["messages", "hasMore"],
+                    [("messages", Schema.array(Schema.ref("Message"), "Ascending seq.")), ("hasMore", Schema.boolean)])
+            ),
+            ("ReceiptKind", Schema.enumeration(ReceiptKind.allCases.map(\.rawValue))),
+            (
+                "ReceiptRequest",
+                Schema.object(required: ["kind", "upToSeq"], [("kind", Schema.ref("ReceiptKind")), ("upToSeq", upToSeq)])
+            ),
+            ("ReceiptResponse", Schema.object(required: ["deliveredSeq", "readSeq"], [("deliveredSeq", seq), ("readSeq", seq)])),
+            ("TypingRequest", Schema.object(required: ["active"], [("active", Schema.boolean)])),
+            (
+                "SyncResponse",
+                Schema.object(
+                    required: ["events", "cursor", "hasMore"],
+                    [
+                        ("events", Schema.array(Schema.ref("Event"), "The stream's events, in order (a reset first for an unknown cursor).")),
+                        ("cursor", Schema.described(cursor, "Where to continue.")), ("hasMore", Schema.boolean),
+                    ])
+            ),
+            (
+                "DeadLetter",
+                Schema.object(
+                    required: ["message", "failedAt", "error"], [("message", Schema.ref("Message")), ("failedAt", millis), ("error", Schema.ref("ErrorDetail"))])
+            ),
+            ("DeadLetterList", Schema.object(required: ["deadLetters"], [("deadLetters", Schema.array(Schema.ref("DeadLetter"), "Oldest first."))])),
+            ("Health", Schema.object(required: ["status"], [("status", Schema.constant("ok"))])),
+        ] + adminSchemas + [
+            ("Ready", Schema.object(required: ["status"], [("status", Schema.constant("ready"))])),
+        ]
+    }
+
+    // MARK: The operator's page (docs/API.md "The operator's page")
+
+    private static let count = Schema.integer(nil, minimum: 0)
+    private static let perSecond = Schema.number("Per second, to a tenth.", minimum: 0)
+    private static let streams = Schema.object(
+        required: ["websocket", "sse"], [("websocket", count), ("sse", count)])
+    private static let quantiles = Schema.object(
+        "Whole milliseconds, each the upper bound of the histogram bucket the quantile falls in; null when count is 0.",
+        required: ["count", "p50", "p90", "p99"],
+        [
+            ("count", count), ("p50", Schema.nullable(Schema.integer(minimum: 0))), ("p90", Schema.nullable(Schema.integer(minimum: 0))),
+            ("p99", Schema.nullable(Schema.integer(minimum: 0))),
+        ])
+
+    private static let adminSchemas: [(String, JSONNode)] = [
+        ("LatencyQuantiles", quantiles),
+        (
+            "AdminStatsSample",
+            Schema.object(
+                required: [
+                    "at", "accepted", "stored", "delivered", "deadLettered", "bufferDepth", "openStreams", "acceptToStored", "storedToDelivered",
+                ],
+                [
+                    ("at", millis), ("accepted", perSecond), ("stored", perSecond), ("delivered", perSecond), ("deadLettered", perSecond),
+                    ("bufferDepth", count), ("openStreams", streams), ("acceptToStored", Schema.ref("LatencyQuantiles")),
+                    ("storedToDelivered", Schema.ref("LatencyQuantiles")),
+                ])
+        ),
+        (
+            "AdminStats",
+            Schema.object(
+                "This node's counts, rates, depth, streams and latencies (docs/API.md, \"The operator's page\").",
+                required: [
+                    "serverTime", "nodeId", "startedAt", "totals", "rates", "bufferDepth", "openStreams", "deadLetters", "nodes", "latency",
+                    "sampleIntervalSeconds", "samples",
+                ],
+                [
+                    ("serverTime", millis), ("nodeId", Schema.string()), ("startedAt", millis),
+                    (
+                        "totals",
+                        Schema.object(
+                            required: ["accepted", "stored", "delivered", "deadLettered", "retried", "rejected"],
+                            [
+                                ("accepted", count), ("stored", count), ("delivered", count), ("deadLettered", count), ("retried", count),
+                                ("rejected", count),
+                            ])
+                    ),
+                    (
+                        "rates",
+                        Schema.object(
+                            required: ["accepted", "stored", "delivered", "deadLettered"],
+                            [("accepted", perSecond), ("stored", perSecond), ("delivered", perSecond), ("deadLettered", perSecond)])
+                    ),
+                    ("bufferDepth", count), ("openStreams", streams),
+                    ("deadLetters", Schema.nullable(Schema.integer("Dead letters in the store; null when the store did not answer.", minimum: 0))),
+                    (
+                        "nodes",
+                        Schema.array(
+                            Schema.object(
+                                required: ["nodeId", "lastHeartbeatAt", "thisNode"],
+                                [("nodeId", Schema.string()), ("lastHeartbeatAt", millis), ("thisNode", Schema.boolean)]),
+                            "Sorted by nodeId.")
+                    ),
+                    (
+                        "latency",
+                        Schema.object(
+                            required: ["windowSeconds", "acceptToStored", "storedToDelivered"],
+                            [
+                                ("windowSeconds", count), ("acceptToStored", Schema.ref("LatencyQuantiles")),
+                                ("storedToDelivered", Schema.ref("LatencyQuantiles")),
+                            ])
+                    ),
+                    ("sampleIntervalSeconds", Schema.integer(minimum: 1)),
+                    ("samples", Schema.array(Schema.ref("AdminStatsSample"), "The last five minutes (at most 300), oldest first.", maxItems: 300)),
+                ])
+        ),
+        (
+            "AdminConversation",
+            Schema.object(
+                "One conversation's delivery state, for the operator.",
+                required: ["conversationId", "kind", "name", "createdAt", "updatedAt", "lastSeq", "members", "behind", "serverTime"],
+                [
+                    ("conversationId", uuid), ("kind", Schema.enumeration(["direct", "group"])), ("name", Schema.nullable(Schema.string())),
+                    ("createdAt", millis), ("updatedAt", millis), ("lastSeq", seq),
+                    (
+                        "members",
+                        Schema.array(
+                            Schema.object(
+                                required: ["userId", "role", "joinedSeq", "deliveredSeq", "readSeq", "undelivered", "behind", "devices"],
+                                [
+                                    ("userId", userId), ("role", Schema.ref("MemberRole")), ("joinedSeq", seq), ("deliveredSeq", seq), ("readSeq", seq),
+                                    ("undelivered", Schema.integer("lastSeq - deliveredSeq.", minimum: 0)),
+                                    ("behind", Schema.described(Schema.boolean, "deliveredSeq < lastSeq.")),
+                                    (
+                                        "devices",
+                                        Schema.array(
+                                            Schema.object(
+                                                required: ["deviceId", "name", "lastSeenAt", "online"],
+                                                [
+                                                    ("deviceId", deviceId), ("name", Schema.nullable(Schema.string())),
+                                                    ("lastSeenAt", millis),
+                                                    ("online", Schema.described(Schema.boolean, "A stream of the device is open on some node.")),
+                                                ]))
+                                    ),
+                                ]),
+                            "Sorted by userId.")
+                    ),
+                    ("behind", Schema.array(userId, "The members that are behind, sorted.")), ("serverTime", millis),
+                ])
+        ),
+    ]
+
+    // MARK: Events (API.md "Events"): one schema per kind, shared by /v1/sync, the WebSocket and SSE
+
+    package static func eventName(_ kind: ServerEvent.Kind) -> String {
+        switch kind {
+        case .messageNew: "MessageNewEvent"
+        case .messageStored: "MessageStoredEvent"
+        case .messageFailed: "MessageFailedEvent"
+        case .receipt: "ReceiptEvent"
+        case .conversationCreated: "ConversationCreatedEvent"
+        case .typing: "TypingEvent"
+        case .reset: "ResetEvent"
+        }
+    }
+
+    /// What the event says, for the documents' descriptions.
+    package static func eventSummary(_ kind: ServerEvent.Kind) -> String {
+        switch kind {
+        case .messageNew: "A message stored in one of the device's conversations (every member device but the sending one)."
+        case .messageStored: "The device's message is stored with its seq (the sending device)."
+        case .messageFailed: "Processing gave up on the device's message; it is dead-lettered (the sending device)."
+        case .receipt: "A member's delivered or read watermark moved up (every member device)."
+        case .conversationCreated: "The device's user was made a member of a new conversation (every member device)."
+        case .typing: "A member is typing or stopped (the other members' connected devices). Ephemeral: never stored or replayed, no cursor."
+        case .reset: "The cursor was unknown or expired: catch up each conversation through its history, then go on from this cursor."
+        }
+    }
+
+    package static func event(_ kind: ServerEvent.Kind) -> JSONNode {
+        let type = ("type", Schema.constant(kind.rawValue))
+        let cursor = ("cursor", Schema.described(cursor, "Resume after this event with it."))
+        let description = eventSummary(kind)
+        switch kind {
+        case .messageNew:
+            return Schema.object(description, required: ["type", "cursor", "message"], [type, cursor, ("message", Schema.ref("Message"))])
+        case .messageStored:
+            return Schema.object(
+                description, required: ["type", "cursor", "conversationId", "serverId", "clientMessageId", "seq", "storedAt", "recipientsOnline"],
+                [
+                    type, cursor, ("conversationId", uuid), ("serverId", uuid), ("clientMessageId", uuid), ("seq", seq), ("storedAt", millis),
+                    ("recipientsOnline", Schema.integer("Devices of other members with a stream open when it was stored; 0: it waits in their mailbox.", minimum: 0)),
+                ])
+        case .messageFailed:
+            return Schema.object(
+                description, required: ["type", "cursor", "conversationId", "serverId", "clientMessageId", "error"],
+                [type, cursor, ("conversationId", uuid), ("serverId", uuid), ("clientMessageId", uuid), ("error", Schema.ref("ErrorDetail"))])
+        case .receipt:
+            return Schema.object(
+                description, required: ["type", "cursor", "conversationId", "userId", "kind", "upToSeq", "at"],
+                [type, cursor, ("conversationId", uuid), ("userId", userId), ("kind", Schema.ref("ReceiptKind")), ("upToSeq", seq), ("at", millis)])
+        case .conversationCreated:
+            return Schema.object(description, required: ["type", "cursor", "conversation"], [type, cursor, ("conversation", Schema.ref("Conversation"))])
+        case .typing:
+            return Schema.object(
+                description, required: ["type", "conversationId", "userId", "active"],
+                [type, ("conversationId", uuid), ("userId", userId), ("active", Schema.boolean)])
+        case .reset:
+            return Schema.object(description, required: ["type", "cursor"], [type, cursor])
+        }
+    }
+
+    private static var eventUnion: JSONNode {
+        [
+            "description": "One event of a device's stream: `type` says which.",
+            "oneOf": .array(ServerEvent.Kind.allCases.map { Schema.ref(eventName($0)) }),
+        ]
+    }
+
+    // MARK: WebSocket operations and answers
+
+    package static func operationName(_ op: ClientOperation.Op) -> String {
+        switch op {
+        case .send: "SendOperation"
+        case .receipt: "ReceiptOperation"
+        case .typing: "TypingOperation"
+        case .edit: "EditOperation"
+        case .delete: "DeleteOperation"
+        }
+    }
+
+    package static func operationSummary(_ op: ClientOperation.Op) -> String {
+        switch op {
+        case .send: "Send a message (as POST /v1/conversations/{id}/messages): answered by an ack or an error frame naming its clientMessageId."
+        case .receipt:
+            "Move the device's user's delivered or read watermark (as POST .../receipts). No answer when it succeeds, an error frame (without clientMessageId) when it fails; receipts of one socket are coalesced."
+        case .typing: "Start or stop the typing indicator (as POST .../typing); an error frame when refused (rate_limited, not_found)."
+        case .edit: "Edit one of the user's messages (as POST .../messages/{serverId}/edit): ack or error."
+        case .delete: "Delete one of the user's messages (as POST .../messages/{serverId}/delete): ack or error."
+        }
+    }
+
+    package static func operation(_ op: ClientOperation.Op) -> JSONNode {
+        let fields: (required: [String], properties: [(String, JSONNode)]) =
+            switch op {
+            case .send:
+                (["clientMessageId", "type", "body", "clientTimestamp"],
+                 [("clientMessageId", uuid), ("type", clientMessageType), ("body", messageBody), ("clientTimestamp", clientTimestamp)])
+            case .receipt: (["kind", "upToSeq"], [("kind", Schema.ref("ReceiptKind")), ("upToSeq", upToSeq)])
+            case .typing: (["active"], [("active", Schema.boolean)])
+            case .edit:
+                (["serverId", "clientMessageId", "body", "clientTimestamp"],
+                 [("serverId", uuid), ("clientMessageId", uuid), ("body", messageBody), ("clientTimestamp", clientTimestamp)])
+            case .delete:
+                (["serverId", "clientMessageId", "clientTimestamp"], [("serverId", uuid), ("clientMessageId", uuid), ("clientTimestamp", clientTimestamp)])
+            }
+        return Schema.object(
+            operationSummary(op), required: ["op", "conversationId"] + fields.required,
+            [("op", Schema.constant(op.rawValue)), ("conversationId", uuid)] + fields.properties)
+    }
+
+    private static var operationUnion: JSONNode {
+        [
+            "description": "A text frame from the client: `op` says which operation.",
+            "oneOf": .array(ClientOperation.Op.allCases.map { Schema.ref(operationName($0)) }),
+        ]
+    }
+
+    private static var ackFrame: JSONNode {
+        Schema.object(
+            "The accept answer of a send, edit or delete (the same as the HTTP answer's body, with type ack).",
+            required: ["type", "clientMessageId", "serverId", "status", "acceptedAt"],
+            [
+                ("type", Schema.constant("ack")), ("clientMessageId", uuid), ("serverId", uuid), ("status", Schema.ref("MessageStatus")),
+                ("acceptedAt", millis), ("seq", Schema.described(seq, "Present once stored (a resend).")),
+            ])
+    }
+
+    private static var errorFrame: JSONNode {
+        Schema.object(
+            "An operation was refused, or a frame could not be read (invalid_request, payload_too_large, rate_limited, not_found, forbidden, overloaded, internal).",
+            required: ["type", "error"],
+            [
+                ("type", Schema.constant("error")),
+                ("clientMessageId", Schema.described(Schema.string(), "The refused send's, edit's or delete's, when it could be read.")),
+                ("error", Schema.ref("ErrorDetail")),
+            ])
+    }
+
+    private static var serverFrameUnion: JSONNode {
+        [
+            "description": "A text frame from the server: an event of the stream, or an answer to an operation.",
+            "oneOf": .array([Schema.ref("Event"), Schema.ref("AckFrame"), Schema.ref("ErrorFrame")]),
+        ]
+    }
+}

@@ -1,0 +1,125 @@
+import PigeonProtocol
+
+/// The processing policy every store applies to a batch, message by message in buffer order, without I/O: the
+/// stores keep only their SQL and report what each message came to.
+///
+/// - A message behind a failure of its conversation in this batch is not attempted (`deferred`): its conversation's
+///   order holds.
+/// - A failed message on its final attempt, or one that can never succeed (``PigeonError/isPermanent``), is
+///   dead-lettered (`message.failed` goes to its sender) and its conversation flows on; any other failure is retried
+///   later and blocks the rest of its conversation in this batch.
+/// - A message stored before (same serverId, or same sender, device and clientMessageId) is `alreadyStored`.
+///
+/// A store asks ``shouldAttempt(_:)`` before a message, then reports ``stored(seq:)``, ``alreadyStored(seq:)`` or
+/// ``failed(_:error:)``, and performs the ``FailureAction`` it gets back.
+package struct BatchPlan {
+    /// What a store does with a message that failed.
+    package enum FailureAction: Equatable {
+        /// Write it to the dead letters with this detail and send `message.failed` to its sender.
+        case deadLetter(ErrorDetail)
+        /// Leave it in the buffer for a later attempt.
+        case retryLater
+    }
+
+    /// One result per message reported so far, in the batch's order.
+    package private(set) var results: [ProcessingResult] = []
+    private var blocked = Set<String>()
+
+    package init(capacity: Int = 0) {
+        results.reserveCapacity(capacity)
+    }
+
+    /// Whether to attempt `item`; when not (an earlier message of its conversation failed in this batch), its result
+    /// is recorded as `deferred`.
+    package mutating func shouldAttempt(_ item: ProcessingItem) -> Bool {
+        guard blocked.contains(item.entry.message.conversationId) else { return true }
+        results.append(.deferred)
+        return false
+    }
+
+    package mutating func stored(seq: Int64) {
+        results.append(.stored(seq: seq))
+    }
+
+    package mutating func alreadyStored(seq: Int64) {
+        results.append(.alreadyStored(seq: seq))
+    }
+
+    /// Records `item`'s failure and says what to do with it. `refusal` is the store's own words when its database
+    /// refused the message's data (it becomes the dead letter's `invalid_request` message).
+    package mutating func failed(_ item: ProcessingItem, error: any Error, refusal: String? = nil) -> FailureAction {
+        let permanent = (error as? PigeonError)?.isPermanent ?? false
+        if item.isFinalAttempt || permanent {
+            results.append(.deadLettered(error))
+            return .deadLetter(Self.deadLetterDetail(error, refusal: refusal))
+        }
+        blocked.insert(item.entry.message.conversationId)
+        results.append(.failed(error))
+        return .retryLater
+    }
+
+    /// The error a dead letter and its `message.failed` carry: a ``PigeonError``'s own; the database's words for data
+    /// it refused; otherwise an internal error naming what failed.
+    package static func deadLetterDetail(_ error: any Error, refusal: String? = nil) -> ErrorDetail {
+        if let error = error as? PigeonError { return error.detail }
+        if let refusal { return ErrorDetail(code: .invalidRequest, message: "the store refused the message: \(refusal)") }
+        return ErrorDetail(code: .internalError, message: "processing failed: \(error)")
+    }
+}
+
+/// The events a processed message produces, the same in every store (which only writes them).
+package enum MessageEvents {
+    /// What storing a message writes besides its row, the same in every store: one `message.new` payload for every
+    /// recipient (``newMessageRecipients(of:members:)``), and `message.stored` for the sending device.
+    package struct Writes {
+        package var newPayload: String
+        package var newRecipients: [(userId: String, excludedDeviceId: String?)]
+        package var storedPayload: String
+    }
+
+    /// The members of `message`'s conversation as the store read them in its transaction (`nil`: the conversation is
+    /// gone), when the sender is one of them; otherwise `conversation_not_found`, which fails the message.
+    package static func members(_ members: [String]?, admitting message: BufferedMessage) throws -> [String] {
+        guard let members, members.contains(message.senderId) else { throw PigeonError.conversationNotFound }
+        return members
+    }
+
+    /// The events of `message` stored as `stored` in a conversation of `members`.
+    package static func writes(
+        of message: BufferedMessage, stored: Message, members: [String], presence: any Presence, payloads: EventPayload
+    ) -> Writes {
+        Writes(
+            newPayload: payloads.messageNew(stored), newRecipients: newMessageRecipients(of: message, members: members),
+            storedPayload: payloads.messageStored(Self.stored(message, seq: stored.seq, storedAt: stored.storedAt, members: members, presence: presence)))
+    }
+
+    /// Who gets `message.new` for a stored message: every member of the conversation, the sender's own user
+    /// included (its other devices), never the sending device itself.
+    package static func newMessageRecipients(of message: BufferedMessage, members: [String]) -> [(userId: String, excludedDeviceId: String?)] {
+        members.map { userId in (userId, userId == message.senderId ? message.senderDeviceId : nil) }
+    }
+
+    /// The `message.stored` event for the sending device; `recipientsOnline` counts the devices of the other
+    /// members that have a stream open on any node, as `presence` knows them.
+    package static func stored(_ message: BufferedMessage, seq: Int64, storedAt: Int64, members: [String], presence: any Presence) -> MessageStoredEvent {
+        let recipients = members.filter { $0 != message.senderId }
+        let online = presence.onlineDeviceCount(of: recipients, excluding: DeviceIdentity(userId: message.senderId, deviceId: message.senderDeviceId))
+        return MessageStoredEvent(
+            conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, seq: seq,
+            storedAt: storedAt, recipientsOnline: online)
+    }
+
+    /// The `message.failed` event for the sending device of a dead-lettered message.
+    package static func failed(_ message: BufferedMessage, error: ErrorDetail) -> MessageFailedEvent {
+        MessageFailedEvent(
+            conversationId: message.conversationId, serverId: message.serverId, clientMessageId: message.clientMessageId, error: error)
+    }
+
+    /// The stored form of a message given its seq.
+    package static func stored(_ message: BufferedMessage, seq: Int64, storedAt: Int64) -> Message {
+        Message(
+            serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId, seq: seq,
+            senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
+            clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: storedAt)
+    }
+}

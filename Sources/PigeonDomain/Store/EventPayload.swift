@@ -1,0 +1,70 @@
+import Foundation
+import PigeonProtocol
+
+/// Encodes event payloads: `{"type": ..., <the body's fields>}`, without a cursor. The per-message ones
+/// (`message.new`, `message.stored`) are written by hand: they are on the processing hot path.
+package struct EventPayload {
+    package init() {}
+
+    private struct Typed<Body: Encodable>: Encodable {
+        let type: String
+        let body: Body
+
+        private enum Keys: String, CodingKey { case type }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(type, forKey: .type)
+            try body.encode(to: encoder)
+        }
+    }
+
+    private struct ConversationBody: Encodable { let conversation: Conversation }
+
+    package func encode<Body: Encodable>(type: String, _ body: Body) throws -> String {
+        String(decoding: try JSONEncoder().encode(Typed(type: type, body: body)), as: UTF8.self)
+    }
+
+    package func messageNew(_ message: Message) -> String {
+        var json = JSONText(capacity: 384 + message.body.utf8.count)
+        json.beginObject()
+        json.member("type", "message.new")
+        json.key("message")
+        json.beginObject()
+        json.member("serverId", message.serverId)
+        json.member("clientMessageId", message.clientMessageId)
+        json.member("conversationId", message.conversationId)
+        json.member("seq", message.seq)
+        json.member("senderId", message.senderId)
+        json.member("senderDeviceId", message.senderDeviceId)
+        json.member("type", message.type)
+        json.member("body", message.body)
+        json.member("clientTimestamp", message.clientTimestamp)
+        json.member("acceptedAt", message.acceptedAt)
+        json.member("storedAt", message.storedAt)
+        if let editedAt = message.editedAt { json.member("editedAt", editedAt) }
+        if let deletedAt = message.deletedAt { json.member("deletedAt", deletedAt) }
+        json.endObject()
+        json.endObject()
+        return json.string
+    }
+
+    package func messageStored(_ event: MessageStoredEvent) -> String {
+        var json = JSONText()
+        json.beginObject()
+        json.member("type", "message.stored")
+        json.member("conversationId", event.conversationId)
+        json.member("serverId", event.serverId)
+        json.member("clientMessageId", event.clientMessageId)
+        json.member("seq", event.seq)
+        json.member("storedAt", event.storedAt)
+        json.member("recipientsOnline", event.recipientsOnline)
+        json.endObject()
+        return json.string
+    }
+    package func messageFailed(_ event: MessageFailedEvent) throws -> String { try encode(type: "message.failed", event) }
+    package func receipt(_ event: ReceiptEvent) throws -> String { try encode(type: "receipt", event) }
+    package func conversationCreated(_ conversation: Conversation) throws -> String {
+        try encode(type: "conversation.created", ConversationBody(conversation: conversation))
+    }
+}

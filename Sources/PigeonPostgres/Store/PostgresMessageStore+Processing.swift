@@ -1,0 +1,289 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonProtocol
+import PostgresNIO
+
+/// Processing batches: one transaction per batch, seqs assigned under the conversations' row locks.
+extension PostgresMessageStore {
+    // MARK: Processing
+
+    public func process(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        do {
+            return try await processBatch(items)
+        } catch let error where Self.isMessageError(error) {
+            // Something in the batch was refused by the database (bad data): one message per transaction, so
+            // the one at fault fails alone and the rest are stored.
+            logger.warning("batch refused by PostgreSQL; processing its messages one by one", metadata: ["error": "\(String(reflecting: error))"])
+            var plan = BatchPlan(capacity: items.count)
+            for item in items {
+                guard plan.shouldAttempt(item) else { continue }
+                do {
+                    switch try await processBatch([item]).first {
+                    case .stored(let seq): plan.stored(seq: seq)
+                    case .alreadyStored(let seq): plan.alreadyStored(seq: seq)
+                    case .failed(let error), .deadLettered(let error): _ = plan.failed(item, error: error)
+                    case .deferred, nil: preconditionFailure("a batch of one message answers for it")
+                    }
+                } catch let error where Self.isMessageError(error) {
+                    if case .deadLetter(let detail) = plan.failed(item, error: error, refusal: Self.refusal(error)) {
+                        try await deadLetterAlone(item.entry.message, detail: detail)
+                    }
+                }
+            }
+            return plan.results
+        }
+    }
+
+    /// Whether a database error is about the data of a message (it fails that message) rather than the store
+    /// being unavailable (the batch waits and is tried again).
+    package static func isMessageError(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, error.code == .server, let state = error.serverInfo?[.sqlState] else { return false }
+        // 22: data exception (e.g. a NUL character in text); 23: integrity constraint; 54: program limit exceeded.
+        return state.hasPrefix("22") || state.hasPrefix("23") || state.hasPrefix("54")
+    }
+
+    /// Stores a batch: in one statement when this node knows the last seq of each of its conversations from its own
+    /// earlier batches (``processTrusting(_:lastSeqs:)``), else (or when that statement fails) in a transaction that
+    /// locks the conversations and reads what it needs first (``processLocking(_:)``).
+    package func processBatch(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        let conversationIds = Array(Set(items.map(\.entry.message.conversationId))).sorted()
+        let known = lastSeqCache.withLockedValue { cache in conversationIds.compactMap { id in cache[id].map { (id, $0) } } }
+        let membersKnown = conversationIds.allSatisfy { membersCache.contains($0) }
+        // An edit or a delete reads its target under a lock first: the locking path.
+        let changesMessages = items.contains { ServerMessageType.isLifecycle($0.entry.message.type) }
+        if known.count == conversationIds.count, membersKnown, !changesMessages {
+            do {
+                return try await processTrusting(items, lastSeqs: Dictionary(uniqueKeysWithValues: known))
+            } catch {
+                // Another node stored in one of these conversations meanwhile (a partition moved), a message was
+                // stored before (a redelivery), or the database refused something: the locking path finds out which.
+                forgetLastSeqs(conversationIds)
+                logger.debug("one-statement batch refused; storing it under the conversations' locks", metadata: ["error": "\(String(reflecting: error))"])
+            }
+        }
+        return try await processLocking(items)
+    }
+
+    /// The batch in one statement, its own transaction (one round trip instead of five): planned on the last seqs this
+    /// node cached, without looking for earlier copies. The statement checks each conversation's last seq under its
+    /// row lock and fails as a whole if one moved; an earlier copy of a message (a redelivery) fails it on the unique
+    /// indexes. Either way nothing is written and the caller takes the locking path.
+    package func processTrusting(_ items: [ProcessingItem], lastSeqs: [String: Int64]) async throws -> [ProcessingResult] {
+        let clock = ContinuousClock()
+        let started = clock.now
+        let members = Dictionary(uniqueKeysWithValues: lastSeqs.keys.compactMap { id in membersCache[id].map { (id, $0) } })
+        var (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: StoredBefore(), members: members, targets: [:])
+        batch.expectedLastSeqs = lastSeqs
+        let committed = try await client.withConnection { [stageTimer] connection in
+            let leased = clock.now
+            stageTimer.record(.connection, leased - started)
+            let committed = try await write(batch, connection)
+            stageTimer.record(.write, clock.now - leased)
+            return committed
+        }
+        rememberLastSeqs(batch.lastSeqs)
+        fanout.publish(committed)
+        return results
+    }
+
+    /// The batch in a transaction that first locks its conversations (`FOR UPDATE`, in id order) and reads their last
+    /// seqs, their members (a membership change holds the same lock, so they are the current ones), the targets of
+    /// its edits and deletes, and earlier copies of its messages.
+    package func processLocking(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
+        let messages = items.map(\.entry.message)
+        let conversationIds = Array(Set(messages.map(\.conversationId))).sorted()
+        let generations = conversationIds.map { membersCache.generation(of: $0) }
+        let targetIds = messages.compactMap { try? MessageLifecycle.target(of: $0)?.serverId }
+        let clock = ContinuousClock()
+        let (results, committed, lastSeqs) = try await timedTransaction { connection -> ([ProcessingResult], [StoredEvent], [String: Int64]) in
+            let reading = clock.now
+            var lastSeqs: [String: Int64] = [:]
+            for try await (id, lastSeq) in try await connection.query(
+                "SELECT id, last_seq FROM conversations WHERE id = ANY(\(conversationIds)) ORDER BY id FOR UPDATE", logger: logger
+            ).decode((String, Int64).self) {
+                lastSeqs[id] = lastSeq
+            }
+            var members: [String: [String]] = [:]
+            for try await (conversationId, userId) in try await connection.query(
+                "SELECT conversation_id, user_id FROM members WHERE conversation_id = ANY(\(conversationIds)) ORDER BY conversation_id, user_id",
+                logger: logger
+            ).decode((String, String).self) {
+                members[conversationId, default: []].append(userId)
+            }
+            for (conversationId, generation) in zip(conversationIds, generations) {
+                if let list = members[conversationId] { membersCache.store(list, for: conversationId, ifGeneration: generation) }
+            }
+            var targets: [String: (conversationId: String, target: MessageTarget)] = [:]
+            if !targetIds.isEmpty {
+                for try await (serverId, conversationId, senderId, type, deleted) in try await connection.query(
+                    """
+                    SELECT server_id, conversation_id, sender_id, type, deleted_at IS NOT NULL FROM messages
+                    WHERE server_id = ANY(\(targetIds)) ORDER BY server_id FOR UPDATE
+                    """, logger: logger
+                ).decode((String, String, String, String, Bool).self) {
+                    targets[serverId] = (conversationId, MessageTarget(senderId: senderId, type: type, deleted: deleted))
+                }
+            }
+            // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
+            // buffer de-duplication record expired): by serverId or by (sender, device, clientMessageId).
+            var storedBefore = StoredBefore()
+            for try await (serverId, senderId, deviceId, clientMessageId, seq) in try await connection.query(
+                """
+                SELECT m.server_id, m.sender_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
+                WHERE m.server_id = ANY(\(messages.map(\.serverId)))
+                UNION ALL
+                SELECT m.server_id, m.sender_id, m.sender_device_id, m.client_message_id, m.seq FROM messages m
+                JOIN unnest(\(messages.map(\.senderId))::text[], \(messages.map(\.senderDeviceId))::text[],
+                    \(messages.map(\.clientMessageId))::text[]) AS k(u, d, c)
+                    ON m.sender_id = k.u AND m.sender_device_id = k.d AND m.client_message_id = k.c
+                """, logger: logger
+            ).decode((String, String, String, String, Int64).self) {
+                storedBefore.byServerId[serverId] = seq
+                storedBefore.byClientId[[senderId, deviceId, clientMessageId]] = seq
+            }
+            stageTimer.record(.read, clock.now - reading)
+            let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore, members: members, targets: targets)
+            let writing = clock.now
+            let committed = try await write(batch, connection)
+            stageTimer.record(.write, clock.now - writing)
+            return (results, committed, lastSeqs.merging(batch.lastSeqs) { _, new in new })
+        }
+        rememberLastSeqs(lastSeqs)
+        fanout.publish(committed)
+        return results
+    }
+
+    /// Messages of a batch stored before, with their seqs.
+    package struct StoredBefore {
+        package var byServerId: [String: Int64] = [:]
+        /// By [sender, device, clientMessageId].
+        package var byClientId: [[String]: Int64] = [:]
+    }
+
+    /// What a batch writes and what each of its messages comes to, given its conversations' last seqs (a conversation
+    /// missing there is gone), members and messages stored before, and the targets of its edits and deletes stored
+    /// before it (by serverId, with their conversation).
+    package func plan(
+        _ items: [ProcessingItem], lastSeqs: [String: Int64], storedBefore: StoredBefore, members membersByConversation: [String: [String]],
+        targets: [String: (conversationId: String, target: MessageTarget)]
+    ) throws -> ([ProcessingResult], BatchWrite) {
+        let payloads = EventPayload()
+        let now = WallClock.nowMillis()
+        var plan = BatchPlan(capacity: items.count)
+        var batch = BatchWrite(now: now)
+        for item in items {
+            let message = item.entry.message
+            guard plan.shouldAttempt(item) else { continue }
+            if let seq = storedBefore.byServerId[message.serverId]
+                ?? storedBefore.byClientId[[message.senderId, message.senderDeviceId, message.clientMessageId]]
+            {
+                plan.alreadyStored(seq: seq)
+                continue
+            }
+            do {
+                try faultInjector?(message)
+                guard let lastSeq = batch.lastSeqs[message.conversationId] ?? lastSeqs[message.conversationId] else {
+                    throw PigeonError.conversationNotFound
+                }
+                let members = try MessageEvents.members(membersByConversation[message.conversationId], admitting: message)
+                let lifecycle = try MessageLifecycle.target(of: message)
+                if let lifecycle {
+                    if let refusal = MessageLifecycle.refusal(message, target: batch.target(lifecycle.serverId, in: message.conversationId, stored: targets)) {
+                        throw refusal
+                    }
+                }
+                let seq = lastSeq + 1
+                batch.lastSeqs[message.conversationId] = seq
+                let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
+                batch.messages.append(stored, targetId: lifecycle?.serverId)
+                if let lifecycle { batch.apply(targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now) }
+                let part = partition(of: message.conversationId)
+                let writes = MessageEvents.writes(of: message, stored: stored, members: members, presence: fanout, payloads: payloads)
+                for recipient in writes.newRecipients {
+                    batch.events.append(
+                        type: "message.new", userId: recipient.userId, excludedDeviceId: recipient.excludedDeviceId, payload: nil, at: now,
+                        partition: part, message: (message.conversationId, seq, writes.newPayload))
+                }
+                batch.events.append(
+                    type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId, payload: writes.storedPayload,
+                    at: now, partition: part)
+                plan.stored(seq: seq)
+            } catch {
+                if case .deadLetter(let detail) = plan.failed(item, error: error, refusal: Self.refusal(error)) {
+                    batch.deadLetters.append(message, failedAt: now, error: detail)
+                    batch.events.append(
+                        type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
+                        payload: try payloads.messageFailed(MessageEvents.failed(message, error: detail)),
+                        at: now, partition: partition(of: message.conversationId))
+                }
+            }
+        }
+        return (plan.results, batch)
+    }
+
+    /// Most conversations whose last seq a node keeps (the cache starts over when it would hold more).
+    package static let lastSeqCacheLimit = 100_000
+
+    package func rememberLastSeqs(_ lastSeqs: [String: Int64]) {
+        lastSeqCache.withLockedValue { cache in
+            if cache.count + lastSeqs.count > Self.lastSeqCacheLimit { cache.removeAll(keepingCapacity: true) }
+            cache.merge(lastSeqs) { _, new in new }
+        }
+    }
+
+    package func forgetLastSeqs(_ conversationIds: [String]) {
+        lastSeqCache.withLockedValue { cache in for id in conversationIds { cache[id] = nil } }
+    }
+
+    /// Dead-letters one message in a transaction of its own (after the database refused it). If the database
+    /// refuses the dead letter too (text it cannot hold), U+0000 characters are kept as U+FFFD.
+    /// Dead-letters one message with `detail` in a transaction of its own (after the database refused it). If the
+    /// database refuses the dead letter too (text it cannot hold), U+0000 characters are kept as U+FFFD.
+    package func deadLetterAlone(_ message: BufferedMessage, detail: ErrorDetail) async throws {
+        do {
+            try await writeDeadLetter(message, detail: detail)
+        } catch let refusal where Self.isMessageError(refusal) {
+            func storable(_ text: String) -> String { text.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}") }
+            var sanitized = message
+            sanitized.body = storable(message.body)
+            sanitized.type = storable(message.type)
+            var detail = detail
+            detail.message = storable(detail.message) + " (U+0000 kept as U+FFFD in this dead letter)"
+            try await writeDeadLetter(sanitized, detail: detail)
+        }
+    }
+
+    private func writeDeadLetter(_ message: BufferedMessage, detail: ErrorDetail) async throws {
+        let now = WallClock.nowMillis()
+        var deadLetters = DeadLetterRows()
+        deadLetters.append(message, failedAt: now, error: detail)
+        var events = EventRows()
+        events.append(
+            type: "message.failed", userId: message.senderId, deviceId: message.senderDeviceId,
+            payload: try EventPayload().messageFailed(MessageEvents.failed(message, error: detail)),
+            at: now, partition: partition(of: message.conversationId))
+        let committed = try await transaction { connection in
+            try await write(BatchWrite(deadLetters: deadLetters, events: events, now: now), connection)
+        }
+        fanout.publish(committed)
+    }
+
+    /// PostgreSQL's words when it refused a message's data (``isMessageError(_:)``), for the dead letter.
+    package static func refusal(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.message]
+    }
+
+    public func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {
+        for try await (kind, seq) in try await client.query(
+            """
+            SELECT 's', seq FROM messages WHERE server_id = \(serverId)
+            UNION ALL SELECT 'f', 0 FROM dead_letters WHERE server_id = \(serverId)
+            """, logger: logger
+        ).decode((String, Int64).self) {
+            return kind == "s" ? (.stored, seq) : (.failed, nil)
+        }
+        return nil
+    }
+}

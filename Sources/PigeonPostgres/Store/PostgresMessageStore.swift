@@ -1,0 +1,412 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PigeonDomain
+import PigeonProtocol
+import PostgresNIO
+import ServiceLifecycle
+
+/// The production store: PostgreSQL through postgres-nio's pooled `PostgresClient`.
+///
+/// - One transaction per processing batch: the batch's conversations are locked (`FOR UPDATE`, in id order),
+///   seqs assigned, messages, dead letters and events inserted with one `UNNEST` statement per table
+///   (`+Processing`); receipts are written in groups (`+Receipts`).
+/// - The event log is split in partitions (``EventPartitioning`` of the conversation id, `+Events`). A partition's
+///   offsets come from its row in `event_partitions`, bumped inside each writing transaction and locked to its
+///   commit, so offsets are in commit order within a partition: a reader that sees offset n has seen every lower
+///   one. Writers of different partitions share no row and no lock (docs/PRODUCTION.md).
+/// - What a commit wrote goes to ``fanout`` right after the commit, which brings it to the devices of every node.
+public final class PostgresMessageStore: MessageStore, Service {
+    public let epoch: String
+    /// How many partitions the event log has (fixed while the node runs).
+    public let eventPartitions: Int
+    /// How committed events, presence and typing reach the devices connected to every node.
+    public let fanout: PostgresFanout
+    /// Internal for the store contract tests, which inspect the tables.
+    package let client: PostgresClient
+    package let logger: Logger
+    package let faultInjector: ProcessingFaultInjector?
+    /// Where a batch's transaction reports the time of its stages (connection, begin, read, write, commit).
+    package let stageTimer: ProcessingStageTimer
+    /// Members by conversation; every node drops a conversation's entry when any node changes its members
+    /// (``PostgresFanout/announceMembersChange(_:)``), and processing re-reads them under the conversation's lock.
+    package let membersCache = MembersCache()
+    /// The last seq of conversations as this node's own batches left them: a batch of these conversations is written
+    /// in one statement that checks them (`+Processing`); a wrong one only costs a retry under the locks.
+    package let lastSeqCache = NIOLockedValueBox([String: Int64]())
+    /// Members' watermarks as this node's own receipt groups left them: a group of these members is written in one
+    /// statement that checks them (`+Receipts`).
+    package let watermarkCache = NIOLockedValueBox([WatermarkKey: (delivered: Int64, read: Int64)]())
+    /// Receipts waiting for the next receipt transaction (``writeReceipts()``).
+    package let pendingReceipts = NIOLockedValueBox([PendingReceipt]())
+    package let receiptWakeUp = AsyncSignal()
+
+    /// Connects, applies migrations and the event log's partition layout, and reads the store's identity; ``run()``
+    /// must run for queries to be served. `local` is this node's own fan-out (its stream hub).
+    public static func open(
+        url: String, local: LocalFanout, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20,
+        nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none
+    ) async throws -> PostgresMessageStore {
+        let nodeId = nodeId ?? "node-" + Identifiers.randomHex(bytes: 8)
+        let parsed = try PostgresURL(url)
+        let connection = try await PostgresConnection.connect(configuration: parsed.connectionConfiguration(), id: 1, logger: logger)
+        do {
+            if let schema = parsed.schema {
+                try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
+            }
+            try await PostgresSchema.migrate(connection, logger: logger)
+            let (epoch, partitions) = try await PostgresSchema.applyLayout(
+                connection, partitions: parsed.eventPartitions, nodeId: nodeId, logger: logger)
+            var head = [Int64](repeating: 0, count: partitions)
+            for try await (part, offset) in try await connection.query(
+                "SELECT part, last_offset FROM event_partitions WHERE part < \(partitions)", logger: logger
+            ).decode((Int32, Int64).self) {
+                head[Int(part)] = offset
+            }
+            let revocationHead = try await Self.revocationHead(connection, logger: logger)
+            try await connection.close()
+            let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
+            return PostgresMessageStore(
+                epoch: epoch, head: head, revocationHead: revocationHead, client: client, local: local, faultInjector: faultInjector,
+                logger: logger, nodeId: nodeId, stageTimer: stageTimer)
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+    }
+
+    private init(
+        epoch: String, head: [Int64], revocationHead: Int64, client: PostgresClient, local: LocalFanout, faultInjector: ProcessingFaultInjector?,
+        logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer
+    ) {
+        self.epoch = epoch
+        self.stageTimer = stageTimer
+        self.eventPartitions = head.count
+        self.client = client
+        self.faultInjector = faultInjector
+        self.logger = logger
+        self.fanout = PostgresFanout(
+            client: client, epoch: epoch, nodeId: nodeId, head: head, revocationHead: revocationHead, local: local, logger: logger,
+            stageTimer: stageTimer,
+            readEvents: { [client, logger] after, users, pageSize in
+                try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
+            },
+            readRevocations: { [client, logger] after, limit in
+                try await Self.readRevocations(client, after: after, limit: limit, logger: logger)
+            })
+        fanout.onMembersChanged { [membersCache, lastSeqCache, watermarkCache] conversationId in
+            membersCache.changed(conversationId, members: nil)
+            lastSeqCache.withLockedValue { $0[conversationId] = nil }
+            watermarkCache.withLockedValue { cache in
+                for key in cache.keys where key.conversationId == conversationId { cache[key] = nil }
+            }
+        }
+    }
+
+    /// Runs the connection pool, the fan-out and the receipt writer until graceful shutdown or cancellation.
+    /// List it before the processor among the services, so it stops after the processor drained.
+    public func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.client.run() }
+            await cancelWhenGracefulShutdown {
+                await withTaskGroup(of: Void.self) { inner in
+                    inner.addTask { try? await self.fanout.run() }
+                    inner.addTask { await self.writeReceipts() }
+                    await inner.waitForAll()
+                }
+            }
+            // The pool stops last: the fan-out and the receipt writer no longer need it.
+            group.cancelAll()
+        }
+    }
+
+    public func isReady() async -> Bool {
+        do {
+            return try await withTimeout(.seconds(2)) { [client] in
+                try await client.query("SELECT 1").collect().count == 1
+            }
+        } catch {
+            return false
+        }
+    }
+
+    /// ``transaction(_:)`` that reports how long it waited for a connection, its `BEGIN` and its `COMMIT` took.
+    package func timedTransaction<Result>(_ body: (PostgresConnection) async throws -> sending Result) async throws -> sending Result {
+        let clock = ContinuousClock()
+        let started = clock.now
+        do {
+            return try await client.withConnection { [logger, stageTimer] connection in
+                let leased = clock.now
+                stageTimer.record(.connection, leased - started)
+                var bodyEnded: ContinuousClock.Instant?
+                let result = try await connection.withTransaction(logger: logger) { connection in
+                    stageTimer.record(.begin, clock.now - leased)
+                    let result = try await body(connection)
+                    bodyEnded = clock.now
+                    return result
+                }
+                if let bodyEnded { stageTimer.record(.commit, clock.now - bodyEnded) }
+                return result
+            }
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.beginError ?? error.commitError ?? error
+        }
+    }
+
+    /// A transaction; the closure's own error is rethrown as it is (not wrapped), after the rollback.
+    package func transaction<Result>(_ body: (PostgresConnection) async throws -> sending Result) async throws -> sending Result {
+        do {
+            return try await client.withTransaction(logger: logger, body)
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.beginError ?? error.commitError ?? error
+        }
+    }
+
+    // MARK: Conversations
+
+    public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
+        let (conversation, userIds, payload) = try NewConversation.make(creator: creator, members: members, name: name)
+        let (id, now) = (conversation.id, conversation.createdAt)
+        let committed = try await transaction { connection in
+            try await connection.query(
+                """
+                INSERT INTO conversations(id, kind, name, created_by, created_at, updated_at)
+                VALUES (\(id), \(conversation.kind.rawValue), \(name), \(creator), \(now), \(now))
+                """,
+                logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO members(conversation_id, user_id, role, joined_seq)
+                SELECT \(id), u, r, 0 FROM unnest(\(userIds)::text[], \(conversation.members.map(\.role.rawValue))::text[]) AS t(u, r)
+                """, logger: logger)
+            var events = EventRows()
+            events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now, partition: partition(of: id))
+            return try await insert(events, connection)
+        }
+        membersCache.changed(id, members: userIds)
+        fanout.publish(committed)
+        return conversation
+    }
+
+    public func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList {
+        let position: PostgresQuery
+        switch before {
+        case nil:
+            position = "SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id WHERE m.user_id = \(userId)"
+        case let cursor? where cursor.id == nil:
+            position = """
+                SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                WHERE m.user_id = \(userId) AND c.updated_at < \(cursor.updatedAt)
+                """
+        case let cursor?:
+            position = """
+                SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                WHERE m.user_id = \(userId) AND (c.updated_at, c.id) < (\(cursor.updatedAt), \(cursor.id ?? ""))
+                """
+        }
+        var query = position
+        query.sql += " ORDER BY c.updated_at DESC, c.id DESC LIMIT \(limit + 1)"
+        var conversations: [Conversation] = []
+        for try await (id, kind, name, createdAt, lastSeq, updatedAt) in try await client.query(query, logger: logger)
+            .decode((String, String, String?, Int64, Int64, Int64).self)
+        {
+            conversations.append(
+                Conversation(
+                    id: id, kind: ConversationKind(rawValue: kind) ?? .group, name: name, createdAt: createdAt, lastSeq: lastSeq,
+                    updatedAt: updatedAt, members: []))
+        }
+        let ids = conversations.prefix(limit).map(\.id)
+        var membersByConversation: [String: [ConversationMember]] = [:]
+        for try await (conversationId, member, role, joinedSeq, delivered, read) in try await client.query(
+            """
+            SELECT conversation_id, user_id, role, joined_seq, delivered_seq, read_seq FROM members
+            WHERE conversation_id = ANY(\(ids)) ORDER BY conversation_id, user_id
+            """, logger: logger
+        ).decode((String, String, String, Int64, Int64, Int64).self) {
+            membersByConversation[conversationId, default: []].append(
+                ConversationMember(
+                    userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
+        }
+        for index in conversations.indices {
+            conversations[index].members = membersByConversation[conversations[index].id] ?? []
+        }
+        try await addCallerView(&conversations, ids: ids, userId: userId)
+        return ConversationList(page: conversations, limit: limit)
+    }
+
+    public func conversation(id: String, for userId: String) async throws -> Conversation? {
+        guard let members = try await members(of: id), members.contains(userId) else { return nil }
+        return try await conversationView(id: id, for: userId)
+    }
+
+    public func conversation(id: String) async throws -> Conversation? {
+        try await conversationView(id: id, for: nil)
+    }
+
+    /// The conversation with its members and `userId`'s view of it (nil: no one's), whether or not `userId` is a member.
+    package func conversationView(id: String, for userId: String?) async throws -> Conversation? {
+        var conversation: Conversation?
+        for try await (id, kind, name, createdAt, lastSeq, updatedAt) in try await client.query(
+            "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = \(id)", logger: logger
+        ).decode((String, String, String?, Int64, Int64, Int64).self) {
+            conversation = Conversation(
+                id: id, kind: ConversationKind(rawValue: kind) ?? .group, name: name, createdAt: createdAt, lastSeq: lastSeq,
+                updatedAt: updatedAt, members: [])
+        }
+        guard var conversation else { return nil }
+        for try await (member, role, joinedSeq, delivered, read) in try await client.query(
+            "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = \(id) ORDER BY user_id",
+            logger: logger
+        ).decode((String, String, Int64, Int64, Int64).self) {
+            conversation.members.append(
+                ConversationMember(
+                    userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
+        }
+        guard let userId else { return conversation }
+        var one = [conversation]
+        try await addCallerView(&one, ids: [id], userId: userId)
+        return one[0]
+    }
+
+    /// The caller's view of conversations (API.md 1.1): each one's newest message (it is visible to every member:
+    /// a late joiner joined at a seq at or below it), and the other members' messages above the caller's read
+    /// watermark, not counting the server's own `pigeon.*` ones. Two statements for a whole page; a non-member (who
+    /// just left) sees neither.
+    private func addCallerView(_ conversations: inout [Conversation], ids: [String], userId: String) async throws {
+        let ids = ids.filter { id in conversations.contains { $0.id == id && $0.members.contains { $0.userId == userId } } }
+        guard !ids.isEmpty else { return }
+        var last: [String: Message] = [:]
+        for try await row in try await client.query(
+            """
+            SELECT \(unescaped: Self.messageColumns) FROM messages
+            WHERE (conversation_id, seq) IN (SELECT id, last_seq FROM conversations WHERE id = ANY(\(ids)))
+            """, logger: logger
+        ).decode(MessageTuple.self) {
+            let message = Self.message(row)
+            last[message.conversationId] = message
+        }
+        var unread: [String: Int] = [:]
+        for try await (conversationId, count) in try await client.query(
+            """
+            SELECT me.conversation_id, count(m.seq) FROM members me
+            JOIN messages m ON m.conversation_id = me.conversation_id AND m.seq > me.read_seq AND m.sender_id <> me.user_id
+                AND m.type NOT LIKE 'pigeon.%'
+            WHERE me.user_id = \(userId) AND me.conversation_id = ANY(\(ids)) GROUP BY me.conversation_id
+            """, logger: logger
+        ).decode((String, Int64).self) {
+            unread[conversationId] = Int(count)
+        }
+        for index in conversations.indices {
+            conversations[index].lastMessage = last[conversations[index].id]
+            conversations[index].unreadCount = unread[conversations[index].id] ?? 0
+        }
+    }
+
+    public func members(of conversationId: String) async throws -> [String]? {
+        if let cached = membersCache[conversationId] { return cached }
+        let generation = membersCache.generation(of: conversationId)
+        var members: [String] = []
+        for try await member in try await client.query(
+            "SELECT user_id FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
+        ).decode(String.self) {
+            members.append(member)
+        }
+        guard !members.isEmpty else { return nil }
+        membersCache.store(members, for: conversationId, ifGeneration: generation)
+        return members
+    }
+
+    public func member(_ userId: String, of conversationId: String) async throws -> ConversationMember? {
+        for try await (role, joinedSeq, delivered, read) in try await client.query(
+            "SELECT role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId)",
+            logger: logger
+        ).decode((String, Int64, Int64, Int64).self) {
+            return ConversationMember(userId: userId, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read)
+        }
+        return nil
+    }
+
+    // MARK: History
+
+    package static let messageColumns = """
+        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at,
+        edited_at, deleted_at
+        """
+
+    package typealias MessageTuple = (String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?)
+
+    package static func message(_ t: MessageTuple) -> Message {
+        Message(
+            serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6, body: t.7,
+            clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10, editedAt: t.11, deletedAt: t.12)
+    }
+
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
+        let query: PostgresQuery
+        if let after {
+            query = """
+                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId)
+                    AND seq > \(max(after, visibleFrom - 1))
+                ORDER BY seq LIMIT \(limit + 1)
+                """
+        } else {
+            query = """
+                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND seq < \(before ?? Int64.max)
+                    AND seq >= \(visibleFrom)
+                ORDER BY seq DESC LIMIT \(limit + 1)
+                """
+        }
+        var messages: [Message] = []
+        for try await row in try await client.query(query, logger: logger).decode(MessageTuple.self) {
+            messages.append(Self.message(row))
+        }
+        let hasMore = messages.count > limit
+        if hasMore { messages.removeLast() }
+        return MessagePage(messages: after == nil ? messages.reversed() : messages, hasMore: hasMore)
+    }
+
+    // MARK: Dead letters
+
+    public func deadLetters(limit: Int) async throws -> [DeadLetter] {
+        var letters: [DeadLetter] = []
+        for try await t in try await client.query(
+            """
+            SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
+                accepted_at, failed_at, error_code, error_message FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
+            """, logger: logger
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String).self) {
+            letters.append(
+                DeadLetter(
+                    message: Message(
+                        serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: 0, senderId: t.3, senderDeviceId: t.4, type: t.5,
+                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0),
+                    failedAt: t.9, error: ErrorDetail(code: ErrorCode(rawValue: t.10), message: t.11)))
+        }
+        return letters
+    }
+
+    public func deadLetter(serverId: String) async throws -> BufferedMessage? {
+        for try await t in try await client.query(
+            """
+            SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp, accepted_at
+            FROM dead_letters WHERE server_id = \(serverId)
+            """, logger: logger
+        ).decode((String, String, String, String, String, String, String, Int64, Int64).self) {
+            return BufferedMessage(
+                serverId: t.0, conversationId: t.1, senderId: t.2, senderDeviceId: t.3, clientMessageId: t.4, type: t.5, body: t.6,
+                clientTimestamp: t.7, acceptedAt: t.8)
+        }
+        return nil
+    }
+
+    public func removeDeadLetter(serverId: String) async throws {
+        try await client.query("DELETE FROM dead_letters WHERE server_id = \(serverId)", logger: logger)
+    }
+
+    public func deadLetterCount() async throws -> Int {
+        for try await count in try await client.query("SELECT COUNT(*) FROM dead_letters", logger: logger).decode(Int.self) {
+            return count
+        }
+        return 0
+    }
+}

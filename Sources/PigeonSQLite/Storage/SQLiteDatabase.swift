@@ -1,0 +1,27 @@
+import Foundation
+import GRDB
+
+/// How SQLite files of the embedded mode are opened.
+package enum SQLiteDatabase {
+    /// Opens (creating if needed) a WAL database at `path`, with `synchronous = FULL` when `durable`
+    /// (every commit is on disk before it returns, so an answer given after a commit survives power loss)
+    /// and `NORMAL` otherwise (survives a crash of the process, not of the machine).
+    package static func open(path: String, durable: Bool, readers: Int = 4) throws -> DatabasePool {
+        var configuration = Configuration()
+        configuration.maximumReaderCount = readers
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
+            try db.execute(sql: "PRAGMA temp_store = MEMORY")
+            try db.execute(sql: "PRAGMA cache_size = -32000")
+            // Commits must not stall on checkpoints: ``WALCheckpointer`` runs them beside the writer. This
+            // threshold is only a safety net for a WAL that the checkpointer could not keep small.
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = 50000")
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        return try DatabasePool(path: path, configuration: configuration)
+    }
+}

@@ -1,0 +1,178 @@
+import GRDB
+
+/// The embedded store's schema, one migration per version.
+///
+/// Messages are unique by `server_id` and by (sender, sender device, clientMessageId): the embedded buffer
+/// de-duplicates first, the store's index is the last word (a message that hits it is `.alreadyStored`).
+///
+/// v2 (issue 11): an event written for every member (`conversation.created`, `receipt`) keeps its payload once in
+/// `event_payloads` and its rows point at it (`payload_id`). Those rows are consecutive events, so pruning knows
+/// without an index which payloads lost their last event.
+/// Conversations gain `updated_at` (the store time of their newest message, else their creation), the order of
+/// the paginated conversation list.
+///
+/// v3 (API.md 1.1): conversations gain `kind` (direct or group; existing unnamed two-member ones are direct), members
+/// a `role` (the creator is the owner) and `joined_seq` (0 for founding members).
+///
+/// v4 (API.md 1.1, devices): a device is the pair (user, device id), so that JWT `did`s of different users never
+/// collide; devices seen through a JWT have no token hash. Devices gain `last_seen_at` (existing ones: their
+/// creation), `revoked_at` (set while revoked; a revoked device keeps its row, so its user still counts as having had
+/// a device) and `last_revoked_at` (the latest revocation, kept when a JWT device is seen again with a newer token:
+/// older tokens stay refused).
+///
+/// v5 (API.md 1.1, edit and delete): messages gain `edited_at` and `deleted_at`, and `target_id` (the serverId a
+/// `pigeon.edit` or `pigeon.delete` names, indexed: a delete erases the text of the target's earlier edits).
+package enum SQLiteSchema {
+    package static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE devices(
+                        id TEXT PRIMARY KEY,
+                        user_id TEXT NOT NULL,
+                        name TEXT,
+                        token_hash TEXT NOT NULL UNIQUE,
+                        created_at INTEGER NOT NULL);
+                    CREATE INDEX devices_user ON devices(user_id);
+                    CREATE TABLE conversations(
+                        id TEXT PRIMARY KEY,
+                        name TEXT,
+                        created_by TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        last_seq INTEGER NOT NULL DEFAULT 0);
+                    CREATE TABLE members(
+                        conversation_id TEXT NOT NULL REFERENCES conversations(id),
+                        user_id TEXT NOT NULL,
+                        delivered_seq INTEGER NOT NULL DEFAULT 0,
+                        read_seq INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY(conversation_id, user_id)) WITHOUT ROWID;
+                    CREATE INDEX members_user ON members(user_id, conversation_id);
+                    CREATE TABLE messages(
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        server_id TEXT NOT NULL UNIQUE,
+                        client_message_id TEXT NOT NULL,
+                        sender_id TEXT NOT NULL,
+                        sender_device_id TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        client_timestamp INTEGER NOT NULL,
+                        accepted_at INTEGER NOT NULL,
+                        stored_at INTEGER NOT NULL,
+                        PRIMARY KEY(conversation_id, seq));
+                    CREATE TABLE events(
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        user_id TEXT NOT NULL,
+                        device_id TEXT,
+                        excluded_device_id TEXT,
+                        type TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        -- message.new refers to its message instead of copying it: payload is NULL then.
+                        conversation_id TEXT,
+                        seq INTEGER,
+                        payload TEXT);
+                    CREATE INDEX events_user ON events(user_id, id);
+                    CREATE TABLE dead_letters(
+                        server_id TEXT PRIMARY KEY,
+                        conversation_id TEXT NOT NULL,
+                        client_message_id TEXT NOT NULL,
+                        sender_id TEXT NOT NULL,
+                        sender_device_id TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        client_timestamp INTEGER NOT NULL,
+                        accepted_at INTEGER NOT NULL,
+                        failed_at INTEGER NOT NULL,
+                        error_code TEXT NOT NULL,
+                        error_message TEXT NOT NULL);
+                    """)
+        }
+        migrator.registerMigration("v2") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE event_payloads(id INTEGER PRIMARY KEY, payload TEXT NOT NULL);
+                    ALTER TABLE events ADD COLUMN payload_id INTEGER;
+                    CREATE UNIQUE INDEX messages_client_id ON messages(sender_id, sender_device_id, client_message_id);
+                    ALTER TABLE conversations ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0;
+                    UPDATE conversations SET updated_at = COALESCE(
+                        (SELECT MAX(stored_at) FROM messages WHERE messages.conversation_id = conversations.id), created_at);
+                    """)
+        }
+        migrator.registerMigration("v3") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE conversations ADD COLUMN kind TEXT NOT NULL DEFAULT 'group';
+                    UPDATE conversations SET kind = 'direct' WHERE name IS NULL
+                        AND (SELECT COUNT(*) FROM members WHERE members.conversation_id = conversations.id) = 2;
+                    ALTER TABLE members ADD COLUMN role TEXT NOT NULL DEFAULT 'member';
+                    ALTER TABLE members ADD COLUMN joined_seq INTEGER NOT NULL DEFAULT 0;
+                    UPDATE members SET role = 'owner'
+                        WHERE user_id = (SELECT created_by FROM conversations WHERE conversations.id = members.conversation_id);
+                    """)
+        }
+        migrator.registerMigration("v4") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE devices_v4(
+                        user_id TEXT NOT NULL,
+                        id TEXT NOT NULL,
+                        name TEXT,
+                        token_hash TEXT UNIQUE,
+                        created_at INTEGER NOT NULL,
+                        last_seen_at INTEGER NOT NULL,
+                        revoked_at INTEGER,
+                        last_revoked_at INTEGER,
+                        PRIMARY KEY(user_id, id)) WITHOUT ROWID;
+                    INSERT INTO devices_v4(user_id, id, name, token_hash, created_at, last_seen_at)
+                        SELECT user_id, id, name, token_hash, created_at, created_at FROM devices;
+                    DROP TABLE devices;
+                    ALTER TABLE devices_v4 RENAME TO devices;
+                    """)
+        }
+        migrator.registerMigration("v5") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE messages ADD COLUMN target_id TEXT;
+                    ALTER TABLE messages ADD COLUMN edited_at INTEGER;
+                    ALTER TABLE messages ADD COLUMN deleted_at INTEGER;
+                    CREATE INDEX messages_target ON messages(target_id) WHERE target_id IS NOT NULL;
+                    """)
+        }
+        migrator.registerMigration("v6") { db in
+            // API.md 1.1, push: a device's registration (one per device; a pushkey belongs to one device of an app),
+            // the push owed to each device (one row, the newest message: bursts coalesce), and how far the
+            // dispatcher has read the event log (from the log's head at this migration: history is never pushed).
+            try db.execute(
+                sql: """
+                    CREATE TABLE push_registrations(
+                        user_id TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        app_id TEXT NOT NULL,
+                        pushkey TEXT NOT NULL,
+                        data TEXT,
+                        updated_at INTEGER NOT NULL,
+                        last_pushed_at INTEGER,
+                        PRIMARY KEY(user_id, device_id)) WITHOUT ROWID;
+                    CREATE UNIQUE INDEX push_registrations_pushkey ON push_registrations(app_id, pushkey);
+                    CREATE TABLE push_pending(
+                        user_id TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        stored_at INTEGER NOT NULL,
+                        owed_since INTEGER NOT NULL,
+                        due_at INTEGER NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        claimed_until INTEGER NOT NULL DEFAULT 0,
+                        claimed_by TEXT,
+                        PRIMARY KEY(user_id, device_id)) WITHOUT ROWID;
+                    CREATE INDEX push_pending_due ON push_pending(due_at);
+                    INSERT INTO meta(key, value) VALUES ('push_cursor', COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0));
+                    """)
+        }
+        return migrator
+    }
+}
