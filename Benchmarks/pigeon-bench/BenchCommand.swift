@@ -3,9 +3,10 @@ import AsyncHTTPClient
 import Foundation
 import PigeonBenchSupport
 
-/// `pigeon-bench`: the load generator that measures a Pigeon server against the targets of DESIGN.md (accepted
-/// messages per second, send → ✓✓ latency, memory per open stream), with mosquitto and NATS JetStream under the same
-/// load shapes as reference points.
+/// `pigeon-bench`: the load generator that measures a Pigeon server's accepted messages per second, send → ✓✓
+/// latency and memory per open stream against its performance targets (docs/ARCHITECTURE.md, section "Targets"; the
+/// ones it checks itself are stated in ``ProductionTarget`` and ``ScaleOutTarget``), with mosquitto and NATS JetStream
+/// under the same load shapes as reference points.
 @main
 struct PigeonBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -12,14 +12,14 @@ let loggingToStandardError: Void = LoggingSystem.bootstrap { label in
     return handler
 }
 
-/// `pigeonkit-bench`: measures the client SDK against DESIGN.md's client targets (send p99 ≤ 1 ms, load 50 ≤ 2 ms,
+/// `pigeonkit-bench`: measures the client SDK against its targets (send p99 ≤ 1 ms, load 50 ≤ 2 ms,
 /// 10,000 missed messages caught up in ≤ 1 s, ≤ 30 MB with 10,000 cached messages), with a real Pigeon server
 /// running inside the benchmark's process.
 @main
 struct PigeonKitBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pigeonkit-bench",
-        abstract: "Measure PigeonKit's local send, page loads, catch-up and memory against DESIGN.md's targets.",
+        abstract: "Measure PigeonKit's local send, page loads, catch-up and memory against the SDK's targets.",
         discussion: """
             Starts a Pigeon server in this process (embedded SQLite store and buffer, every commit fsynced, a fresh \
             data directory, a free loopback port) and registers three devices. (1) send: a device that never goes \

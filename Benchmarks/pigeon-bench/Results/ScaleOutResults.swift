@@ -83,10 +83,11 @@ struct ScaleOutFigures: Codable, Sendable {
     var sustainedStoredRatio: Double?
 }
 
-/// A scale-out target of DESIGN.md: stored/s at `nodes` nodes at least `requiredRatio` × one node's, each node
-/// confined to the same CPU share. It is checked on the sustained stored/s (window start → every accepted message
-/// stored): while sending, a node that falls behind stores less than it accepts, and in a drain window a node that
-/// kept up has nothing left to store, so neither window alone compares deployments that do and do not keep up.
+/// A scale-out target (``required``: ≥ 1.8× at 2 nodes, ≥ 3.2× at 4): stored/s at `nodes` nodes at least
+/// `requiredRatio` × one node's, each node confined to the same CPU share. It is checked on the sustained stored/s
+/// (window start → every accepted message stored): while sending, a node that falls behind stores less than it
+/// accepts, and in a drain window a node that kept up has nothing left to store, so neither window alone compares
+/// deployments that do and do not keep up.
 struct ScaleOutTarget: Codable, Sendable {
     var nodes: Int
     var requiredRatio: Double
@@ -98,7 +99,7 @@ struct ScaleOutTarget: Codable, Sendable {
     /// a lower bound).
     var notCheckedBecause: String?
 
-    /// DESIGN.md's production targets: ≥ 1.8× at 2 nodes, ≥ 3.2× at 4.
+    /// The scale-out targets of the production mode: ≥ 1.8× at 2 nodes, ≥ 3.2× at 4.
     static let required: [(nodes: Int, ratio: Double)] = [(2, 1.8), (4, 3.2)]
 }
 
