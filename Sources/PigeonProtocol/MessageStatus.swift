@@ -1,4 +1,4 @@
-/// The status of a sent message as its sender sees it (DESIGN.md's table).
+/// The status of a sent message as its sender sees it (the status table of docs/ARCHITECTURE.md).
 ///
 /// A status only moves forward (``pending`` → ``sending`` → ``sent`` → ``stored`` → ``delivered`` → ``read``);
 /// ``failed`` can be reached from any state before ``sent`` is confirmed durable or from a server-side failure,

@@ -4,7 +4,8 @@ import Testing
 
 /// The outbox's pure parts, driven directly without a network or a clock: one item's lifecycle (`OutboxItem`),
 /// the per-conversation line (`OutboxQueue`), the backoff (`RetryPolicy`, `ReconnectBackoff`) and the tick rules
-/// (`MessageStatus.applying`, DESIGN.md's status table). Time is an `ElapsedClock.Instant` plus durations; nothing sleeps.
+/// (`MessageStatus.applying`, the status table of docs/ARCHITECTURE.md). Time is an `ElapsedClock.Instant` plus
+/// durations; nothing sleeps.
 @Suite struct OutboxStateMachineTests {
     static let policy = RetryPolicy()
     static let overloaded = ErrorDetail(code: .overloaded, message: "the ingest buffer is full")
@@ -807,7 +808,7 @@ extension OutboxStateMachineTests {
     }
 }
 
-// MARK: - MessageStatus.applying (DESIGN.md's status table)
+// MARK: - MessageStatus.applying (the status table of docs/ARCHITECTURE.md)
 
 extension OutboxStateMachineTests {
     @Suite struct Status {
@@ -815,7 +816,7 @@ extension OutboxStateMachineTests {
         /// to compile there until it is added here too.
         static let allEvidence: [StatusEvidence] = [.dispatched, .accepted, .stored, .deliveredToAll, .readByAll, .failedLocally, .failedOnServer, .retry]
 
-        /// DESIGN.md's table, written independently of the code under test.
+        /// The status table of docs/ARCHITECTURE.md, written independently of the code under test.
         static func expected(_ status: MessageStatus, _ evidence: StatusEvidence, failureIsLocal: Bool) -> MessageStatus? {
             let progress: [MessageStatus] = [.pending, .sending, .sent, .stored, .delivered, .read]
             func forward(to target: MessageStatus) -> MessageStatus? {

@@ -19,8 +19,9 @@ public enum DeliveryPath: String, Sendable, Codable, Equatable {
 /// A message as this device knows it: read from the local database, never from the network.
 ///
 /// Messages this user sent (from this device or another of the user's devices) are *outgoing*; their ``status`` is
-/// DESIGN.md's sender status (⏰ … blue ✓✓, ⚠️). An incoming message has the status ``MessageStatus/delivered``
-/// once it is on this device, and ``MessageStatus/read`` once this user has read it (on any of the user's devices).
+/// the sender status of docs/ARCHITECTURE.md's status model (⏰ … blue ✓✓, ⚠️). An incoming message has the status
+/// ``MessageStatus/delivered`` once it is on this device, and ``MessageStatus/read`` once this user has read it (on any
+/// of the user's devices).
 public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     /// This device's id for the message, assigned when it was saved here. Stable for the life of the database.
     public var localId: Int64

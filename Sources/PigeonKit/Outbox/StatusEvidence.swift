@@ -21,8 +21,8 @@ package enum StatusEvidence: Sendable, Equatable {
 }
 
 extension MessageStatus {
-    /// The status after `evidence`, or `nil` when it changes nothing (DESIGN.md's rules: forward only, each status
-    /// only on its evidence, failed → pending only by retry).
+    /// The status after `evidence`, or `nil` when it changes nothing (the rules of docs/ARCHITECTURE.md's status model
+    /// and its invariant 4: forward only, each status only on its evidence, failed → pending only by retry).
     ///
     /// One addition: evidence that the *server* has the message (`accepted`, `stored`) also ends a *local* failure.
     /// A local failure means "no answer came", not "the server refused": a late ack, or the message showing up in

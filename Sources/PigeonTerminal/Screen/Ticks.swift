@@ -2,7 +2,7 @@ import Foundation
 import PigeonKit
 import PigeonProtocol
 
-/// The WhatsApp-style ticks of DESIGN.md's status table, as a terminal shows them.
+/// The WhatsApp-style ticks of the status table of docs/ARCHITECTURE.md, as a terminal shows them.
 public enum Ticks {
     /// The frames of the "sending" spinner (one cell each).
     public static let spinner = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"]

@@ -148,7 +148,7 @@ func makeConversation(_ devices: [TestDevice]) async throws -> String {
     return conversation.id
 }
 
-/// Whether `statuses` only ever moves forward (DESIGN.md's invariant 4).
+/// Whether `statuses` only ever moves forward (docs/ARCHITECTURE.md's invariant 4).
 func isMonotonic(_ statuses: [MessageStatus]) -> Bool {
     zip(statuses, statuses.dropFirst()).allSatisfy { $0 < $1 }
 }
