@@ -8,12 +8,12 @@ import Glibc
 import Darwin
 #endif
 
-/// `pigeon-demo`: seed 000's story with a server in this process. The terminal client (`pigeon`) links PigeonKit
+/// `pigeon-demo`: two people chatting through a network that fails, with a server in this process. The terminal client (`pigeon`) links PigeonKit
 /// only; this program also links the server and the fault proxy.
 public struct DemoCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "pigeon-demo",
-        abstract: "Play seed 000's story in under 30 seconds: a server in this process, alice and bob side by side.",
+        abstract: "Play a chat through a failing network in under 30 seconds: a server in this process, alice and bob side by side.",
         discussion: """
             Online send ⏰ → ✓ → ✓✓ → blue ✓✓, an offline recipient, an offline sender, a black-holed network \
             (⚠️ and retry), and a server restart that loses nothing. Each step is checked; exit status 1 says \

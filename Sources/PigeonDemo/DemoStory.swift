@@ -7,7 +7,7 @@ import PigeonProtocol
 import PigeonServer
 import PigeonTerminal
 
-/// `pigeon-demo`: seed 000's story with a real server in this process and two real PigeonKit clients, alice and
+/// `pigeon-demo`: two people chatting through a network that fails, with a real server in this process and two real PigeonKit clients, alice and
 /// bob. Alice's network goes through a ``FaultProxy`` so it can be black-holed; each step checks what it shows
 /// (a status that does not arrive in time fails the demo), and the end checks that both devices hold every
 /// message once, in order.

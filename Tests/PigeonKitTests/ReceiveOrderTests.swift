@@ -2,7 +2,7 @@ import PigeonKit
 import Testing
 
 /// `ReceiveOrder`: messages are announced in seq order per conversation, a message beyond a gap waits (persisted)
-/// until the gap is filled, and nothing held is ever dropped (seed 004's gap case, without its bug).
+/// until the gap is filled, and nothing held is ever dropped (a client that dropped them would lose them for good).
 @Suite struct ReceiveOrderTests {
     /// A received message as the app would be told of it.
     struct Received: Sendable, Equatable, CustomStringConvertible {

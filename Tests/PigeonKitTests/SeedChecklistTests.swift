@@ -4,7 +4,8 @@ import PigeonProtocol
 import PigeonTestSupport
 import Testing
 
-/// Seed 000's checklist, each item against a real in-process server.
+/// The reliability checklist (ticks online, offline sending, a hundred rapid messages in order, three tries then a
+/// retry, a server restart losing nothing), each item against a real in-process server.
 @Suite(.timeLimit(.minutes(3)))
 struct SeedChecklistTests {
     @Test func onlineSendGoesPendingSentDeliveredRead() async throws {

@@ -5,7 +5,8 @@ import PigeonProtocol
 import PigeonTestSupport
 import Testing
 
-/// Seed 001's integration tests, seed 002's ACK rules and seed 004's gap case.
+/// The SDK's integration tests against a real server: offline sending, ACK timeouts and retries, and the gap case
+/// (a message beyond a gap is fetched at once, announced in order, never dropped).
 @Suite(.timeLimit(.minutes(4)))
 struct SyncTests {
     @Test func fiveMessagesSentOfflineArriveInOrder() async throws {

@@ -1,5 +1,5 @@
 /// The stages of a message's way from accept to stored, each timed into `pigeon_processing_stage_seconds{stage=…}`:
-/// where the latency between accept and ✓ goes (docs/OPERATIONS.md reads them).
+/// where the latency between accept and ✓ goes (docs/PRODUCTION.md reads them).
 public enum ProcessingStage: String, CaseIterable, Sendable {
     /// Accepted → read from the buffer by the node that stores it (per message; the accept time is in milliseconds).
     case buffered

@@ -47,7 +47,7 @@ public enum PigeonEvent: Sendable, Equatable {
     case recipientsChanged(PigeonMessage)
 }
 
-/// Delegate-style observation (seed 002's listener). Methods are called after the local database write, in
+/// Delegate-style observation (a listener with `onMessageReceived`-style callbacks). Methods are called after the local database write, in
 /// order, on an internal executor: hop to the main actor yourself to touch UI. The default implementations do
 /// nothing, so a listener implements only what it needs.
 public protocol PigeonListener: AnyObject, Sendable {

@@ -1,11 +1,11 @@
 import PigeonProtocol
 
-/// How a sent message reached the other members (seed 003's two paths).
+/// How a sent message reached the other members: the two delivery paths, direct and through the mailbox.
 ///
 /// Known once the server has stored the message (`message.stored` tells how many of the other members' devices
 /// were connected at that moment):
 /// - ``direct``: at least one was online, the message was pushed to it at once
-///   (seed 003's CONNECTING → SENT → ACK_RECEIVED, where ACK_RECEIVED is the message reaching ``MessageStatus/delivered``).
+///   (CONNECTING → SENT → ACK_RECEIVED in the usual state names, where ACK_RECEIVED is the message reaching ``MessageStatus/delivered``).
 /// - ``mailbox``: nobody was online, the message waits in their mailbox on the server
 ///   (TRY_ADD_TO_MAILBOX → ADDED_TO_MAILBOX; MAILBOX_MSG_RECEIVED is the message reaching ``MessageStatus/delivered``
 ///   when an offline member comes back and acknowledges it).

@@ -24,7 +24,7 @@ enum LocalDatabase {
 
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
-        // Seed 001's schema, grown: messages keep the server's id and seq beside the local id; the outbox and the
+        // The local-first schema (conversations, messages, outbox, sync state), grown: messages keep the server's id and seq beside the local id; the outbox and the
         // sync state are tables of their own; the members' watermarks drive the ✓✓ and blue ticks.
         migrator.registerMigration("v1") { db in
             try db.execute(sql: """

@@ -1,5 +1,5 @@
-/// Keeps the announcement of received messages in seq order per conversation (seed 004's gap case, without its
-/// bug): a message beyond a gap is persisted at once, but announced only when every seq before it is on the
+/// Keeps the announcement of received messages in seq order per conversation (the gap case: a
+/// client that drops what arrives beyond a gap loses it for good): a message beyond a gap is persisted at once, but announced only when every seq before it is on the
 /// device. Nothing is ever dropped, however long the gap takes to fill: only `release` empties the queue. Pure.
 package struct ReceiveOrder<Item: Sendable>: Sendable {
     private var held: [String: [(seq: Int64, item: Item)]] = [:]

@@ -2,7 +2,7 @@ import NIOConcurrencyHelpers
 import PigeonDomain
 import Prometheus
 
-/// The server's Prometheus metrics (seed 000's list), in a registry of their own so several servers can
+/// The server's Prometheus metrics (rates, latencies, depths, connections), in a registry of their own so several servers can
 /// live in one process (tests) without a global metrics bootstrap.
 public final class PigeonMetrics: Sendable {
     public let registry = PrometheusCollectorRegistry()
