@@ -19,6 +19,8 @@ import Testing
         var hub: StreamHub
         var store: any MessageStore
         var fanout: any Fanout
+        /// The node's own fan-out into its hub (where its revocation observers, the authenticator's caches, hang).
+        var local: LocalFanout
     }
 
     /// Runs `body` with one node (local) or two nodes sharing a schema (postgres).
@@ -32,7 +34,7 @@ import Testing
             let hub = StreamHub()
             let fanout = LocalFanout(hub: hub)
             let store = try SQLiteMessageStore(path: directory + "/store.sqlite", durable: false, fanout: fanout)
-            try await body([Node(hub: hub, store: store, fanout: fanout)])
+            try await body([Node(hub: hub, store: store, fanout: fanout, local: fanout)])
         case .postgres:
             let schema = EventPartitionTests.newSchema()
             let url = try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL") + "?schema=\(schema)"
@@ -40,11 +42,12 @@ import Testing
             var stores: [PostgresMessageStore] = []
             for index in 0..<2 {
                 let hub = StreamHub()
+                let local = LocalFanout(hub: hub)
                 let store = try await PostgresMessageStore.open(
-                    url: url, local: LocalFanout(hub: hub), logger: logger, maxConnections: 4, nodeId: "fanout-node-\(index)")
+                    url: url, local: local, logger: logger, maxConnections: 4, nodeId: "fanout-node-\(index)")
                 hub.observePresence { [fanout = store.fanout] device, online in fanout.devicePresence(device, online: online) }
                 stores.append(store)
-                nodes.append(Node(hub: hub, store: store, fanout: store.fanout))
+                nodes.append(Node(hub: hub, store: store, fanout: store.fanout, local: local))
             }
             let ready = nodes
             let result = await StoreContractTests.whileRunning(stores) { try await body(ready) }
@@ -53,9 +56,9 @@ import Testing
         }
     }
 
-    /// A stream of `device` on `hub`.
-    static func connect(_ device: DeviceIdentity, to hub: StreamHub) -> StreamSession {
-        let session = hub.makeSession(device: device, transport: "test", limits: StreamLimits(), limitHit: { _ in })
+    /// A stream of `device` on `hub`, opened with a token issued at `issuedAt` (seconds; `nil`: an opaque token).
+    static func connect(_ device: DeviceIdentity, issuedAt: Int64? = nil, to hub: StreamHub) -> StreamSession {
+        let session = hub.makeSession(device: device, tokenIssuedAt: issuedAt, transport: "test", limits: StreamLimits(), limitHit: { _ in })
         hub.register(session, maxStreamsPerDevice: 8)
         return session
     }
@@ -141,6 +144,37 @@ import Testing
             #expect(frames.contains { if case .frame("typing", _, _) = $0 { true } else { false } })
             let leaked = await Self.receive(daveSession, timeout: .milliseconds(500)) { !$0.isEmpty }
             #expect(leaked.isEmpty, "a frame for bob reached dave")
+        }
+    }
+
+    /// A revocation committed on one node is acted on by every node: its observers (the authenticators' caches) hear of
+    /// it and the device's streams of tokens issued up to the revocation's second end (`revoked`), on the node that
+    /// revoked at once and on the others within about a second; a stream of a token issued after it stays, and acting
+    /// on it twice is harmless.
+    @Test(arguments: Kind.allCases) func aRevocationIsActedOnByEveryNode(_ kind: Kind) async throws {
+        try await Self.withNodes(kind) { nodes in
+            let bob = DeviceIdentity(userId: "bob", deviceId: "phone")
+            let now = WallClock.nowMillis()
+            let issuedBefore = now / 1000 - 60
+            _ = try await nodes[0].store.recordJWTDevice(bob, issuedAt: issuedBefore, at: now)
+            let heard = NIOLockedValueBox([Int: [DeviceRevocation]]())
+            for (index, node) in nodes.enumerated() {
+                node.local.observeRevocations { revocation in heard.withLockedValue { $0[index, default: []].append(revocation) } }
+            }
+            let old = Self.connect(bob, issuedAt: issuedBefore, to: nodes.last!.hub)
+            let revocation = try #require(try await nodes[0].store.revokeDevice(bob, at: WallClock.nowMillis()))
+            nodes[0].fanout.deviceRevoked(revocation)
+            let newer = Self.connect(bob, issuedAt: revocation.tokensIssuedThrough + 1, to: nodes.last!.hub)
+
+            let ended = await eventually(within: .seconds(5)) { old.endReason == .revoked }
+            #expect(ended, "the stream of a token issued before the revocation ended: \(String(describing: old.endReason))")
+            for index in nodes.indices {
+                let told = await eventually(within: .seconds(5)) { heard.withLockedValue { $0[index]?.contains(revocation) ?? false } }
+                #expect(told, "node \(index) acted on the revocation")
+            }
+            nodes.last!.fanout.deviceRevoked(revocation)
+            #expect(newer.endReason == nil, "a token issued after the revocation keeps its stream")
+            nodes.last!.hub.unregister(newer)
         }
     }
 }
