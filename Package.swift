@@ -73,6 +73,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
+            resources: [.embedInCode("Pages")],
             swiftSettings: swiftSettings
         ),
         .target(
