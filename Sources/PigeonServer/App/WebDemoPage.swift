@@ -1,11 +1,6 @@
-/// The web demo page of `GET /` (with `--web`): alice and bob side by side in one self-contained HTML page (no build
-/// step, no CDN), driving the real `/v1` API from the browser, alice over the WebSocket and bob over SSE and HTTP,
-/// each sent message's tick live (DESIGN.md's status model: ⏰ ✓ ✓✓ blue ✓✓ ⚠️, each only on the server's evidence),
-/// an offline switch per side. `?api=http://host:port` points it at another server (started with
-/// `--cors-origin <this page's origin>`). docs/API.md "From a browser" describes it.
-///
-/// The page is Pages/demo.html with demo.css and demo.js inline (``InlinePage``), so that the Content-Security-Policy
-/// can allow exactly its inline style and script by their SHA-256 hashes (``contentSecurityPolicy(api:)``).
+/// The web demo page of `GET /` (with `--web`): Pages/demo.html, which says what the page does, with demo.css and
+/// demo.js inline (``InlinePage``), so that the Content-Security-Policy can allow exactly its inline style and script by
+/// their SHA-256 hashes (``contentSecurityPolicy(api:)``). docs/API.md "From a browser" describes it.
 enum WebDemoPage {
     static let page = InlinePage(document: PackageResources.demo_html, style: PackageResources.demo_css, script: PackageResources.demo_js)
 

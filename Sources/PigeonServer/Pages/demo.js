@@ -1,6 +1,6 @@
 "use strict";
 // Pigeon's web demo: two devices of the wire contract (docs/API.md), alice over the WebSocket and bob over SSE and
-// HTTP. A sent message's tick follows DESIGN.md's status model and only the server's evidence:
+// HTTP. A sent message's tick follows docs/ARCHITECTURE.md ("The status model") and only the server's evidence:
 //   pending ⏰  until an accept answer (202/200, a WebSocket ack) or message.stored;
 //   sent ✓ (accepted), stored ✓ (message.stored gave its seq);
 //   delivered ✓✓ once the other member's delivered watermark (receipt events) reaches its seq; read, blue ✓✓, likewise;
