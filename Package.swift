@@ -132,6 +132,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
+            resources: [.embedInCode("Pages")],
             swiftSettings: swiftSettings
         ),
         .target(

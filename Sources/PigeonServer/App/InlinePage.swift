@@ -4,34 +4,24 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 
-/// A self-contained HTML page the server answers (the operator's page, the web demo): its style, body and script
-/// inline, nothing fetched from elsewhere, so that its Content-Security-Policy can allow exactly its own inline style
-/// and script by their SHA-256 hashes and nothing else.
+/// A self-contained HTML page the server answers (the operator's page, the web demo), assembled from its files in
+/// Sources/PigeonServer/Pages, which the build embeds in the binary (`.embedInCode` in Package.swift: each file is a
+/// `PackageResources.<name>_<extension>` of bytes, so the server stays one executable with nothing beside it). The
+/// document's empty `<style></style>` and `<script></script>` are filled with its style sheet and script: nothing is
+/// fetched from elsewhere, so its Content-Security-Policy can allow exactly that inline style and script by their
+/// SHA-256 hashes, computed once from the very bytes served, and nothing else.
 struct InlinePage: Sendable {
     /// The whole document, UTF-8.
-    let html: String
+    let html: ByteBuffer
     /// `sha256-<base64>` of the inline script and style, as CSP names them.
     private let scriptHash: String
     private let styleHash: String
 
-    init(title: String, style: String, body: String, script: String) {
-        html = """
-            <!DOCTYPE html>
-            <html lang="en">
-            <head>
-            <meta charset="utf-8">
-            <meta name="viewport" content="width=device-width, initial-scale=1">
-            <meta name="referrer" content="no-referrer">
-            <title>\(title)</title>
-            <style>\(style)</style>
-            </head>
-            <body>
-            \(body)
-            <script>\(script)</script>
-            </body>
-            </html>
-
-            """
+    init(document: [UInt8], style: [UInt8], script: [UInt8]) {
+        var html = document
+        Self.fill("<style>", "</style>", with: style, in: &html)
+        Self.fill("<script>", "</script>", with: script, in: &html)
+        self.html = ByteBuffer(bytes: html)
         scriptHash = Self.hashSource(script)
         styleHash = Self.hashSource(style)
     }
@@ -57,14 +47,25 @@ struct InlinePage: Sendable {
         headers[.cacheControl] = "no-store"
         headers[Self.referrerPolicy] = "no-referrer"
         headers[.xContentTypeOptions] = "nosniff"
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: html)))
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: html))
     }
 
     private static let xFrameOptions = HTTPField.Name("X-Frame-Options")!
     private static let referrerPolicy = HTTPField.Name("Referrer-Policy")!
 
-    /// `sha256-<base64>` of an inline element's exact text.
-    private static func hashSource(_ text: String) -> String {
-        "sha256-" + Data(SHA256.hash(data: Data(text.utf8))).base64EncodedString()
+    /// Puts `content` between `open` and `close` where they stand together, empty, exactly once in `document`;
+    /// `content` may not hold the element's end tag (the browser would end it there, and its hash would not match).
+    private static func fill(_ open: String, _ close: String, with content: [UInt8], in document: inout [UInt8]) {
+        let element = Array((open + close).utf8)
+        let starts = document.indices.filter { document[$0...].starts(with: element) }
+        precondition(starts.count == 1, "a page must hold \(open)\(close) once, it holds it \(starts.count) times")
+        let closing = Array(close.dropLast().utf8)
+        precondition(!content.indices.contains { content[$0...].starts(with: closing) }, "the content of \(open) holds \(close.dropLast())")
+        document.insert(contentsOf: content, at: starts[0] + open.utf8.count)
+    }
+
+    /// `sha256-<base64>` of an inline element's exact bytes.
+    private static func hashSource(_ bytes: [UInt8]) -> String {
+        "sha256-" + Data(SHA256.hash(data: bytes)).base64EncodedString()
     }
 }
