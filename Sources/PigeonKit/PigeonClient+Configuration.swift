@@ -72,9 +72,10 @@ extension PigeonClient {
         /// Where the client logs: connection failures and retries at `debug`, local database failures at `error`.
         public var logger = Logger(label: "PigeonKit")
         /// The clock every wait of the network side runs on: ACK timeouts, retry and reconnection backoffs, the
-        /// receipt delay, gap-fetch retries and the catch-up period. Not public: tests inject a manual clock to move
-        /// time instead of sleeping. The transport's own timeouts (connecting, requests, liveness) and
-        /// ``PigeonClient/sync(timeout:)`` stay on real time: they bound real I/O.
+        /// receipt delay, gap-fetch retries, the catch-up period, and the deadlines of ``PigeonClient/sync(timeout:)``
+        /// and ``PigeonClient/handlePush(_:deadline:)`` (with the latter's retry backoff). Not public: tests inject a
+        /// manual clock to move time instead of sleeping. The transport's own timeouts (connecting, requests,
+        /// liveness) stay on real time: they bound real I/O.
         package var clock: any Clock<Duration> = ContinuousClock()
         /// The jitter of every backoff, a value in 0...1 for each draw (random by default). Not public: tests fix it
         /// to make backoffs exact.

@@ -87,7 +87,8 @@ extension PigeonClient {
     ///     Notification Service Extension.
     public func handlePush(_ push: PigeonPush?, deadline: Duration = .seconds(25)) async -> PushHandlingReport {
         let deadline = max(deadline, .zero)
-        let clock = ContinuousClock()
+        // On the client's clock (``Configuration-swift.struct/clock``), like every other wait of the network side.
+        let clock = engine.clock
         let start = clock.now
         let end = start + deadline
         let workEnd = end - min(deadline / 10, .milliseconds(250))
@@ -123,7 +124,7 @@ extension PigeonClient {
 
     /// Ends this call's hold; the last one stops the network side unless the app started it, waiting for it to stop
     /// until `end` at most (it was cancelled, and ends on its own if that takes longer).
-    private func releaseNetworkSide(until end: ContinuousClock.Instant) async {
+    private func releaseNetworkSide(until end: ElapsedClock.Instant) async {
         let task = runSlot.withLockedValue { slot -> Task<Void, Never>? in
             slot.pushHandlings -= 1
             guard slot.pushHandlings == 0, !slot.startedByApp, let task = slot.task else { return nil }
@@ -134,7 +135,7 @@ extension PigeonClient {
         task.cancel()
         let stopped = await withTaskGroup(of: Bool.self) { group in
             group.addTask { await task.value; return true }
-            group.addTask { try? await Task.sleep(until: end, clock: .continuous); return false }
+            group.addTask { [clock = engine.clock] in try? await clock.sleep(until: end); return false }
             defer { group.cancelAll() }
             return await group.next() ?? false
         }
@@ -150,7 +151,7 @@ extension PigeonClient {
 
     /// Runs `work` until it ends or `end` comes; the error it threw, a timeout naming the step it was at, or `nil`.
     private func runUntil(
-        _ end: ContinuousClock.Instant, deadline: Duration, step: NIOLockedValueBox<@Sendable () -> String>,
+        _ end: ElapsedClock.Instant, deadline: Duration, step: NIOLockedValueBox<@Sendable () -> String>,
         _ work: @escaping @Sendable () async throws -> Void
     ) async -> PigeonClientError? {
         await withTaskGroup(of: WorkOutcome.self) { group in
@@ -164,8 +165,8 @@ extension PigeonClient {
                     return .cut
                 }
             }
-            group.addTask {
-                try? await Task.sleep(until: end, clock: .continuous)
+            group.addTask { [clock = engine.clock] in
+                try? await clock.sleep(until: end)
                 return .cut
             }
             defer { group.cancelAll() }
@@ -218,8 +219,8 @@ extension PigeonClient {
     }
 
     /// Runs `body` again after transient errors (network trouble, timeouts, 5xx, 429), with a backoff from 100 ms to
-    /// 2 s, until it succeeds, throws another error, or the task is cancelled; `step` says what it does and why it
-    /// last failed.
+    /// 2 s on the client's clock, until it succeeds, throws another error, or the task is cancelled; `step` says what
+    /// it does and why it last failed.
     private func retryingTransient(
         _ step: NIOLockedValueBox<@Sendable () -> String>, _ what: String, _ body: () async throws -> Void
     ) async throws {
@@ -230,13 +231,14 @@ extension PigeonClient {
                 return try await body()
             } catch let error as PigeonClientError where error.isTransient {
                 step.withLockedValue { $0 = { "\(what) (last try: \(error.message))" } }
-                try await Task.sleep(for: delay)
+                try await engine.clock.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
             }
         }
     }
 
-    /// Polls `condition` every 10 ms until it holds; throws what it throws, or on cancellation.
+    /// Polls `condition` every 10 ms of real time until it holds; throws what it throws, or on cancellation. (Not a
+    /// deadline: it only looks again at state other tasks change, and on a test's manual clock it would stall.)
     private func pollUntil(_ condition: () async throws -> Bool) async throws {
         while try await !condition() {
             try await Task.sleep(for: .milliseconds(10))

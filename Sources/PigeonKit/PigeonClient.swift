@@ -270,7 +270,8 @@ public final class PigeonClient: Sendable, Service {
         guard engine.isRunning || runSlot.withLockedValue({ $0.task != nil }) else {
             throw PigeonClientError(.closed, "the client is not running: call start() first")
         }
-        let deadline = ContinuousClock.now + timeout
+        // The deadline is on the client's clock (``Configuration-swift.struct/clock``), like every other wait of the network side.
+        let deadline = engine.clock.now + timeout
         let server = configuration.serverURL.absoluteString
         try await waitUntil(deadline, timeout: timeout, { () -> String in
             let reason = self.lastConnectionError.map { ": \($0.message)" } ?? ""
@@ -291,11 +292,14 @@ public final class PigeonClient: Sendable, Service {
         return SyncReport(failed: failed)
     }
 
+    /// Polls `condition` until it holds, or throws a timeout once the client's clock reaches `deadline`. The polling
+    /// itself is on real time: it only looks again at state other tasks change, and on a test's manual clock it
+    /// would stall until the test moved the time.
     private func waitUntil(
-        _ deadline: ContinuousClock.Instant, timeout: Duration, _ what: @Sendable () -> String, _ condition: () async throws -> Bool
+        _ deadline: ElapsedClock.Instant, timeout: Duration, _ what: @Sendable () -> String, _ condition: () async throws -> Bool
     ) async throws {
         while try await !condition() {
-            guard ContinuousClock.now < deadline else {
+            guard engine.clock.now < deadline else {
                 throw PigeonClientError(.timeout, "sync did not finish within \(timeout): \(what())")
             }
             try await Task.sleep(for: .milliseconds(10))
@@ -303,11 +307,12 @@ public final class PigeonClient: Sendable, Service {
     }
 
     private func withDeadline(
-        _ deadline: ContinuousClock.Instant, timeout: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> Void
+        _ deadline: ElapsedClock.Instant, timeout: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> Void
     ) async throws {
+        let clock = engine.clock
         try await withThrowingTaskGroup(of: Bool.self) { group in
             group.addTask { try await body(); return true }
-            group.addTask { try await Task.sleep(until: deadline); return false }
+            group.addTask { try await clock.sleep(until: deadline); return false }
             defer { group.cancelAll() }
             guard try await group.next() == true else {
                 throw PigeonClientError(.timeout, "sync did not finish within \(timeout): \(what)")

@@ -101,6 +101,12 @@ public struct ServerConfiguration: Sendable {
     public var typingTimeout = Duration.seconds(10)
     /// The shortest time between two writes of one device's `lastSeenAt` (``DeviceActivity``).
     public var deviceLastSeenInterval = Duration.seconds(60)
+    /// The clock the server's waits and deadlines run on: the processor's backoffs and held-up batches, the push
+    /// dispatcher's loops, typing expiry, the pruning interval and the coalescing of `lastSeenAt` writes. Tests
+    /// inject a manual clock; what bounds real I/O (socket and request timeouts, the store timeout race, stream
+    /// write timeouts, the Redis buffer's heartbeats and leases, which Redis expires in real time) and the wall
+    /// clock written to the store stay on real time.
+    public var clock: any Clock<Duration> = ContinuousClock()
 
     /// Test hook: called for each message inside the processing transaction; throwing fails that message.
     public var processingFaultInjector: ProcessingFaultInjector?

@@ -71,6 +71,10 @@ import Testing
         let bob = try await a.register("bob")
         try await PushTests.registerPush(a, bob, pushkey: "bob-phone")
         let conversation = try await a.createConversation(alice, members: ["bob"])
+        // Carol is never connected: her push marks where the collection of pushes has got to.
+        let carol = try await a.register("carol")
+        try await PushTests.registerPush(a, carol, pushkey: "carol-phone")
+        let withCarol = try await a.createConversation(alice, members: ["carol"])
         // A sync without a cursor starts now: the probes' `message.stored` events are read from here on.
         let start = try await a.headCursor(alice)
         let bobSocket = try await TestWebSocket.connect(port: nodes[1].port, token: bob.token)
@@ -85,9 +89,22 @@ import Testing
             return online == 1
         }
         gateway.reset()
-        for index in 0..<5 { try await a.sendAccepted(alice, to: conversation.id, body: "online \(index)") }
-        try await Task.sleep(for: .milliseconds(1500))
-        #expect(gateway.received.isEmpty, "bob has a stream open on node B: \(gateway.received)")
+        var online: [SendMessageResponse] = []
+        for index in 0..<5 { online.append(try await a.sendAccepted(alice, to: conversation.id, body: "online \(index)")) }
+        // Not a fixed wait. The nodes are separate processes, so their clocks cannot be moved from here, and what
+        // is waited for is real I/O (the store's commits and the collection transaction): instead, a message to
+        // carol, sent once bob's five are stored, is pushed only by a collection that read every event committed
+        // before it, bob's included (a collection reads every partition of the log up to its head, a few hundred
+        // events at a time). Once carol is pushed, a push owed to bob was recorded by that collection; once none is
+        // owed any more, it was sent (the gateway has it) or dropped, and nothing later can owe him one.
+        let lastOnline = try #require(online.last)
+        _ = try await a.waitForMessages(alice, conversation.id, timeout: .seconds(30)) { $0.contains { $0.serverId == lastOnline.serverId } }
+        let marker = try await a.sendAccepted(alice, to: withCarol.id, body: "marker")
+        try await waitUntil("carol, offline, is pushed", timeout: .seconds(30)) { gateway.accepted.contains { $0.eventId == marker.serverId } }
+        try await waitUntil("no push is owed to bob", timeout: .seconds(30)) { try await PushTests.registration(a, bob)?.pending == false }
+        let notCarol = gateway.received.filter { $0.devices.map(\.pushkey) != ["carol-phone"] }
+        #expect(notCarol.isEmpty, "bob has a stream open on node B: \(gateway.received)")
+        gateway.reset()
 
         await bobSocket.close()
         var sent: [SendMessageResponse] = []

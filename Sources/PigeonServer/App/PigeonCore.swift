@@ -115,7 +115,7 @@ final class PigeonCore: Sendable {
                 throw error
             }
         }
-        let activity = DeviceActivity(store: store, interval: configuration.deviceLastSeenInterval, logger: logger)
+        let activity = DeviceActivity(store: store, interval: configuration.deviceLastSeenInterval, logger: logger, clock: configuration.clock)
         let authenticator = try await Authenticator(store: store, configuration: configuration.auth, activity: activity, logger: logger)
         // Every revocation this node acts on (its own and the other nodes'): its tokens are checked against the store again.
         local.observeRevocations { [authenticator] revocation in authenticator.forget(revocation) }
@@ -123,7 +123,7 @@ final class PigeonCore: Sendable {
         if let notifyURL = configuration.push.notifyURL {
             let dispatcher = PushDispatcher(
                 store: store, presence: fanout, configuration: configuration.push, notifyURL: notifyURL, metrics: metrics, nodeId: nodeId,
-                logger: logger)
+                logger: logger, clock: configuration.clock)
             local.observePublications { [weak dispatcher] in dispatcher?.committed() }
             pushDispatcher = dispatcher
         }
@@ -155,9 +155,11 @@ final class PigeonCore: Sendable {
         self.activity = activity
         self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
         self.ingest = Ingest(buffer: accept, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
-        self.processor = buffer.map { Processor(buffer: $0, store: store, metrics: metrics, configuration: configuration, logger: logger) }
-        self.typing = TypingTracker(fanout: fanout, timeout: configuration.typingTimeout)
-        self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger)
+        self.processor = buffer.map {
+            Processor(buffer: $0, store: store, metrics: metrics, configuration: configuration, logger: logger, clock: configuration.clock)
+        }
+        self.typing = TypingTracker(fanout: fanout, timeout: configuration.typingTimeout, clock: configuration.clock)
+        self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger, clock: configuration.clock)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
         self.backendServices = backendServices
     }
@@ -177,7 +179,7 @@ final class PigeonCore: Sendable {
         let leftover = try EmbeddedBuffer(path: path, durable: configuration.durable)
         guard leftover.depth > 0 else { return }
         logger.info("draining the messages left in a separate buffer into the store", metadata: ["path": "\(path)", "depth": "\(leftover.depth)"])
-        let processor = Processor(buffer: leftover, store: store, metrics: metrics, configuration: configuration, logger: logger)
+        let processor = Processor(buffer: leftover, store: store, metrics: metrics, configuration: configuration, logger: logger, clock: configuration.clock)
         guard try await processor.drain(within: configuration.shutdownDrainTimeout) else {
             throw PigeonError.overloaded(
                 "\(path) still holds \(leftover.depth) messages after \(configuration.shutdownDrainTimeout) of draining; the store refused them (see the log)")

@@ -31,13 +31,18 @@ public final class DeviceActivity: Service, Sendable {
     let interval: Duration
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
-    private let wakeUp = AsyncSignal()
+    /// What ``run()`` waits on: the interval and the coalescing second.
+    private let clock: ElapsedClock
+    private let wakeUp: AsyncSignal
     private var intervalMillis: Int64 { interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000 }
 
-    init(store: any DeviceStore, interval: Duration, logger: Logger) {
+    init(store: any DeviceStore, interval: Duration, logger: Logger, clock: any Clock<Duration> = ContinuousClock()) {
         self.store = store
         self.interval = interval
         self.logger = logger
+        let clock = ElapsedClock(clock)
+        self.clock = clock
+        self.wakeUp = AsyncSignal(clock: clock)
     }
 
     /// Records a request of `device` at `now` (milliseconds since the epoch). In memory only: a write, if one is due,
@@ -55,7 +60,8 @@ public final class DeviceActivity: Service, Sendable {
     }
 
     /// Writes what is due until graceful shutdown (then once more): woken by ``seen(_:at:)``, coalescing a second's
-    /// worth of devices per write, and every interval for the requests an earlier write did not cover.
+    /// worth of devices per write, and every interval for the requests an earlier write did not cover (both waits on
+    /// the injected clock; the times written are the wall clock's).
     public func run() async throws {
         let coalescing = min(interval, .seconds(1))
         await cancelWhenGracefulShutdown {
@@ -63,7 +69,7 @@ public final class DeviceActivity: Service, Sendable {
                 await self.wakeUp.wait(timeout: self.interval)
                 if Task.isCancelled { break }
                 await self.flush()
-                try? await Task.sleep(for: coalescing)
+                try? await self.clock.sleep(for: coalescing)
             }
         }
         await flush()

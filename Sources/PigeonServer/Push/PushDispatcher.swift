@@ -22,6 +22,10 @@ import ServiceLifecycle
 ///
 /// Accept, delivery and receipts never wait for any of it: the loops run beside the processor, a request to the
 /// gateway holds no store connection, and a slow or dead gateway only makes pushes late.
+///
+/// The loops' waits (the poll interval, the pause between collections, the retries of recording an outcome, the
+/// gauge's second) run on the injected clock. The times kept in the store (when a push is owed, due, leased, last
+/// sent) are the wall clock's, shared with the other nodes; the gateway request's timeout is real time.
 final class PushDispatcher: Service {
     private let store: any PushStore
     private let presence: any Presence
@@ -30,14 +34,15 @@ final class PushDispatcher: Service {
     private let metrics: PigeonMetrics
     private let nodeId: String
     private let logger: Logger
-    private let collectWake = AsyncSignal()
-    private let sendWake = AsyncSignal()
+    private let clock: ElapsedClock
+    private let collectWake: AsyncSignal
+    private let sendWake: AsyncSignal
     /// Events read per collection.
     private let collectLimit = 2_000
 
     init(
         store: any PushStore, presence: any Presence, configuration: PushConfiguration, notifyURL: String, metrics: PigeonMetrics, nodeId: String,
-        logger: Logger
+        logger: Logger, clock: any Clock<Duration> = ContinuousClock()
     ) {
         self.store = store
         self.presence = presence
@@ -46,6 +51,10 @@ final class PushDispatcher: Service {
         self.metrics = metrics
         self.nodeId = nodeId
         self.logger = logger
+        let clock = ElapsedClock(clock)
+        self.clock = clock
+        self.collectWake = AsyncSignal(clock: clock)
+        self.sendWake = AsyncSignal(clock: clock)
     }
 
     /// Something was committed on this node: collect soon.
@@ -96,7 +105,7 @@ final class PushDispatcher: Service {
             }
             // At most ten collections a second under load: each is one small write beside the messages' own, and a
             // push goes out at most once a second per device anyway.
-            try? await Task.sleep(for: .milliseconds(100))
+            try? await clock.sleep(for: .milliseconds(100))
             await collectWake.wait(timeout: configuration.pollInterval)
         }
     }
@@ -151,7 +160,7 @@ final class PushDispatcher: Service {
             } catch {
                 logger.warning(
                     "push: recording a push's outcome failed", metadata: ["error": "\(error)", "attempt": "\(attempt)", "deviceId": "\(push.device.deviceId)"])
-                try? await Task.sleep(for: .milliseconds(100 * attempt))
+                try? await clock.sleep(for: .milliseconds(100 * attempt))
             }
         }
     }
@@ -223,7 +232,7 @@ final class PushDispatcher: Service {
     private func gaugeLoop() async {
         while !Task.isCancelled {
             if let pending = try? await store.pendingPushCount() { metrics.pushPending.set(Int64(pending)) }
-            try? await Task.sleep(for: .seconds(1))
+            try? await clock.sleep(for: .seconds(1))
         }
     }
 }

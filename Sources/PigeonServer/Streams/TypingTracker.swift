@@ -5,7 +5,7 @@ import PigeonProtocol
 import ServiceLifecycle
 
 /// Typing indicators: pushed to the other members' connected devices, never stored, and turned off by the
-/// server when not refreshed within the timeout.
+/// server when not refreshed within the timeout (checked every 500 ms; both on the injected clock).
 final class TypingTracker: Service {
     private struct Key: Hashable {
         var conversationId: String
@@ -13,7 +13,7 @@ final class TypingTracker: Service {
     }
 
     private struct Indicator {
-        var expires: ContinuousClock.Instant
+        var expires: ElapsedClock.Instant
         var members: [String]
         var deviceId: String
     }
@@ -21,12 +21,16 @@ final class TypingTracker: Service {
     /// Where frames go: this node's devices and, with several nodes, the other nodes'.
     private let fanout: any EventFanout
     private let timeout: Duration
+    private let clock: ElapsedClock
+    /// How often expired indicators are looked for.
+    static let sweepInterval = Duration.milliseconds(500)
     private let active = NIOLockedValueBox([Key: Indicator]())
     /// Typing operations per device, made at the first ``admit(_:rate:burst:)``.
     private let rateLimiter = NIOLockedValueBox<RateLimiter?>(nil)
-    init(fanout: any EventFanout, timeout: Duration) {
+    init(fanout: any EventFanout, timeout: Duration, clock: any Clock<Duration> = ContinuousClock()) {
         self.fanout = fanout
         self.timeout = timeout
+        self.clock = ElapsedClock(clock)
     }
 
     /// Takes one typing operation of `device` from its token bucket (`rate` a second in bursts of up to `burst`,
@@ -46,10 +50,11 @@ final class TypingTracker: Service {
     /// Records and pushes a typing change of `device` in a conversation with `members`.
     func update(conversationId: String, device: DeviceIdentity, active isActive: Bool, members: [String]) {
         let key = Key(conversationId: conversationId, userId: device.userId)
+        let expires = clock.now + timeout
         let wasActive = active.withLockedValue { active -> Bool in
             let was = active[key] != nil
             if isActive {
-                active[key] = Indicator(expires: .now + timeout, members: members, deviceId: device.deviceId)
+                active[key] = Indicator(expires: expires, members: members, deviceId: device.deviceId)
             } else {
                 active[key] = nil
             }
@@ -72,8 +77,8 @@ final class TypingTracker: Service {
         // Cancellation ends it too (an embedding app may cancel the server's task instead of shutting it down):
         // `try?` makes the sleep return at once when cancelled, which without this check would spin forever.
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(500))
-            let now = ContinuousClock.now
+            try? await clock.sleep(for: Self.sweepInterval)
+            let now = clock.now
             let expired = active.withLockedValue { active -> [(Key, Indicator)] in
                 let expired = active.filter { $0.value.expires <= now }
                 for (key, _) in expired { active[key] = nil }

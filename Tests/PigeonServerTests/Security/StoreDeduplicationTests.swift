@@ -46,8 +46,14 @@ import Testing
             let again = try await client.send(bob, to: conversation.id, body: "from bob", clientMessageId: clientMessageId)
             #expect(again.status == 200, "\(again.text)")
             #expect(try again.decode(SendMessageResponse.self).serverId == bobAccepted.serverId)
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(try await client.allMessages(alice, conversation.id).count == 2)
+            // The resend stored nothing. Not a wait: a message accepted after the resend in the same conversation is
+            // stored after anything the resend could have put in the buffer (a conversation's messages are stored
+            // in the order accepted; on the direct path a 200 or 202 is answered after the write), so once it is
+            // stored the count is final. (The store write this waits for is real I/O that no clock governs.)
+            let after = try await client.sendAccepted(alice, to: conversation.id, body: "after the resend")
+            let all = try await client.waitForMessages(alice, conversation.id) { $0.contains { $0.serverId == after.serverId } }
+            #expect(all.last?.serverId == after.serverId, "\(all.map(\.body))")
+            #expect(try await client.allMessages(alice, conversation.id).filter { $0.serverId != after.serverId }.count == 2)
         }
     }
 }

@@ -241,8 +241,14 @@ import Testing
                 + "\"type\":\"text\",\"body\":\"bad "
             try socket.sendFrame(payload: Array(operation.utf8) + [0xFF, 0xFE, 0xC3] + Array("\",\"clientTimestamp\":1}".utf8))
             #expect(socket.readUntilClosed(timeout: .seconds(10)) == 1007)
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(try await client.allMessages(alice, conversation.id).isEmpty)
+            // Stored nothing. Not a wait: a socket's operations are handled one at a time, each accepted before the
+            // next frame is read, so anything this frame had sent was accepted before the close; a message accepted
+            // after the close in the same conversation is stored after it (a conversation's messages are stored in
+            // the order accepted), so once that one is stored the count is final. (The store write this waits for is
+            // real I/O that no clock governs.)
+            let after = try await client.sendAccepted(alice, to: conversation.id, body: "after the close")
+            _ = try await client.waitForMessages(alice, conversation.id) { $0.contains { $0.serverId == after.serverId } }
+            #expect(try await client.allMessages(alice, conversation.id).filter { $0.serverId != after.serverId }.isEmpty)
         }
     }
 }
