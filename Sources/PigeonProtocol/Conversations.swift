@@ -62,7 +62,7 @@ public struct ConversationMember: Codable, Sendable, Equatable {
 public struct Conversation: Codable, Sendable, Equatable {
     public var id: String
     public var kind: ConversationKind
-    public var name: String?
+    @NullEncoded public var name: String?
     public var createdAt: Int64
     /// The seq of the newest stored message, 0 when there is none.
     public var lastSeq: Int64
@@ -72,7 +72,7 @@ public struct Conversation: Codable, Sendable, Equatable {
     public var members: [ConversationMember]
     /// The newest message of the conversation, or `nil` when it has none (API.md 1.1). Per caller: an event's copy
     /// (`conversation.created`) has none.
-    public var lastMessage: Message?
+    @NullEncoded public var lastMessage: Message?
     /// The caller's unread messages: other members' messages above its read watermark (API.md 1.1); 0 in an event.
     public var unreadCount: Int
 
@@ -105,7 +105,9 @@ public struct Conversation: Codable, Sendable, Equatable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         id = try container.decode(String.self, forKey: .id)
-        name = try container.decodeIfPresent(String.self, forKey: .name)
+        // A local: `kind` below needs the name before every stored property is set (a wrapped property cannot be read then).
+        let name = try container.decodeIfPresent(String.self, forKey: .name)
+        self.name = name
         createdAt = try container.decode(Int64.self, forKey: .createdAt)
         lastSeq = try container.decode(Int64.self, forKey: .lastSeq)
         updatedAt = try container.decodeIfPresent(Int64.self, forKey: .updatedAt) ?? createdAt
@@ -113,20 +115,6 @@ public struct Conversation: Codable, Sendable, Equatable {
         kind = try container.decodeIfPresent(ConversationKind.self, forKey: .kind) ?? Self.kind(name: name, memberCount: members.count)
         lastMessage = try container.decodeIfPresent(Message.self, forKey: .lastMessage)
         unreadCount = try container.decodeIfPresent(Int.self, forKey: .unreadCount) ?? 0
-    }
-
-    /// Encodes `name` and `lastMessage` as `null` when absent, so every field of API.md is always present.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
-        try container.encode(kind, forKey: .kind)
-        try container.encode(name, forKey: .name)
-        try container.encode(createdAt, forKey: .createdAt)
-        try container.encode(lastSeq, forKey: .lastSeq)
-        try container.encode(updatedAt, forKey: .updatedAt)
-        try container.encode(members, forKey: .members)
-        try container.encode(lastMessage, forKey: .lastMessage)
-        try container.encode(unreadCount, forKey: .unreadCount)
     }
 }
 
@@ -137,7 +125,7 @@ public struct ConversationList: Codable, Sendable, Equatable {
     /// Whether older conversations follow; ask for them with `before` = ``nextBefore``.
     public var hasMore: Bool
     /// The `before` of the next page (`<updatedAt>:<id>` of this page's last conversation), `nil` on the last page.
-    public var nextBefore: String?
+    @NullEncoded public var nextBefore: String?
 
     public init(conversations: [Conversation], hasMore: Bool = false, nextBefore: String? = nil) {
         self.conversations = conversations
@@ -155,13 +143,5 @@ public struct ConversationList: Codable, Sendable, Equatable {
         conversations = try container.decode([Conversation].self, forKey: .conversations)
         hasMore = try container.decodeIfPresent(Bool.self, forKey: .hasMore) ?? false
         nextBefore = try container.decodeIfPresent(String.self, forKey: .nextBefore)
-    }
-
-    /// Encodes `nextBefore` as `null` on the last page, so every field is always present.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(conversations, forKey: .conversations)
-        try container.encode(hasMore, forKey: .hasMore)
-        try container.encode(nextBefore, forKey: .nextBefore)
     }
 }

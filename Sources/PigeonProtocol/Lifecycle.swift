@@ -41,7 +41,7 @@ public struct SetRoleRequest: Codable, Sendable, Equatable {
 
 /// `PATCH /v1/conversations/{id}` request body (owner and admins): the new name, `null` to remove it.
 public struct RenameConversationRequest: Codable, Sendable, Equatable {
-    public var name: String?
+    @NullEncoded public var name: String?
 
     public init(name: String?) {
         self.name = name
@@ -56,11 +56,6 @@ public struct RenameConversationRequest: Codable, Sendable, Equatable {
             throw DecodingError.keyNotFound(CodingKeys.name, .init(codingPath: [], debugDescription: "name is required (null removes it)"))
         }
         name = try container.decodeIfPresent(String.self, forKey: .name)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(name, forKey: .name)
     }
 }
 
@@ -171,7 +166,7 @@ public struct DeleteBody: Codable, Sendable, Equatable {
 public struct DeviceInfo: Codable, Sendable, Equatable {
     public var deviceId: String
     /// The name it registered with; `null` when none (a device seen only through a JWT has none).
-    public var deviceName: String?
+    @NullEncoded public var deviceName: String?
     /// When it registered, or was first seen through a JWT (milliseconds since the epoch).
     public var createdAt: Int64
     /// When it last made an authenticated request (to the minute: the server writes it at most once a minute).
@@ -196,16 +191,6 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
         createdAt = try container.decode(Int64.self, forKey: .createdAt)
         lastSeenAt = try container.decode(Int64.self, forKey: .lastSeenAt)
         current = try container.decode(Bool.self, forKey: .current)
-    }
-
-    /// `deviceName` is always present (`null` when none).
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(deviceId, forKey: .deviceId)
-        try container.encode(deviceName, forKey: .deviceName)
-        try container.encode(createdAt, forKey: .createdAt)
-        try container.encode(lastSeenAt, forKey: .lastSeenAt)
-        try container.encode(current, forKey: .current)
     }
 }
 

@@ -54,11 +54,11 @@ public struct PushRegistrationInfo: Codable, Sendable, Equatable {
     public var kind: PushKind
     public var appId: String
     public var pushkey: String
-    public var data: [String: JSONValue]?
+    @NullEncoded public var data: [String: JSONValue]?
     /// When the registration was last written (ms since the epoch).
     public var updatedAt: Int64
     /// When the gateway last accepted a push for this device (ms since the epoch); `nil`: never.
-    public var lastPushedAt: Int64?
+    @NullEncoded public var lastPushedAt: Int64?
     /// Whether a push is owed to this device now (waiting for its turn, or for the gateway to answer).
     public var pending: Bool
 
@@ -72,20 +72,6 @@ public struct PushRegistrationInfo: Codable, Sendable, Equatable {
         self.updatedAt = updatedAt
         self.lastPushedAt = lastPushedAt
         self.pending = pending
-    }
-
-    private enum CodingKeys: String, CodingKey { case kind, appId, pushkey, data, updatedAt, lastPushedAt, pending }
-
-    /// Every field is always present: `data` and `lastPushedAt` are `null` when there is none (docs/API.md).
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(kind, forKey: .kind)
-        try container.encode(appId, forKey: .appId)
-        try container.encode(pushkey, forKey: .pushkey)
-        try container.encode(data, forKey: .data)
-        try container.encode(updatedAt, forKey: .updatedAt)
-        try container.encode(lastPushedAt, forKey: .lastPushedAt)
-        try container.encode(pending, forKey: .pending)
     }
 }
 

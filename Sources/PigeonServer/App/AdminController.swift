@@ -150,51 +150,21 @@ struct AdminStats: Codable, Sendable {
     var bufferDepth: Int
     var openStreams: OpenStreams
     /// Null when the store did not answer.
-    var deadLetters: Int?
+    @NullEncoded var deadLetters: Int? = nil
     var nodes: [Node]
     var latency: RecentLatency
     var sampleIntervalSeconds: Int
     var samples: [StatisticsSample]
-
-    private enum CodingKeys: String, CodingKey {
-        case serverTime, nodeId, startedAt, totals, rates, bufferDepth, openStreams, deadLetters, nodes, latency, sampleIntervalSeconds, samples
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(serverTime, forKey: .serverTime)
-        try container.encode(nodeId, forKey: .nodeId)
-        try container.encode(startedAt, forKey: .startedAt)
-        try container.encode(totals, forKey: .totals)
-        try container.encode(rates, forKey: .rates)
-        try container.encode(bufferDepth, forKey: .bufferDepth)
-        try container.encode(openStreams, forKey: .openStreams)
-        try container.encode(deadLetters, forKey: .deadLetters)
-        try container.encode(nodes, forKey: .nodes)
-        try container.encode(latency, forKey: .latency)
-        try container.encode(sampleIntervalSeconds, forKey: .sampleIntervalSeconds)
-        try container.encode(samples, forKey: .samples)
-    }
 }
 
 /// The answer of `GET /v1/admin/conversations/{id}`.
 struct ConversationDelivery: Codable, Sendable {
     struct Device: Codable, Sendable {
         var deviceId: String
-        var name: String?
+        @NullEncoded var name: String? = nil
         var lastSeenAt: Int64
         /// A stream (WebSocket or SSE) of it is open on a node, as this node knows.
         var online: Bool
-
-        private enum CodingKeys: String, CodingKey { case deviceId, name, lastSeenAt, online }
-
-        func encode(to encoder: any Encoder) throws {
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(deviceId, forKey: .deviceId)
-            try container.encode(name, forKey: .name)
-            try container.encode(lastSeenAt, forKey: .lastSeenAt)
-            try container.encode(online, forKey: .online)
-        }
     }
 
     struct Member: Codable, Sendable {
@@ -212,7 +182,7 @@ struct ConversationDelivery: Codable, Sendable {
 
     var conversationId: String
     var kind: ConversationKind
-    var name: String?
+    @NullEncoded var name: String? = nil
     var createdAt: Int64
     var updatedAt: Int64
     var lastSeq: Int64
@@ -220,21 +190,6 @@ struct ConversationDelivery: Codable, Sendable {
     /// The user ids of the members that are behind.
     var behind: [String]
     var serverTime: Int64
-
-    private enum CodingKeys: String, CodingKey { case conversationId, kind, name, createdAt, updatedAt, lastSeq, members, behind, serverTime }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(conversationId, forKey: .conversationId)
-        try container.encode(kind, forKey: .kind)
-        try container.encode(name, forKey: .name)
-        try container.encode(createdAt, forKey: .createdAt)
-        try container.encode(updatedAt, forKey: .updatedAt)
-        try container.encode(lastSeq, forKey: .lastSeq)
-        try container.encode(members, forKey: .members)
-        try container.encode(behind, forKey: .behind)
-        try container.encode(serverTime, forKey: .serverTime)
-    }
 }
 
 /// The answer of `GET /v1/admin/dead-letters`.

@@ -1,5 +1,6 @@
 import NIOConcurrencyHelpers
 import PigeonDomain
+import PigeonProtocol
 import ServiceLifecycle
 
 /// Takes one ``StatisticsSample`` a second of this node's counts, buffer depth and open streams, and keeps the last
@@ -143,9 +144,9 @@ struct OpenStreams: Sendable, Codable, Equatable {
 /// `count` measurements; null when there were none.
 struct LatencyQuantiles: Sendable, Codable, Equatable {
     var count: Int
-    var p50: Int64?
-    var p90: Int64?
-    var p99: Int64?
+    @NullEncoded var p50: Int64?
+    @NullEncoded var p90: Int64?
+    @NullEncoded var p99: Int64?
 
     /// The quantiles of the measurements in `counts` and not in `earlier` (two snapshots of one histogram).
     init(_ counts: [Int], minus earlier: [Int]) {
@@ -154,17 +155,6 @@ struct LatencyQuantiles: Sendable, Codable, Equatable {
         p50 = LatencyHistogram.quantile(0.5, of: window)
         p90 = LatencyHistogram.quantile(0.9, of: window)
         p99 = LatencyHistogram.quantile(0.99, of: window)
-    }
-
-    private enum CodingKeys: String, CodingKey { case count, p50, p90, p99 }
-
-    /// Absent quantiles are written as `null`, not left out.
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(count, forKey: .count)
-        try container.encode(p50, forKey: .p50)
-        try container.encode(p90, forKey: .p90)
-        try container.encode(p99, forKey: .p99)
     }
 }
 
