@@ -18,15 +18,18 @@ final class PostgresEventTail: Sendable {
     private let stageTimer: ProcessingStageTimer
     /// Per partition, the last offset handed to the local devices (by ``publish(_:)`` or the tail).
     private let handedOver: NIOLockedValueBox<[Int64]>
-    private let tailWakeUp = AsyncSignal()
+    private let clock: ElapsedClock
+    private let tailWakeUp: AsyncSignal
     /// Set after local commits: the other nodes are to be told (one notification at a time, coalesced).
     private let notifyWakeUp = AsyncSignal()
 
     /// `head`: the newest offset of each partition when the node starts (its devices get what comes after).
     init(
         local: LocalFanout, head: [Int64], readEvents: @escaping PostgresFanout.EventReader, notifications: PostgresNotifications,
-        nodeId: String, stageTimer: ProcessingStageTimer, logger: Logger
+        nodeId: String, stageTimer: ProcessingStageTimer, clock: ElapsedClock, logger: Logger
     ) {
+        self.clock = clock
+        self.tailWakeUp = AsyncSignal(clock: clock)
         self.local = local
         self.handedOver = NIOLockedValueBox(head)
         self.readEvents = readEvents
@@ -124,7 +127,7 @@ final class PostgresEventTail: Sendable {
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("event tail failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
-                try? await Task.sleep(for: .milliseconds(200))
+                try? await clock.sleep(for: .milliseconds(200))
                 tailWakeUp.notify()
             }
         }

@@ -16,6 +16,8 @@ import ServiceLifecycle
 ///   second, read from the store.
 ///
 /// The store's tables are the source of every part; a notification only wakes, so a lost one costs at most a poll.
+/// The polls, the heartbeat and the pauses after a failed read run on `clock` (the real one unless a test injects
+/// another); the `LISTEN` reconnection backoff and the reads' deadlines bound real I/O and stay on real time.
 public final class PostgresFanout: Fanout, Service {
     /// Reads the events of `users` (`nil`: every user's) after the given offset of each partition and up to its
     /// head, at most `pageSize` per partition, each partition's in offset order; answers them and each partition's
@@ -44,17 +46,21 @@ public final class PostgresFanout: Fanout, Service {
     /// `revocationHead`: the number of the newest revocation then (its caches are empty: older ones are in the store).
     package init(
         client: PostgresClient, epoch: String, nodeId: String, head: [Int64], revocationHead: Int64, local: LocalFanout, logger: Logger,
-        stageTimer: ProcessingStageTimer = .none, readEvents: @escaping EventReader, readRevocations: @escaping RevocationReader
+        stageTimer: ProcessingStageTimer = .none, clock: any Clock<Duration> = ContinuousClock(), readEvents: @escaping EventReader,
+        readRevocations: @escaping RevocationReader
     ) {
+        let clock = ElapsedClock(clock)
         let notifications = PostgresNotifications(client: client, epoch: epoch, logger: logger)
         self.nodeId = nodeId
         self.notifications = notifications
         self.events = PostgresEventTail(
-            local: local, head: head, readEvents: readEvents, notifications: notifications, nodeId: nodeId, stageTimer: stageTimer, logger: logger)
-        self.presence = PostgresPresence(client: client, local: local, notifications: notifications, nodeId: nodeId, logger: logger)
+            local: local, head: head, readEvents: readEvents, notifications: notifications, nodeId: nodeId, stageTimer: stageTimer, clock: clock,
+            logger: logger)
+        self.presence = PostgresPresence(client: client, local: local, notifications: notifications, nodeId: nodeId, clock: clock, logger: logger)
         self.frames = PostgresFrames(local: local, notifications: notifications, nodeId: nodeId, logger: logger)
         self.revocations = PostgresRevocations(
-            local: local, head: revocationHead, readRevocations: readRevocations, notifications: notifications, nodeId: nodeId, logger: logger)
+            local: local, head: revocationHead, readRevocations: readRevocations, notifications: notifications, nodeId: nodeId, clock: clock,
+            logger: logger)
     }
 
     /// Runs the listener and every part's loops until cancelled (the store's ``run()`` runs it beside its connection

@@ -17,13 +17,16 @@ final class PostgresPresence: Sendable {
     private let nodeId: String
     private let logger: Logger
     private let pendingPresence = NIOLockedValueBox([DeviceIdentity: Bool]())
-    private let presenceWakeUp = AsyncSignal()
+    private let clock: ElapsedClock
+    private let presenceWakeUp: AsyncSignal
     private let view = NIOLockedValueBox(PresenceView())
     /// When this node last wrote its heartbeat (milliseconds since the epoch).
     private let lastHeartbeatAt = NIOLockedValueBox<Int64?>(nil)
     private let reloadWakeUp = AsyncSignal()
 
-    init(client: PostgresClient, local: LocalFanout, notifications: PostgresNotifications, nodeId: String, logger: Logger) {
+    init(client: PostgresClient, local: LocalFanout, notifications: PostgresNotifications, nodeId: String, clock: ElapsedClock, logger: Logger) {
+        self.clock = clock
+        self.presenceWakeUp = AsyncSignal(clock: clock)
         self.client = client
         self.local = local
         self.notifications = notifications
@@ -114,7 +117,7 @@ final class PostgresPresence: Sendable {
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("presence reload failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
-                try? await Task.sleep(for: .milliseconds(500))
+                try? await clock.sleep(for: .milliseconds(500))
                 reloadWakeUp.notify()
             }
         }
@@ -122,7 +125,7 @@ final class PostgresPresence: Sendable {
 
     /// Heart-beats every 2 s (and forgets nodes that stopped), and writes this node's presence changes as they come.
     func maintain() async {
-        var lastHeartbeat = ContinuousClock.now - .seconds(60)
+        var lastHeartbeat: ElapsedClock.Instant?
         // A restarted node (same id) had streams that are gone now.
         var resetPending = true
         while !Task.isCancelled {
@@ -131,9 +134,9 @@ final class PostgresPresence: Sendable {
                     try await withDeadline(.seconds(10)) { try await self.writePresence([:], reset: true) }
                     resetPending = false
                 }
-                if ContinuousClock.now - lastHeartbeat >= .seconds(2) {
+                if lastHeartbeat.map({ clock.now - $0 >= .seconds(2) }) ?? true {
                     try await withDeadline(.seconds(10)) { try await self.heartbeat() }
-                    lastHeartbeat = .now
+                    lastHeartbeat = clock.now
                 }
                 let changes = pendingPresence.withLockedValue { pending in
                     defer { pending = [:] }
@@ -151,7 +154,7 @@ final class PostgresPresence: Sendable {
             } catch {
                 if Task.isCancelled { break }
                 logger.warning("presence update failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
-                try? await Task.sleep(for: .milliseconds(500))
+                try? await clock.sleep(for: .milliseconds(500))
             }
             await presenceWakeUp.wait(timeout: .seconds(2))
         }

@@ -15,7 +15,8 @@ final class PostgresRevocations: Sendable {
     private let logger: Logger
     /// The number of the last revocation this node read.
     private let revocationsRead: NIOLockedValueBox<Int64>
-    private let wakeUp = AsyncSignal()
+    private let clock: ElapsedClock
+    private let wakeUp: AsyncSignal
     /// Set after a local revocation: the other nodes are to be woken.
     private let notifyWakeUp = AsyncSignal()
 
@@ -23,8 +24,10 @@ final class PostgresRevocations: Sendable {
     /// store).
     init(
         local: LocalFanout, head: Int64, readRevocations: @escaping PostgresFanout.RevocationReader, notifications: PostgresNotifications,
-        nodeId: String, logger: Logger
+        nodeId: String, clock: ElapsedClock, logger: Logger
     ) {
+        self.clock = clock
+        self.wakeUp = AsyncSignal(clock: clock)
         self.local = local
         self.revocationsRead = NIOLockedValueBox(head)
         self.readRevocations = readRevocations
@@ -59,7 +62,7 @@ final class PostgresRevocations: Sendable {
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("reading revocations failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
-                try? await Task.sleep(for: .milliseconds(200))
+                try? await clock.sleep(for: .milliseconds(200))
                 wakeUp.notify()
             }
         }

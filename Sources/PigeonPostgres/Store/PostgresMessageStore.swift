@@ -45,7 +45,7 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// must run for queries to be served. `local` is this node's own fan-out (its stream hub).
     public static func open(
         url: String, local: LocalFanout, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20,
-        nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none
+        nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none, clock: any Clock<Duration> = ContinuousClock()
     ) async throws -> PostgresMessageStore {
         let nodeId = nodeId ?? "node-" + Identifiers.randomHex(bytes: 8)
         let parsed = try PostgresURL(url)
@@ -68,7 +68,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
             return PostgresMessageStore(
                 epoch: epoch, head: head, revocationHead: revocationHead, client: client, local: local, faultInjector: faultInjector,
-                logger: logger, nodeId: nodeId, stageTimer: stageTimer)
+                logger: logger, nodeId: nodeId, stageTimer: stageTimer, clock: clock)
         } catch {
             try? await connection.close()
             throw error
@@ -77,7 +77,7 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     private init(
         epoch: String, head: [Int64], revocationHead: Int64, client: PostgresClient, local: LocalFanout, faultInjector: ProcessingFaultInjector?,
-        logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer
+        logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer, clock: any Clock<Duration>
     ) {
         self.epoch = epoch
         self.stageTimer = stageTimer
@@ -87,7 +87,7 @@ public final class PostgresMessageStore: MessageStore, Service {
         self.logger = logger
         self.fanout = PostgresFanout(
             client: client, epoch: epoch, nodeId: nodeId, head: head, revocationHead: revocationHead, local: local, logger: logger,
-            stageTimer: stageTimer,
+            stageTimer: stageTimer, clock: clock,
             readEvents: { [client, logger] after, users, pageSize in
                 try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
             },

@@ -77,7 +77,7 @@ final class PigeonCore: Sendable {
         case .postgres(let url):
             let opened = try await PostgresMessageStore.open(
                 url: url, local: local, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
-                stageTimer: metrics.stageTimer)
+                stageTimer: metrics.stageTimer, clock: configuration.clock)
             (store, fanout) = (opened, opened.fanout)
             backendServices.append(opened)
             nodeRosters.append(opened.fanout)
