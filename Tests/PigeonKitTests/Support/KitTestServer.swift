@@ -22,7 +22,9 @@ final class KitTestServer: Sendable {
 
     static func start(configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) async throws -> KitTestServer {
         var configuration = ServerConfiguration()
-        configuration.port = try freePort()
+        // Port 0: the server binds a port the system chooses and keeps it across restarts (a port picked free beforehand
+        // could be taken by another test's socket before the bind: "Address already in use").
+        configuration.port = 0
         configuration.dataDirectory = makeTemporaryDirectory()
         configuration.durable = false
         configuration.keepAliveInterval = .seconds(1)
