@@ -120,9 +120,12 @@ extension NodeNotification: Codable {
     /// The largest payload PostgreSQL takes (8,000 bytes), less a margin.
     package static let maxPayloadBytes = 7_999
 
-    /// The notification as a `NOTIFY` payload, or `nil` when it is too large to send.
+    /// The notification as a `NOTIFY` payload (keys sorted: the same bytes every time), or `nil` when it is too large
+    /// to send.
     package var payload: String? {
-        guard let data = try? JSONEncoder().encode(self), data.count <= Self.maxPayloadBytes else { return nil }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        guard let data = try? encoder.encode(self), data.count <= Self.maxPayloadBytes else { return nil }
         return String(decoding: data, as: UTF8.self)
     }
 
