@@ -22,6 +22,11 @@ public struct ErrorCode: RawRepresentable, Codable, Sendable, Hashable, CustomSt
     public static let internalError = ErrorCode(rawValue: "internal")
     /// 403: the caller is known but may not do this (a plain member removing someone else; a user at its device cap).
     public static let forbidden = ErrorCode(rawValue: "forbidden")
+    /// 409: the action contradicts the target's state: reacting or replying to a deleted message, a message's
+    /// reaction limit reached (API.md 1.2).
+    public static let conflict = ErrorCode(rawValue: "conflict")
+    /// 403: the app's before-send hook refused the message; nothing was stored (API.md 1.2).
+    public static let rejected = ErrorCode(rawValue: "rejected")
     /// 405: the path exists but not with this method.
     public static let methodNotAllowed = ErrorCode(rawValue: "method_not_allowed")
 
@@ -30,7 +35,8 @@ public struct ErrorCode: RawRepresentable, Codable, Sendable, Hashable, CustomSt
         switch self {
         case .invalidRequest: 400
         case .unauthorized: 401
-        case .forbidden: 403
+        case .forbidden, .rejected: 403
+        case .conflict: 409
         case .notFound: 404
         case .methodNotAllowed: 405
         case .payloadTooLarge: 413

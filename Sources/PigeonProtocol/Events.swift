@@ -73,6 +73,8 @@ public enum ServerEvent: Sendable, Equatable {
     case messageFailed(cursor: String, MessageFailedEvent)
     case receipt(cursor: String, ReceiptEvent)
     case conversationCreated(cursor: String, conversation: Conversation)
+    /// A reaction added or removed (API.md 1.2).
+    case reaction(cursor: String, ReactionEvent)
     case typing(TypingEvent)
     /// The cursor was unknown or expired: catch up every conversation through the history endpoint,
     /// then continue from this event's cursor.
@@ -88,6 +90,7 @@ public enum ServerEvent: Sendable, Equatable {
         case messageFailed = "message.failed"
         case receipt
         case conversationCreated = "conversation.created"
+        case reaction
         case typing
         case reset
     }
@@ -100,6 +103,7 @@ public enum ServerEvent: Sendable, Equatable {
         case .messageFailed: .messageFailed
         case .receipt: .receipt
         case .conversationCreated: .conversationCreated
+        case .reaction: .reaction
         case .typing: .typing
         case .reset: .reset
         case .unknown: nil
@@ -116,7 +120,7 @@ public enum ServerEvent: Sendable, Equatable {
     public var cursor: String? {
         switch self {
         case .messageNew(let c, _), .messageStored(let c, _), .messageFailed(let c, _), .receipt(let c, _),
-            .conversationCreated(let c, _), .reset(let c):
+            .conversationCreated(let c, _), .reaction(let c, _), .reset(let c):
             c
         case .typing: nil
         case .unknown(_, let c): c
@@ -150,6 +154,7 @@ extension ServerEvent: Codable {
         case .receipt: self = .receipt(cursor: try requireCursor(), try ReceiptEvent(from: decoder))
         case .conversationCreated:
             self = .conversationCreated(cursor: try requireCursor(), conversation: try container.decode(Conversation.self, forKey: .conversation))
+        case .reaction: self = .reaction(cursor: try requireCursor(), try ReactionEvent(from: decoder))
         case .typing: self = .typing(try TypingEvent(from: decoder))
         case .reset: self = .reset(cursor: try requireCursor())
         }
@@ -165,6 +170,7 @@ extension ServerEvent: Codable {
         case .messageFailed(_, let event): try event.encode(to: encoder)
         case .receipt(_, let event): try event.encode(to: encoder)
         case .conversationCreated(_, let conversation): try container.encode(conversation, forKey: .conversation)
+        case .reaction(_, let event): try event.encode(to: encoder)
         case .typing(let event): try event.encode(to: encoder)
         case .reset, .unknown: break
         }

@@ -8,12 +8,18 @@ public struct SendMessageRequest: Codable, Sendable, Equatable {
     public var body: String
     /// The sender's clock when the user pressed send, milliseconds since the epoch.
     public var clientTimestamp: Int64
+    /// The serverId of an earlier message of the conversation this one quotes (API.md 1.2).
+    public var replyTo: String?
+    /// The serverId of the message whose thread this one is in (API.md 1.2); a thread root is never in a thread.
+    public var threadRoot: String?
 
-    public init(clientMessageId: String, type: String, body: String, clientTimestamp: Int64) {
+    public init(clientMessageId: String, type: String, body: String, clientTimestamp: Int64, replyTo: String? = nil, threadRoot: String? = nil) {
         self.clientMessageId = clientMessageId
         self.type = type
         self.body = body
         self.clientTimestamp = clientTimestamp
+        self.replyTo = replyTo
+        self.threadRoot = threadRoot
     }
 }
 
@@ -62,11 +68,22 @@ public struct Message: Codable, Sendable, Equatable {
     public var editedAt: Int64?
     /// When its sender deleted it (a later `pigeon.delete`); ``body`` is then `""`: the text is erased from the store.
     public var deletedAt: Int64?
+    /// Its reactions as the reader sees them, keys in order of first use (API.md 1.2); empty on an older server.
+    public var reactions: [Reaction]
+    /// The serverId of the message it quotes, or `nil`.
+    public var replyTo: String?
+    /// The quoted message as of the read, so that a client draws the quote without fetching it; `nil` without ``replyTo``.
+    public var replyPreview: ReplyPreview?
+    /// The serverId of the thread it is in, or `nil`.
+    public var threadRoot: String?
+    /// On a message with replies in its thread: the thread's summary as of the read; else `nil`.
+    public var thread: ThreadSummary?
 
     public init(
         serverId: String, clientMessageId: String, conversationId: String, seq: Int64, senderId: String,
         senderDeviceId: String, type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, storedAt: Int64,
-        editedAt: Int64? = nil, deletedAt: Int64? = nil
+        editedAt: Int64? = nil, deletedAt: Int64? = nil, reactions: [Reaction] = [], replyTo: String? = nil,
+        replyPreview: ReplyPreview? = nil, threadRoot: String? = nil, thread: ThreadSummary? = nil
     ) {
         self.editedAt = editedAt
         self.deletedAt = deletedAt
@@ -81,6 +98,63 @@ public struct Message: Codable, Sendable, Equatable {
         self.clientTimestamp = clientTimestamp
         self.acceptedAt = acceptedAt
         self.storedAt = storedAt
+        self.reactions = reactions
+        self.replyTo = replyTo
+        self.replyPreview = replyPreview
+        self.threadRoot = threadRoot
+        self.thread = thread
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case serverId, clientMessageId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
+            acceptedAt, storedAt, editedAt, deletedAt, reactions, replyTo, replyPreview, threadRoot, thread
+    }
+
+    /// The fields of API.md 1.2 may be absent (an older server): no reactions, no reply, no thread.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        serverId = try c.decode(String.self, forKey: .serverId)
+        clientMessageId = try c.decode(String.self, forKey: .clientMessageId)
+        conversationId = try c.decode(String.self, forKey: .conversationId)
+        seq = try c.decode(Int64.self, forKey: .seq)
+        senderId = try c.decode(String.self, forKey: .senderId)
+        senderDeviceId = try c.decode(String.self, forKey: .senderDeviceId)
+        type = try c.decode(String.self, forKey: .type)
+        body = try c.decode(String.self, forKey: .body)
+        clientTimestamp = try c.decode(Int64.self, forKey: .clientTimestamp)
+        acceptedAt = try c.decode(Int64.self, forKey: .acceptedAt)
+        storedAt = try c.decode(Int64.self, forKey: .storedAt)
+        editedAt = try c.decodeIfPresent(Int64.self, forKey: .editedAt)
+        deletedAt = try c.decodeIfPresent(Int64.self, forKey: .deletedAt)
+        reactions = try c.decodeIfPresent([Reaction].self, forKey: .reactions) ?? []
+        replyTo = try c.decodeIfPresent(String.self, forKey: .replyTo)
+        replyPreview = try c.decodeIfPresent(ReplyPreview.self, forKey: .replyPreview)
+        threadRoot = try c.decodeIfPresent(String.self, forKey: .threadRoot)
+        thread = try c.decodeIfPresent(ThreadSummary.self, forKey: .thread)
+    }
+
+    /// `editedAt` and `deletedAt` are left out when absent (as before API.md 1.2); the fields of 1.2 are always
+    /// present, `null` when empty.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(serverId, forKey: .serverId)
+        try c.encode(clientMessageId, forKey: .clientMessageId)
+        try c.encode(conversationId, forKey: .conversationId)
+        try c.encode(seq, forKey: .seq)
+        try c.encode(senderId, forKey: .senderId)
+        try c.encode(senderDeviceId, forKey: .senderDeviceId)
+        try c.encode(type, forKey: .type)
+        try c.encode(body, forKey: .body)
+        try c.encode(clientTimestamp, forKey: .clientTimestamp)
+        try c.encode(acceptedAt, forKey: .acceptedAt)
+        try c.encode(storedAt, forKey: .storedAt)
+        try c.encodeIfPresent(editedAt, forKey: .editedAt)
+        try c.encodeIfPresent(deletedAt, forKey: .deletedAt)
+        try c.encode(reactions, forKey: .reactions)
+        try c.encode(NullEncoded(wrappedValue: replyTo), forKey: .replyTo)
+        try c.encode(NullEncoded(wrappedValue: replyPreview), forKey: .replyPreview)
+        try c.encode(NullEncoded(wrappedValue: threadRoot), forKey: .threadRoot)
+        try c.encode(NullEncoded(wrappedValue: thread), forKey: .thread)
     }
 }
 

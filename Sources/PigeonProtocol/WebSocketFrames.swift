@@ -7,13 +7,15 @@ public enum ClientOperation: Sendable, Equatable {
     case edit(conversationId: String, serverId: String, EditMessageRequest)
     /// `{"op": "delete", "conversationId", "serverId", "clientMessageId", "clientTimestamp"}`.
     case delete(conversationId: String, serverId: String, DeleteMessageRequest)
+    /// `{"op": "react", "conversationId", "serverId", "key", "action", "clientMessageId"}` (API.md 1.2).
+    case react(conversationId: String, ReactRequest)
 }
 
 extension ClientOperation {
     /// The operations this version of the protocol knows, by their wire names (`op`): what a machine-readable
     /// contract (the server's AsyncAPI document) enumerates.
     public enum Op: String, Sendable, CaseIterable {
-        case send, receipt, typing, edit, delete
+        case send, receipt, typing, edit, delete, react
     }
 
     /// The operation's `op`.
@@ -24,6 +26,7 @@ extension ClientOperation {
         case .typing: .typing
         case .edit: .edit
         case .delete: .delete
+        case .react: .react
         }
     }
 }
@@ -50,6 +53,7 @@ extension ClientOperation: Codable {
         case .delete:
             self = .delete(
                 conversationId: conversationId, serverId: try container.decode(String.self, forKey: .serverId), try DeleteMessageRequest(from: decoder))
+        case .react: self = .react(conversationId: conversationId, try ReactRequest(from: decoder))
         }
     }
 
@@ -77,6 +81,10 @@ extension ClientOperation: Codable {
             try container.encode("delete", forKey: .op)
             try container.encode(conversationId, forKey: .conversationId)
             try container.encode(serverId, forKey: .serverId)
+            try request.encode(to: encoder)
+        case .react(let conversationId, let request):
+            try container.encode("react", forKey: .op)
+            try container.encode(conversationId, forKey: .conversationId)
             try request.encode(to: encoder)
         }
     }
