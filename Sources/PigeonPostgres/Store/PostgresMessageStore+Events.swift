@@ -16,38 +16,51 @@ extension PostgresMessageStore {
 
     package typealias EventTuple = (
         Int32, Int64, String, String, String?, String?, String?,
-        String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?, Int64?, Int64?
+        String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?, Int64?, Int64?, String?, String?, Int32?,
+        Int64?, String?
     )
 
-    /// The columns of an event row with its payload (stored, shared, or rendered from its message); `e` is the event.
-    package static let eventColumns = """
-        e.part, e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload),
-            m.server_id, m.client_message_id, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.type, m.body,
-            m.client_timestamp, m.accepted_at, m.stored_at, m.edited_at, m.deleted_at
-        """
+    /// The columns of an event row with its payload (stored, or shared) and, for a `message.new` that refers to its
+    /// message, the message's columns (``messageColumns``); `e` is the event.
+    package static let eventColumns =
+        "e.part, e.id, e.type, e.user_id, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload), "
+        + messageColumnNames.map { "m." + $0 }.joined(separator: ", ")
 
     package static let eventJoins = """
         LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
             LEFT JOIN event_payloads p ON p.part = e.part AND p.id = e.payload_id
         """
 
-    package static func storedEvent(_ t: EventTuple, payloads: EventPayload) -> StoredEvent? {
-        let payload: String
-        if let stored = t.6 {
-            payload = stored
-        } else if let serverId = t.7, let clientMessageId = t.8, let conversationId = t.9, let seq = t.10, let senderId = t.11,
-            let senderDeviceId = t.12, let type = t.13, let body = t.14, let clientTimestamp = t.15, let acceptedAt = t.16,
-            let storedAt = t.17
-        {
-            payload = payloads.messageNew(
-                Message(
-                    serverId: serverId, clientMessageId: clientMessageId, conversationId: conversationId, seq: seq, senderId: senderId,
-                    senderDeviceId: senderDeviceId, type: type, body: body, clientTimestamp: clientTimestamp, acceptedAt: acceptedAt,
-                    storedAt: storedAt, editedAt: t.18, deletedAt: t.19))
-        } else {
-            return nil
+    /// The events of `rows` (a row with neither a payload nor a message is left out): a `message.new` that refers to
+    /// its message is rendered from it as of now, with its reactions as the event's user sees them and its reply
+    /// preview (one statement each for all of them, ``decorate(_:readers:client:logger:)``).
+    package static func storedEvents(_ rows: [EventTuple], client: PostgresClient, logger: Logger) async throws -> [StoredEvent] {
+        var events: [StoredEvent] = []
+        var rendered: [(index: Int, message: Message)] = []
+        for t in rows {
+            let event = StoredEvent(id: t.1, partition: Int(t.0), type: t.2, userId: t.3, deviceId: t.4, excludedDeviceId: t.5, payload: t.6 ?? "")
+            if t.6 == nil {
+                guard let serverId = t.7, let clientMessageId = t.8, let conversationId = t.9, let seq = t.10, let senderId = t.11,
+                    let senderDeviceId = t.12, let type = t.13, let body = t.14, let clientTimestamp = t.15, let acceptedAt = t.16,
+                    let storedAt = t.17
+                else { continue }
+                rendered.append(
+                    (
+                        events.count,
+                        message((
+                            serverId, clientMessageId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp, acceptedAt, storedAt,
+                            t.18, t.19, t.20, t.21, t.22 ?? 0, t.23, t.24
+                        ))
+                    ))
+            }
+            events.append(event)
         }
-        return StoredEvent(id: t.1, partition: Int(t.0), type: t.2, userId: t.3, deviceId: t.4, excludedDeviceId: t.5, payload: payload)
+        guard !rendered.isEmpty else { return events }
+        var messages = rendered.map(\.message)
+        try await decorate(&messages, readers: rendered.map { events[$0.index].userId }, client: client, logger: logger)
+        let payloads = EventPayload()
+        for (entry, message) in zip(rendered, messages) { events[entry.index].payload = payloads.messageNew(message) }
+        return events
     }
 
     package func checkLayout(_ position: EventPosition) throws {
@@ -59,8 +72,7 @@ extension PostgresMessageStore {
     public func events(for device: DeviceIdentity, after position: EventPosition, limit: Int) async throws -> [StoredEvent] {
         try checkLayout(position)
         let parts = (0..<eventPartitions).map { Int32($0) }
-        let payloads = EventPayload()
-        var events: [StoredEvent] = []
+        var rows: [EventTuple] = []
         // In each partition the next `limit` of the device's events; of those, the first `limit` by (offset,
         // partition): a prefix of every partition, so the cursor after the last one skips nothing.
         for try await row in try await client.query(
@@ -77,9 +89,9 @@ extension PostgresMessageStore {
             ORDER BY e.id, e.part LIMIT \(limit)
             """, logger: logger
         ).decode(EventTuple.self) {
-            if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+            rows.append(row)
         }
-        return events
+        return try await Self.storedEvents(rows, client: client, logger: logger)
     }
 
     /// The events of `users` (`nil`: everyone's) after `after` (an offset per partition) and up to each partition's
@@ -96,8 +108,7 @@ extension PostgresMessageStore {
         }
         if users?.isEmpty == true || heads == after { return ([], heads) }
         let parts = (0..<after.count).map { Int32($0) }
-        let payloads = EventPayload()
-        var events: [StoredEvent] = []
+        var rows: [EventTuple] = []
         for try await row in try await client.query(
             """
             SELECT \(unescaped: Self.eventColumns)
@@ -110,9 +121,9 @@ extension PostgresMessageStore {
             ORDER BY e.part, e.id
             """, logger: logger
         ).decode(EventTuple.self) {
-            if let event = Self.storedEvent(row, payloads: payloads) { events.append(event) }
+            rows.append(row)
         }
-        return (events, heads)
+        return (try await storedEvents(rows, client: client, logger: logger), heads)
     }
 
     public func headPosition() async throws -> EventPosition {
@@ -237,13 +248,15 @@ extension PostgresMessageStore {
                     \(parts.map { counts[$0]! })::bigint[])),
             stored AS (
                 INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, stored_at, target_id, edited_at, deleted_at)
-                SELECT s.i, s.c, s.cv, s.q, s.u, s.d, s.t, s.b, s.ct, s.a, s.st, NULLIF(s.tg, ''), NULLIF(s.ed, 0), NULLIF(s.dl, 0)
+                    client_timestamp, accepted_at, stored_at, target_id, edited_at, deleted_at, reply_to, thread_root)
+                SELECT s.i, s.c, s.cv, s.q, s.u, s.d, s.t, s.b, s.ct, s.a, s.st, NULLIF(s.tg, ''), NULLIF(s.ed, 0), NULLIF(s.dl, 0),
+                    NULLIF(s.rt, ''), NULLIF(s.tr, '')
                 FROM unnest(\(messages.serverIds)::text[], \(messages.clientMessageIds)::text[], \(messages.conversationIds)::text[],
                     \(messages.seqs)::bigint[], \(messages.senderIds)::text[], \(messages.senderDeviceIds)::text[], \(messages.types)::text[],
                     \(messages.bodies)::text[], \(messages.clientTimestamps)::bigint[], \(messages.acceptedAt)::bigint[], \(messages.storedAt)::bigint[],
-                    \(messages.targetIds)::text[], \(messages.editedAt)::bigint[], \(messages.deletedAt)::bigint[])
-                    AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl)),
+                    \(messages.targetIds)::text[], \(messages.editedAt)::bigint[], \(messages.deletedAt)::bigint[], \(messages.replyTos)::text[],
+                    \(messages.threadRoots)::text[])
+                    AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl, rt, tr)),
             changed AS (
                 UPDATE messages m SET body = l.b,
                     edited_at = COALESCE(NULLIF(l.ed, 0), m.edited_at),
@@ -251,18 +264,24 @@ extension PostgresMessageStore {
                 FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.bodies)::text[],
                     \(batch.lifecycle.editedAt)::bigint[], \(batch.lifecycle.deletedAt)::bigint[]) AS l(id, b, ed, dl)
                 WHERE m.server_id = l.id),
+            unreacted AS (
+                DELETE FROM reactions r USING messages m, unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.deletedAt)::bigint[]) AS l(id, dl)
+                WHERE l.dl <> 0 AND m.server_id = l.id AND r.conversation_id = m.conversation_id AND r.seq = m.seq),
             erased AS (
                 UPDATE messages m SET body = l.e
                 FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.erasedEdits)::text[]) AS l(id, e)
                 WHERE l.e <> '' AND m.target_id = l.id AND m.type = \(ServerMessageType.edit)),
             dead AS (
                 INSERT INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, failed_at, error_code, error_message)
-                SELECT * FROM unnest(\(dead.messages.map(\.serverId))::text[], \(dead.messages.map(\.conversationId))::text[],
+                    client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root)
+                SELECT d.i, d.cv, d.c, d.u, d.d, d.t, d.b, d.ct, d.a, d.f, d.ec, d.em, NULLIF(d.rt, ''), NULLIF(d.tr, '')
+                FROM unnest(\(dead.messages.map(\.serverId))::text[], \(dead.messages.map(\.conversationId))::text[],
                     \(dead.messages.map(\.clientMessageId))::text[], \(dead.messages.map(\.senderId))::text[],
                     \(dead.messages.map(\.senderDeviceId))::text[], \(dead.messages.map(\.type))::text[], \(dead.messages.map(\.body))::text[],
                     \(dead.messages.map(\.clientTimestamp))::bigint[], \(dead.messages.map(\.acceptedAt))::bigint[], \(dead.failedAt)::bigint[],
-                    \(dead.codes)::text[], \(dead.errors)::text[])
+                    \(dead.codes)::text[], \(dead.errors)::text[], \(dead.messages.map { $0.replyTo ?? "" })::text[],
+                    \(dead.messages.map { $0.threadRoot ?? "" })::text[])
+                    AS d(i, cv, c, u, d, t, b, ct, a, f, ec, em, rt, tr)
                 ON CONFLICT (server_id) DO UPDATE SET failed_at = excluded.failed_at, error_code = excluded.error_code,
                     error_message = excluded.error_message),
             shared AS (
@@ -324,17 +343,21 @@ package struct BatchWrite {
     package var watermarks = WatermarkRows()
     /// Edits and deletes of messages stored before the batch.
     package var lifecycle = LifecycleRows()
+    /// What the batch does to thread roots' summaries (``PostgresMessageStore/writeThreads(_:_:)``, after this write).
+    package var threads = ThreadRows()
     /// The store time (a conversation's `updated_at` moves to it).
     package var now: Int64 = 0
 }
 
 extension BatchWrite {
-    /// An edit's or delete's target as it is at this point of the batch: stored earlier in the batch, or before it
+    /// A message the batch names as it is at this point of the batch: stored earlier in the batch, or before it
     /// (`stored`, with what the batch did to it since); nil when it is not in `conversationId`.
-    package func target(_ serverId: String, in conversationId: String, stored: [String: (conversationId: String, target: MessageTarget)]) -> MessageTarget? {
+    package func target(_ serverId: String, in conversationId: String, stored: [String: PostgresMessageStore.StoredTarget]) -> MessageTarget? {
         if let index = messages.index(of: serverId) {
             guard messages.conversationIds[index] == conversationId else { return nil }
-            return MessageTarget(senderId: messages.senderIds[index], type: messages.types[index], deleted: messages.deletedAt[index] != 0)
+            return MessageTarget(
+                senderId: messages.senderIds[index], type: messages.types[index], deleted: messages.deletedAt[index] != 0, seq: messages.seqs[index],
+                threadRoot: messages.threadRoots[index].isEmpty ? nil : messages.threadRoots[index])
         }
         guard let found = stored[serverId], found.conversationId == conversationId else { return nil }
         var target = found.target
@@ -342,9 +365,29 @@ extension BatchWrite {
         return target
     }
 
+    /// The preview of the message `serverId` a reply quotes, as it is at this point of the batch; nil when it is not
+    /// in `conversationId`.
+    package func preview(of serverId: String, in conversationId: String, stored: [String: PostgresMessageStore.StoredTarget]) -> ReplyPreview? {
+        guard let target = target(serverId, in: conversationId, stored: stored) else { return nil }
+        let body: String
+        if let index = messages.index(of: serverId) {
+            body = messages.bodies[index]
+        } else if let index = lifecycle.targetIds.firstIndex(of: serverId) {
+            body = lifecycle.bodies[index]
+        } else {
+            body = stored[serverId]?.body ?? ""
+        }
+        return ReplyPreview(serverId: serverId, senderId: target.senderId, type: target.type, body: body, deleted: target.deleted)
+    }
+
     /// Applies a stored edit (`newBody`) or delete (nil) to its target: in the batch's own rows when the target is
-    /// one of them, else as an update of the stored row; a delete also erases the text of the batch's edits of it.
-    package mutating func apply(targetId: String, newBody: String?, at now: Int64) {
+    /// one of them, else as an update of the stored row; a delete also erases the text of the batch's edits of it, and
+    /// of a thread reply, has its root's summary recomputed.
+    package mutating func apply(targetId: String, newBody: String?, at now: Int64, stored: [String: PostgresMessageStore.StoredTarget]) {
+        if newBody == nil {
+            let root = messages.index(of: targetId).map { messages.threadRoots[$0] } ?? stored[targetId]?.target.threadRoot ?? ""
+            if !root.isEmpty { threads.replyDeleted(in: root) }
+        }
         if let index = messages.index(of: targetId) {
             messages.bodies[index] = newBody ?? ""
             if newBody == nil { messages.deletedAt[index] = now } else { messages.editedAt[index] = now }

@@ -4,7 +4,7 @@ import PigeonDomain
 import PigeonProtocol
 import PostgresNIO
 
-/// Membership changes, and what the accept path of an edit or a delete reads.
+/// Membership changes, and what the accept path of an edit, a delete, a reply or a reaction reads of its target.
 extension PostgresMessageStore {
     // MARK: Membership changes
 
@@ -85,15 +85,16 @@ extension PostgresMessageStore {
         return conversation
     }
 
-    // MARK: Editing and deleting
+    // MARK: Targets of edits, deletes, replies and reactions
 
     public func messageTarget(conversationId: String, serverId: String) async throws -> MessageTarget? {
-        for try await (senderId, type, deleted) in try await client.query(
+        for try await (senderId, type, deleted, seq, threadRoot) in try await client.query(
             """
-            SELECT sender_id, type, deleted_at IS NOT NULL FROM messages WHERE server_id = \(serverId) AND conversation_id = \(conversationId)
+            SELECT sender_id, type, deleted_at IS NOT NULL, seq, thread_root FROM messages
+            WHERE server_id = \(serverId) AND conversation_id = \(conversationId)
             """, logger: logger
-        ).decode((String, String, Bool).self) {
-            return MessageTarget(senderId: senderId, type: type, deleted: deleted)
+        ).decode((String, String, Bool, Int64, String?).self) {
+            return MessageTarget(senderId: senderId, type: type, deleted: deleted, seq: seq, threadRoot: threadRoot)
         }
         return nil
     }

@@ -51,9 +51,13 @@ extension PostgresMessageStore {
         let conversationIds = Array(Set(items.map(\.entry.message.conversationId))).sorted()
         let known = lastSeqCache.withLockedValue { cache in conversationIds.compactMap { id in cache[id].map { (id, $0) } } }
         let membersKnown = conversationIds.allSatisfy { membersCache.contains($0) }
-        // An edit or a delete reads its target under a lock first: the locking path.
-        let changesMessages = items.contains { ServerMessageType.isLifecycle($0.entry.message.type) }
-        if known.count == conversationIds.count, membersKnown, !changesMessages {
+        // An edit or a delete reads its target under a lock first, a reply its quote, a thread reply its root: the
+        // locking path.
+        let readsMessages = items.contains { item in
+            let message = item.entry.message
+            return ServerMessageType.isLifecycle(message.type) || message.replyTo != nil || message.threadRoot != nil
+        }
+        if known.count == conversationIds.count, membersKnown, !readsMessages {
             do {
                 return try await processTrusting(items, lastSeqs: Dictionary(uniqueKeysWithValues: known))
             } catch {
@@ -89,13 +93,20 @@ extension PostgresMessageStore {
     }
 
     /// The batch in a transaction that first locks its conversations (`FOR UPDATE`, in id order) and reads their last
-    /// seqs, their members (a membership change holds the same lock, so they are the current ones), the targets of
-    /// its edits and deletes, and earlier copies of its messages.
+    /// seqs, their members (a membership change holds the same lock, so they are the current ones), the messages its
+    /// edits, deletes, replies and thread replies name (locked, in serverId order: a thread root's summary changes, and
+    /// a delete takes its target's reactions, which ``react(conversationId:serverId:userId:key:action:at:)`` writes
+    /// under the same lock), and earlier copies of its messages. After the batch's rows, the summaries of the thread
+    /// roots it changed are written.
     package func processLocking(_ items: [ProcessingItem]) async throws -> [ProcessingResult] {
         let messages = items.map(\.entry.message)
         let conversationIds = Array(Set(messages.map(\.conversationId))).sorted()
         let generations = conversationIds.map { membersCache.generation(of: $0) }
-        let targetIds = messages.compactMap { try? MessageLifecycle.target(of: $0)?.serverId }
+        var targetIds = Set(messages.compactMap { try? MessageLifecycle.target(of: $0)?.serverId })
+        for message in messages {
+            if let replyTo = message.replyTo { targetIds.insert(replyTo) }
+            if let threadRoot = message.threadRoot { targetIds.insert(threadRoot) }
+        }
         let clock = ContinuousClock()
         let (results, committed, lastSeqs) = try await timedTransaction { connection -> ([ProcessingResult], [StoredEvent], [String: Int64]) in
             let reading = clock.now
@@ -115,15 +126,16 @@ extension PostgresMessageStore {
             for (conversationId, generation) in zip(conversationIds, generations) {
                 if let list = members[conversationId] { membersCache.store(list, for: conversationId, ifGeneration: generation) }
             }
-            var targets: [String: (conversationId: String, target: MessageTarget)] = [:]
+            var targets: [String: StoredTarget] = [:]
             if !targetIds.isEmpty {
-                for try await (serverId, conversationId, senderId, type, deleted) in try await connection.query(
+                for try await row in try await connection.query(
                     """
-                    SELECT server_id, conversation_id, sender_id, type, deleted_at IS NOT NULL FROM messages
-                    WHERE server_id = ANY(\(targetIds)) ORDER BY server_id FOR UPDATE
+                    SELECT \(unescaped: Self.messageColumns) FROM messages
+                    WHERE server_id = ANY(\(targetIds.sorted())) ORDER BY server_id FOR UPDATE
                     """, logger: logger
-                ).decode((String, String, String, String, Bool).self) {
-                    targets[serverId] = (conversationId, MessageTarget(senderId: senderId, type: type, deleted: deleted))
+                ).decode(MessageTuple.self) {
+                    let message = Self.message(row)
+                    targets[message.serverId] = StoredTarget(message)
                 }
             }
             // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
@@ -147,12 +159,61 @@ extension PostgresMessageStore {
             let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore, members: members, targets: targets)
             let writing = clock.now
             let committed = try await write(batch, connection)
+            try await writeThreads(batch.threads, connection)
             stageTimer.record(.write, clock.now - writing)
             return (results, committed, lastSeqs.merging(batch.lastSeqs) { _, new in new })
         }
         rememberLastSeqs(lastSeqs)
         fanout.publish(committed)
         return results
+    }
+
+    /// A message stored before the batch that one of its messages names (by serverId): what an edit, a delete, a
+    /// reply's preview or a thread reply needs of it.
+    package struct StoredTarget {
+        package var conversationId: String
+        package var target: MessageTarget
+        package var body: String
+        package var thread: ThreadSummary?
+
+        package init(_ message: Message) {
+            conversationId = message.conversationId
+            target = MessageTarget(
+                senderId: message.senderId, type: message.type, deleted: message.deletedAt != nil, seq: message.seq, threadRoot: message.threadRoot)
+            body = message.body
+            thread = message.thread
+        }
+    }
+
+    /// Writes the summaries of the thread roots a batch changed, after its messages (so that a recomputed summary
+    /// counts the batch's own replies and deletes): new replies only, the summary planned on the locked root's; a
+    /// deleted reply, recomputed from the replies left (count, the newest one's store time, its newest distinct senders).
+    package func writeThreads(_ threads: ThreadRows, _ connection: PostgresConnection) async throws {
+        guard !threads.isEmpty else { return }
+        let roots = threads.summaries.keys.sorted()
+        let summaries = roots.map { threads.summaries[$0]! }
+        try await connection.query(
+            """
+            WITH added AS (
+                UPDATE messages m SET thread_count = t.n, thread_last_at = t.at, thread_senders = t.s
+                FROM unnest(\(roots)::text[], \(summaries.map { Int32($0.replyCount) })::integer[], \(summaries.map(\.lastReplyAt))::bigint[],
+                    \(summaries.map { ReplyRules.sendersText($0.lastReplySenders) })::text[]) AS t(id, n, at, s)
+                WHERE m.server_id = t.id),
+            recomputed AS (
+                SELECT r.server_id AS id,
+                    (SELECT count(*) FROM messages x
+                        WHERE x.conversation_id = r.conversation_id AND x.thread_root = r.server_id AND x.deleted_at IS NULL) AS n,
+                    (SELECT x.stored_at FROM messages x
+                        WHERE x.conversation_id = r.conversation_id AND x.thread_root = r.server_id AND x.deleted_at IS NULL
+                        ORDER BY x.seq DESC LIMIT 1) AS at,
+                    (SELECT string_agg(s.sender_id, ',' ORDER BY s.newest DESC) FROM (
+                        SELECT x.sender_id, max(x.seq) AS newest FROM messages x
+                        WHERE x.conversation_id = r.conversation_id AND x.thread_root = r.server_id AND x.deleted_at IS NULL
+                        GROUP BY x.sender_id ORDER BY newest DESC LIMIT \(ThreadSummary.senderLimit)) s) AS s
+                FROM messages r WHERE r.server_id = ANY(\(threads.recomputed.sorted())))
+            UPDATE messages m SET thread_count = r.n, thread_last_at = r.at, thread_senders = r.s
+            FROM recomputed r WHERE m.server_id = r.id
+            """, logger: logger)
     }
 
     /// Messages of a batch stored before, with their seqs.
@@ -167,7 +228,7 @@ extension PostgresMessageStore {
     /// before it (by serverId, with their conversation).
     package func plan(
         _ items: [ProcessingItem], lastSeqs: [String: Int64], storedBefore: StoredBefore, members membersByConversation: [String: [String]],
-        targets: [String: (conversationId: String, target: MessageTarget)]
+        targets: [String: StoredTarget]
     ) throws -> ([ProcessingResult], BatchWrite) {
         let payloads = EventPayload()
         let now = WallClock.nowMillis()
@@ -194,11 +255,18 @@ extension PostgresMessageStore {
                         throw refusal
                     }
                 }
+                try Self.checkRelations(message, batch: batch, stored: targets)
                 let seq = lastSeq + 1
                 batch.lastSeqs[message.conversationId] = seq
-                let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
+                var stored = MessageEvents.stored(message, seq: seq, storedAt: now)
                 batch.messages.append(stored, targetId: lifecycle?.serverId)
-                if let lifecycle { batch.apply(targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now) }
+                if let lifecycle { batch.apply(targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now, stored: targets) }
+                if let replyTo = message.replyTo { stored.replyPreview = batch.preview(of: replyTo, in: message.conversationId, stored: targets) }
+                if let threadRoot = message.threadRoot {
+                    batch.threads.addReply(
+                        to: threadRoot, by: message.senderId, at: now,
+                        before: batch.messages.index(of: threadRoot) == nil ? targets[threadRoot]?.thread : nil)
+                }
                 let part = partition(of: message.conversationId)
                 let writes = MessageEvents.writes(of: message, stored: stored, members: members, presence: fanout, payloads: payloads)
                 for recipient in writes.newRecipients {
@@ -221,6 +289,21 @@ extension PostgresMessageStore {
             }
         }
         return (plan.results, batch)
+    }
+
+    /// Checks a message's `replyTo` and `threadRoot` once more where it is stored (accept checked them): a target that
+    /// is not a message of its conversation fails it (`not_found`, permanent), and so does a root that is itself in a
+    /// thread (`invalid_request`). A target deleted since is no reason to fail: its quote says so.
+    package static func checkRelations(_ message: BufferedMessage, batch: BatchWrite, stored: [String: StoredTarget]) throws {
+        if let replyTo = message.replyTo, batch.target(replyTo, in: message.conversationId, stored: stored) == nil {
+            throw PigeonError(.notFound, "replyTo \(replyTo) is not a message of this conversation")
+        }
+        if let root = message.threadRoot {
+            guard let target = batch.target(root, in: message.conversationId, stored: stored) else {
+                throw PigeonError(.notFound, "threadRoot \(root) is not a message of this conversation")
+            }
+            if target.threadRoot != nil { throw PigeonError.invalid("threadRoot \(root) is itself in a thread") }
+        }
     }
 
     /// Most conversations whose last seq a node keeps (the cache starts over when it would hold more).

@@ -285,6 +285,9 @@ public final class PostgresMessageStore: MessageStore, Service {
             let message = Self.message(row)
             last[message.conversationId] = message
         }
+        var lastMessages = Array(last.values)
+        try await decorate(&lastMessages, reader: userId)
+        for message in lastMessages { last[message.conversationId] = message }
         var unread: [String: Int] = [:]
         for try await (conversationId, count) in try await client.query(
             """
@@ -328,31 +331,113 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     // MARK: History
 
-    package static let messageColumns = """
-        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at,
-        edited_at, deleted_at
-        """
+    package static let messageColumnNames = [
+        "server_id", "client_message_id", "conversation_id", "seq", "sender_id", "sender_device_id", "type", "body", "client_timestamp",
+        "accepted_at", "stored_at", "edited_at", "deleted_at", "reply_to", "thread_root", "thread_count", "thread_last_at", "thread_senders",
+    ]
 
-    package typealias MessageTuple = (String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?)
+    /// A message row's columns, in ``MessageTuple``'s order.
+    package static let messageColumns = messageColumnNames.joined(separator: ", ")
 
+    package typealias MessageTuple = (
+        String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?, String?, String?, Int32, Int64?, String?
+    )
+
+    /// The message of a row as it is stored: its thread summary from the root's columns, without its reactions and
+    /// reply preview (``decorate(_:reader:)`` adds them).
     package static func message(_ t: MessageTuple) -> Message {
         Message(
             serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6, body: t.7,
-            clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10, editedAt: t.11, deletedAt: t.12)
+            clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10, editedAt: t.11, deletedAt: t.12, replyTo: t.13, threadRoot: t.14,
+            thread: t.15 > 0 ? ThreadSummary(replyCount: Int(t.15), lastReplyAt: t.16 ?? 0, lastReplySenders: ReplyRules.senders(t.17)) : nil)
     }
 
-    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
+    /// Adds to `messages` their reactions as `reader` sees them and their reply previews, as of now.
+    package func decorate(_ messages: inout [Message], reader: String?) async throws {
+        try await Self.decorate(&messages, readers: Array(repeating: reader, count: messages.count), client: client, logger: logger)
+    }
+
+    /// Adds to each of `messages` its reactions as the user of the same index in `readers` sees them, and its reply
+    /// preview, as of now: one statement for all the messages' reactions, one for all their quotes.
+    package static func decorate(_ messages: inout [Message], readers: [String?], client: PostgresClient, logger: Logger) async throws {
+        guard !messages.isEmpty else { return }
+        let reactions = try await reactionRows(of: messages.map { ($0.conversationId, $0.seq) }, client: client, logger: logger)
+        let previews = try await previews(
+            of: messages.compactMap { message in message.replyTo.map { (message.conversationId, $0) } }, client: client, logger: logger)
+        for index in messages.indices {
+            if let rows = reactions[MessageKey(conversationId: messages[index].conversationId, seq: messages[index].seq)] {
+                messages[index].reactions = ReactionRules.aggregate(rows, reader: readers[index])
+            }
+            if let replyTo = messages[index].replyTo {
+                messages[index].replyPreview = previews[MessageKey(conversationId: messages[index].conversationId, serverId: replyTo)]
+            }
+        }
+    }
+
+    /// A message by its conversation and seq, or by its conversation and serverId.
+    package struct MessageKey: Hashable {
+        package var conversationId: String
+        package var seq: Int64 = 0
+        package var serverId = ""
+    }
+
+    /// The reply previews of the messages named (conversation, serverId), as of now.
+    private static func previews(
+        of targets: [(conversationId: String, serverId: String)], client: PostgresClient, logger: Logger
+    ) async throws -> [MessageKey: ReplyPreview] {
+        guard !targets.isEmpty else { return [:] }
+        var previews: [MessageKey: ReplyPreview] = [:]
+        for try await (conversationId, serverId, senderId, type, body, deleted) in try await client.query(
+            """
+            SELECT m.conversation_id, m.server_id, m.sender_id, m.type, m.body, m.deleted_at IS NOT NULL FROM messages m
+            JOIN unnest(\(targets.map(\.conversationId))::text[], \(targets.map(\.serverId))::text[]) AS k(c, i)
+                ON m.server_id = k.i AND m.conversation_id = k.c
+            """, logger: logger
+        ).decode((String, String, String, String, String, Bool).self) {
+            previews[MessageKey(conversationId: conversationId, serverId: serverId)] = ReplyPreview(
+                serverId: serverId, senderId: senderId, type: type, body: body, deleted: deleted)
+        }
+        return previews
+    }
+
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?) async throws
+        -> MessagePage
+    {
+        var (messages, hasMore) = try await page(
+            conversationId: conversationId, threadRoot: nil, after: after, before: before, limit: limit, visibleFrom: visibleFrom)
+        try await decorate(&messages, reader: reader)
+        return MessagePage(messages: messages, hasMore: hasMore)
+    }
+
+    /// A page of the conversation's messages (only the replies in the thread of `threadRoot` when given), ascending by
+    /// seq, as ``messages(conversationId:after:before:limit:visibleFrom:reader:)`` pages them, undecorated.
+    package func page(conversationId: String, threadRoot: String?, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> (
+        messages: [Message], hasMore: Bool
+    ) {
         let query: PostgresQuery
-        if let after {
+        switch (threadRoot, after) {
+        case (nil, let after?):
             query = """
                 SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId)
                     AND seq > \(max(after, visibleFrom - 1))
                 ORDER BY seq LIMIT \(limit + 1)
                 """
-        } else {
+        case (nil, nil):
             query = """
                 SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND seq < \(before ?? Int64.max)
                     AND seq >= \(visibleFrom)
+                ORDER BY seq DESC LIMIT \(limit + 1)
+                """
+        case (let root?, let after?):
+            query = """
+                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND thread_root = \(root)
+                    AND seq > \(max(after, visibleFrom - 1))
+                ORDER BY seq LIMIT \(limit + 1)
+                """
+        case (let root?, nil):
+            query = """
+                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND thread_root = \(root)
+                    AND seq < \(before ?? Int64.max) AND seq >= \(visibleFrom)
                 ORDER BY seq DESC LIMIT \(limit + 1)
                 """
         }
@@ -362,7 +447,8 @@ public final class PostgresMessageStore: MessageStore, Service {
         }
         let hasMore = messages.count > limit
         if hasMore { messages.removeLast() }
-        return MessagePage(messages: after == nil ? messages.reversed() : messages, hasMore: hasMore)
+        if after == nil { messages.reverse() }
+        return (messages, hasMore)
     }
 
     // MARK: Dead letters
@@ -372,14 +458,14 @@ public final class PostgresMessageStore: MessageStore, Service {
         for try await t in try await client.query(
             """
             SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
-                accepted_at, failed_at, error_code, error_message FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
+                accepted_at, failed_at, error_code, error_message, reply_to, thread_root FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
             """, logger: logger
-        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String).self) {
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String, String?, String?).self) {
             letters.append(
                 DeadLetter(
                     message: Message(
                         serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: 0, senderId: t.3, senderDeviceId: t.4, type: t.5,
-                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0),
+                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0, replyTo: t.12, threadRoot: t.13),
                     failedAt: t.9, error: ErrorDetail(code: ErrorCode(rawValue: t.10), message: t.11)))
         }
         return letters
@@ -388,13 +474,14 @@ public final class PostgresMessageStore: MessageStore, Service {
     public func deadLetter(serverId: String) async throws -> BufferedMessage? {
         for try await t in try await client.query(
             """
-            SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp, accepted_at
+            SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp, accepted_at,
+                reply_to, thread_root
             FROM dead_letters WHERE server_id = \(serverId)
             """, logger: logger
-        ).decode((String, String, String, String, String, String, String, Int64, Int64).self) {
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, String?, String?).self) {
             return BufferedMessage(
                 serverId: t.0, conversationId: t.1, senderId: t.2, senderDeviceId: t.3, clientMessageId: t.4, type: t.5, body: t.6,
-                clientTimestamp: t.7, acceptedAt: t.8)
+                clientTimestamp: t.7, acceptedAt: t.8, replyTo: t.9, threadRoot: t.10)
         }
         return nil
     }

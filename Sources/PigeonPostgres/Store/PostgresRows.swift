@@ -21,9 +21,14 @@ package struct MessageRows {
     /// `edited_at` and `deleted_at`, 0 for NULL (set when a later message of the batch edits or deletes it).
     package var editedAt: [Int64] = []
     package var deletedAt: [Int64] = []
+    /// The serverId it quotes and the thread root it is in, `""` for none.
+    package var replyTos: [String] = []
+    package var threadRoots: [String] = []
 
     package mutating func append(_ message: Message, targetId: String? = nil) {
         targetIds.append(targetId ?? "")
+        replyTos.append(message.replyTo ?? "")
+        threadRoots.append(message.threadRoot ?? "")
         editedAt.append(message.editedAt ?? 0)
         deletedAt.append(message.deletedAt ?? 0)
         serverIds.append(message.serverId)
@@ -80,6 +85,29 @@ package struct LifecycleRows {
         } else {
             editedAt[index] = now
         }
+    }
+}
+
+/// What a batch does to thread roots' summaries (written after its messages, in the same transaction).
+package struct ThreadRows {
+    /// The summary after the batch's new replies, by root serverId: roots none of whose replies the batch deletes.
+    package var summaries: [String: ThreadSummary] = [:]
+    /// Roots one of whose replies the batch deletes: their summary is recomputed from the replies left.
+    package var recomputed = Set<String>()
+
+    package var isEmpty: Bool { summaries.isEmpty && recomputed.isEmpty }
+
+    /// Counts a new reply by `sender` at `at` in the thread of `root`, whose summary before the batch is `before`.
+    package mutating func addReply(to root: String, by sender: String, at: Int64, before: ThreadSummary?) {
+        guard !recomputed.contains(root) else { return }
+        let current = summaries[root] ?? before ?? ThreadSummary(replyCount: 0, lastReplyAt: 0, lastReplySenders: [])
+        summaries[root] = current.adding(replyBy: sender, at: at)
+    }
+
+    /// A reply of `root` was deleted: its summary is recomputed after the batch's writes.
+    package mutating func replyDeleted(in root: String) {
+        summaries[root] = nil
+        recomputed.insert(root)
     }
 }
 

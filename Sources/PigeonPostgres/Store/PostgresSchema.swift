@@ -296,6 +296,32 @@ package enum PostgresSchema {
                 "INSERT INTO push_cursor(id, offsets) SELECT 1, COALESCE(array_agg(last_offset ORDER BY part), '{}') FROM event_partitions",
             ]
         ),
+        (
+            10,
+            [
+                // API.md 1.2, replies and threads: the message a message quotes and the thread it is in; a thread root
+                // keeps its thread's summary (replies not deleted, the newest one's store time, its newest distinct
+                // senders joined by commas), updated by the transaction that stores or deletes a reply.
+                "ALTER TABLE messages ADD COLUMN reply_to TEXT",
+                "ALTER TABLE messages ADD COLUMN thread_root TEXT",
+                "ALTER TABLE messages ADD COLUMN thread_count INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE messages ADD COLUMN thread_last_at BIGINT",
+                "ALTER TABLE messages ADD COLUMN thread_senders TEXT",
+                "CREATE INDEX messages_thread ON messages(conversation_id, thread_root, seq) WHERE thread_root IS NOT NULL",
+                "ALTER TABLE dead_letters ADD COLUMN reply_to TEXT",
+                "ALTER TABLE dead_letters ADD COLUMN thread_root TEXT",
+                // API.md 1.2, reactions: one row per (message, key, user); a message's rows go with its delete.
+                """
+                CREATE TABLE reactions(
+                    conversation_id TEXT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    key TEXT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    at BIGINT NOT NULL,
+                    PRIMARY KEY (conversation_id, seq, key, user_id))
+                """,
+            ]
+        ),
     ]
 
     package static var latestVersion: Int { migrations.last?.version ?? 0 }

@@ -1,0 +1,142 @@
+import Foundation
+import Logging
+import PigeonDomain
+import PigeonProtocol
+import PostgresNIO
+
+/// Reactions (API.md 1.2): one row per (message, key, user), written under the message's row lock.
+extension PostgresMessageStore {
+    // MARK: Reactions
+
+    /// One transaction: the reacting member's row (`FOR KEY SHARE`: it cannot leave meanwhile), then the message's row
+    /// `FOR UPDATE`, which serializes every reaction to the message on every node (and a delete of it, which takes its
+    /// reactions under the same lock), then the row and, when something changed, a `reaction` event for every member,
+    /// its payload stored once per group of members who see the same reactions (``ReactionRules/views(of:members:)``).
+    public func react(conversationId: String, serverId: String, userId: String, key: String, action: ReactionAction, at: Int64) async throws
+        -> [Reaction]
+    {
+        let part = partition(of: conversationId)
+        let (reactions, committed) = try await transaction { connection -> ([Reaction], [StoredEvent]) in
+            var joinedSeq: Int64?
+            for try await seq in try await connection.query(
+                "SELECT joined_seq FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId) FOR KEY SHARE", logger: logger
+            ).decode(Int64.self) {
+                joinedSeq = seq
+            }
+            guard let joinedSeq else { throw PigeonError.conversationNotFound }
+            let target = try await lockedTarget(conversationId: conversationId, serverId: serverId, connection)
+            if let refusal = ReactionRules.refusal(target: target, joinedSeq: joinedSeq) { throw refusal }
+            guard let seq = target?.seq else { throw PigeonError(.notFound, "message not found") }
+            var rows: [ReactionRow] = []
+            for try await (key, user, at) in try await connection.query(
+                "SELECT key, user_id, at FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq)", logger: logger
+            ).decode((String, String, Int64).self) {
+                rows.append(ReactionRow(key: key, userId: user, at: at))
+            }
+            let holds = rows.contains { $0.userId == userId && $0.key == key }
+            switch action {
+            case .add:
+                guard !holds else { return (ReactionRules.aggregate(rows, reader: userId), []) }
+                if let refusal = ReactionRules.limitRefusal(adding: key, by: userId, to: rows) { throw refusal }
+                try await connection.query(
+                    """
+                    INSERT INTO reactions(conversation_id, seq, key, user_id, at) VALUES (\(conversationId), \(seq), \(key), \(userId), \(at))
+                    """, logger: logger)
+                rows.append(ReactionRow(key: key, userId: userId, at: at))
+            case .remove:
+                guard holds else { return (ReactionRules.aggregate(rows, reader: userId), []) }
+                try await connection.query(
+                    """
+                    DELETE FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq) AND key = \(key) AND user_id = \(userId)
+                    """, logger: logger)
+                rows.removeAll { $0.userId == userId && $0.key == key }
+            }
+            var members: [String] = []
+            for try await member in try await connection.query(
+                "SELECT user_id FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
+            ).decode(String.self) {
+                members.append(member)
+            }
+            let payloads = EventPayload()
+            let now = WallClock.nowMillis()
+            var events = EventRows()
+            for view in ReactionRules.views(of: rows, members: members) {
+                let payload = payloads.reaction(
+                    ReactionEvent(
+                        conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: action, reactions: view.reactions,
+                        at: at))
+                events.append(type: "reaction", userIds: view.members, sharedPayload: payload, at: now, partition: part)
+            }
+            return (ReactionRules.aggregate(rows, reader: userId), try await insert(events, connection))
+        }
+        fanout.publish(committed)
+        return reactions
+    }
+
+    /// The message `serverId` of the conversation as a reaction needs it, its row locked to the commit; nil when it is
+    /// not a message of the conversation.
+    private func lockedTarget(conversationId: String, serverId: String, _ connection: PostgresConnection) async throws -> MessageTarget? {
+        for try await (senderId, type, deleted, seq, threadRoot) in try await connection.query(
+            """
+            SELECT sender_id, type, deleted_at IS NOT NULL, seq, thread_root FROM messages
+            WHERE conversation_id = \(conversationId) AND server_id = \(serverId) FOR UPDATE
+            """, logger: logger
+        ).decode((String, String, Bool, Int64, String?).self) {
+            return MessageTarget(senderId: senderId, type: type, deleted: deleted, seq: seq, threadRoot: threadRoot)
+        }
+        return nil
+    }
+
+    /// Users are compared byte by byte (`COLLATE "C"`), the same on every database whatever its collation, so that a
+    /// page's `after` cursor means one thing.
+    public func reactionUsers(conversationId: String, serverId: String, reader: String, key: String?, after: String?, limit: Int) async throws
+        -> ReactionUsersPage
+    {
+        guard limit > 0 else { throw PigeonError.invalid("limit must be at least 1") }
+        guard let member = try await member(reader, of: conversationId) else { throw PigeonError.conversationNotFound }
+        guard let target = try await messageTarget(conversationId: conversationId, serverId: serverId), target.seq >= member.joinedSeq else {
+            throw PigeonError(.notFound, "message not found")
+        }
+        var users: [ReactionUser] = []
+        for try await (userId, key, at) in try await client.query(
+            """
+            SELECT r.user_id, r.key, r.at FROM reactions r
+            WHERE r.conversation_id = \(conversationId) AND r.seq = \(target.seq) AND (\(key == nil) OR r.key = \(key ?? ""))
+                AND r.user_id IN (
+                    SELECT DISTINCT u.user_id COLLATE "C" FROM reactions u
+                    WHERE u.conversation_id = \(conversationId) AND u.seq = \(target.seq) AND (\(key == nil) OR u.key = \(key ?? ""))
+                        AND u.user_id COLLATE "C" > \(after ?? "")
+                    ORDER BY 1 LIMIT \(limit + 1))
+            ORDER BY r.user_id COLLATE "C", r.key COLLATE "C"
+            """, logger: logger
+        ).decode((String, String, Int64).self) {
+            users.append(ReactionUser(userId: userId, key: key, at: at))
+        }
+        var seen: [String] = []
+        for user in users where seen.last != user.userId { seen.append(user.userId) }
+        let hasMore = seen.count > limit
+        if hasMore { users.removeAll { $0.userId == seen[limit] } }
+        return ReactionUsersPage(users: users, hasMore: hasMore)
+    }
+
+    /// The reaction rows of the messages named (conversation, seq), by message: one statement for them all.
+    package static func reactionRows(
+        of messages: [(conversationId: String, seq: Int64)], client: PostgresClient, logger: Logger
+    ) async throws -> [MessageKey: [ReactionRow]] {
+        var keys = Set<MessageKey>()
+        for message in messages { keys.insert(MessageKey(conversationId: message.conversationId, seq: message.seq)) }
+        guard !keys.isEmpty else { return [:] }
+        let unique = Array(keys)
+        var rows: [MessageKey: [ReactionRow]] = [:]
+        for try await (conversationId, seq, key, userId, at) in try await client.query(
+            """
+            SELECT r.conversation_id, r.seq, r.key, r.user_id, r.at FROM reactions r
+            JOIN unnest(\(unique.map(\.conversationId))::text[], \(unique.map(\.seq))::bigint[]) AS k(c, s)
+                ON r.conversation_id = k.c AND r.seq = k.s
+            """, logger: logger
+        ).decode((String, Int64, String, String, Int64).self) {
+            rows[MessageKey(conversationId: conversationId, seq: seq), default: []].append(ReactionRow(key: key, userId: userId, at: at))
+        }
+        return rows
+    }
+}

@@ -1,0 +1,29 @@
+import Foundation
+import Logging
+import PigeonDomain
+import PigeonProtocol
+import PostgresNIO
+
+/// Threads (API.md 1.2): a root's replies are the messages whose `thread_root` it is; its summary lives in its own row
+/// (written by processing, `+Processing`).
+extension PostgresMessageStore {
+    // MARK: Threads
+
+    public func threadMessages(
+        conversationId: String, root: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?
+    ) async throws -> ThreadPage? {
+        var found: Message?
+        for try await row in try await client.query(
+            "SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND server_id = \(root)",
+            logger: logger
+        ).decode(MessageTuple.self) {
+            found = Self.message(row)
+        }
+        guard let found, found.seq >= visibleFrom else { return nil }
+        let (replies, hasMore) = try await page(
+            conversationId: conversationId, threadRoot: root, after: after, before: before, limit: limit, visibleFrom: visibleFrom)
+        var messages = [found] + replies
+        try await decorate(&messages, reader: reader)
+        return ThreadPage(root: messages[0], messages: Array(messages.dropFirst()), hasMore: hasMore)
+    }
+}
