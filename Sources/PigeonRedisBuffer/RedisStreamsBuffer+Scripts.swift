@@ -86,13 +86,16 @@ extension RedisStreamsBuffer {
 
 /// The compact, exact encoding of a ``BufferedMessage`` in the stream entry's one field: a version, then each field
 /// in order, strings as `<UTF-8 byte count>:<bytes>` and integers as `<decimal>;`. Any string round-trips exactly.
+///
+/// Version 1 holds the fields every message has; version 2 adds `replyTo` and `threadRoot` (API.md 1.2), each a
+/// string or `-1:` for none. A message without either is written in version 1, so that a node of an earlier release
+/// still reads it; an entry of version 1 reads back with neither.
 package enum BufferedMessageCodec {
-    private static let version: Int64 = 1
-
     package static func encode(_ message: BufferedMessage) -> ByteBuffer {
+        let replies = message.replyTo != nil || message.threadRoot != nil
         var buffer = ByteBuffer()
-        buffer.reserveCapacity(64 + message.body.utf8.count + 6 * 40)
-        writeInteger(version, into: &buffer)
+        buffer.reserveCapacity(64 + message.body.utf8.count + 8 * 40)
+        writeInteger(replies ? 2 : 1, into: &buffer)
         for text in [message.serverId, message.conversationId, message.senderId, message.senderDeviceId, message.clientMessageId, message.type]
         {
             writeString(text, into: &buffer)
@@ -100,13 +103,17 @@ package enum BufferedMessageCodec {
         writeString(message.body, into: &buffer)
         writeInteger(message.clientTimestamp, into: &buffer)
         writeInteger(message.acceptedAt, into: &buffer)
+        if replies {
+            writeOptionalString(message.replyTo, into: &buffer)
+            writeOptionalString(message.threadRoot, into: &buffer)
+        }
         return buffer
     }
 
-    /// The message, or `nil` if the bytes are not a message of this version.
+    /// The message, or `nil` if the bytes are not a message of a known version.
     package static func decode(_ encoded: ByteBuffer) -> BufferedMessage? {
         var buffer = encoded
-        guard readInteger(from: &buffer, terminator: ";") == version,
+        guard let version = readInteger(from: &buffer, terminator: ";"), version == 1 || version == 2,
             let serverId = readString(from: &buffer),
             let conversationId = readString(from: &buffer),
             let senderId = readString(from: &buffer),
@@ -115,12 +122,35 @@ package enum BufferedMessageCodec {
             let type = readString(from: &buffer),
             let body = readString(from: &buffer),
             let clientTimestamp = readInteger(from: &buffer, terminator: ";"),
-            let acceptedAt = readInteger(from: &buffer, terminator: ";"),
-            buffer.readableBytes == 0
+            let acceptedAt = readInteger(from: &buffer, terminator: ";")
         else { return nil }
-        return BufferedMessage(
+        var message = BufferedMessage(
             serverId: serverId, conversationId: conversationId, senderId: senderId, senderDeviceId: senderDeviceId,
             clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp, acceptedAt: acceptedAt)
+        if version == 2 {
+            guard let replyTo = readOptionalString(from: &buffer), let threadRoot = readOptionalString(from: &buffer) else { return nil }
+            message.replyTo = replyTo
+            message.threadRoot = threadRoot
+        }
+        guard buffer.readableBytes == 0 else { return nil }
+        return message
+    }
+
+    private static func writeOptionalString(_ text: String?, into buffer: inout ByteBuffer) {
+        if let text {
+            writeString(text, into: &buffer)
+        } else {
+            buffer.writeString("-1:")
+        }
+    }
+
+    /// `.some(nil)` for an absent string (`-1:`), `nil` when the bytes are neither.
+    private static func readOptionalString(from buffer: inout ByteBuffer) -> String?? {
+        if buffer.readableBytesView.starts(with: "-1:".utf8) {
+            buffer.moveReaderIndex(forwardBy: 3)
+            return .some(nil)
+        }
+        return readString(from: &buffer).map { .some($0) }
     }
 
     private static func writeInteger(_ value: Int64, into buffer: inout ByteBuffer) {

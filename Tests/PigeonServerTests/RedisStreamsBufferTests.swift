@@ -115,6 +115,51 @@ import Testing
         #expect(BufferedMessageCodec.decode(extra) == nil)
     }
 
+    /// API.md 1.2: a reply's `replyTo` and `threadRoot` round-trip (either, both, any string); a message with neither
+    /// is written as before (version 1, which a node of an earlier release reads), and an entry of version 1 reads back
+    /// with neither.
+    @Test func theEncodingCarriesReplyToAndThreadRootAndReadsOldEntries() {
+        let base = Self.message(conversation: "c")
+        for (replyTo, threadRoot) in [("r-1", nil), (nil, "t-1"), ("r:2;", "-1:"), ("", "é 🕊️")] as [(String?, String?)] {
+            var message = base
+            message.replyTo = replyTo
+            message.threadRoot = threadRoot
+            let encoded = BufferedMessageCodec.encode(message)
+            #expect(encoded.getString(at: 0, length: 2) == "2;")
+            #expect(BufferedMessageCodec.decode(encoded) == message)
+        }
+        let plain = BufferedMessageCodec.encode(base)
+        #expect(plain.getString(at: 0, length: 2) == "1;", "a message without a reply is written as before")
+        let old = "1;" + [base.serverId, "c", base.senderId, base.senderDeviceId, base.clientMessageId, "text", "hello"]
+            .map { "\($0.utf8.count):\($0)" }.joined() + "\(base.clientTimestamp);\(base.acceptedAt);"
+        let decoded = BufferedMessageCodec.decode(ByteBuffer(string: old))
+        #expect(decoded == base)
+        #expect(decoded?.replyTo == nil && decoded?.threadRoot == nil)
+        // Version 2 without its two fields, or with one of them cut, is not a message.
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "2;" + old.dropFirst(2))) == nil)
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "2;" + old.dropFirst(2) + "-1:")) == nil)
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "2;" + old.dropFirst(2) + "-1:5:ab")) == nil)
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "2;" + old.dropFirst(2) + "-1:-1:")) == base)
+    }
+
+    @Test func aReplyComesOutOfRedisWithItsReplyToAndThreadRoot() async throws {
+        let server = try await RedisServerProcess()
+        let node = try await Node(server, nodeId: "a")
+        node.start()
+        let conversation = newId()
+        var reply = Self.message(conversation: conversation, body: "a reply")
+        reply.replyTo = newId()
+        reply.threadRoot = newId()
+        var quote = Self.message(conversation: conversation, body: "a quote")
+        quote.replyTo = newId()
+        let plain = Self.message(conversation: conversation, body: "plain")
+        for message in [reply, quote, plain] { #expect(try await node.buffer.append(message) == .accepted) }
+        let entries = try await Self.collect(node.buffer, count: 3, acknowledge: true)
+        #expect(entries.map(\.message) == [reply, quote, plain])
+        await node.shutdown()
+        await server.stop()
+    }
+
     @Test func partitionsAreAStableHashOfTheConversation() {
         // FNV-1a: the same on every node and in every run.
         #expect(RedisStreamsBuffer.partition(ofConversation: "", partitions: 16) == Int(2_166_136_261 % 16))
