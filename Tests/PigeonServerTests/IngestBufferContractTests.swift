@@ -204,6 +204,29 @@ import Testing
         }
     }
 
+    /// API.md 1.2: a reply's `replyTo` and `threadRoot` go through the buffer with it and are stored; a message
+    /// without them comes out without them.
+    @Test(arguments: Kind.allCases)
+    func aReplyReachesTheStoreWithItsQuoteAndThread(_ kind: Kind) async throws {
+        try await Self.withHarness(kind) { harness, conversation in
+            let root = Self.message(conversation, body: "root")
+            #expect(Self.isNew(try await harness.buffer.append(root)))
+            _ = try await harness.process(until: 1, in: conversation)
+            var reply = Self.message(conversation, body: "reply")
+            reply.replyTo = root.serverId
+            reply.threadRoot = root.serverId
+            var quote = Self.message(conversation, body: "quote")
+            quote.replyTo = root.serverId
+            #expect(Self.isNew(try await harness.buffer.append(reply)))
+            #expect(Self.isNew(try await harness.buffer.append(quote)))
+            let stored = try await harness.process(until: 3, in: conversation)
+            #expect(stored.map(\.serverId) == [root.serverId, reply.serverId, quote.serverId])
+            #expect(stored.map(\.replyTo) == [nil, root.serverId, root.serverId])
+            #expect(stored.map(\.threadRoot) == [nil, root.serverId, nil])
+            #expect(stored[0].thread?.replyCount == 1)
+        }
+    }
+
     @Test(arguments: Kind.allCases)
     func aResendIsAnsweredWithItsOriginalBeforeAndAfterProcessingAndWhenRefused(_ kind: Kind) async throws {
         try await Self.withHarness(kind) { harness, conversation in
