@@ -3,7 +3,8 @@
 Starts pigeon-server (embedded store, --admin-token and --metrics-token so every documented route exists and every
 security scheme is exercised), checks that the served documents are the committed docs/openapi.json and
 docs/asyncapi.json byte for byte and that the OpenAPI document is valid OpenAPI 3.1, registers a device for the
-bearer token, then runs schemathesis with every check on bounded examples. Its report (text, JUnit) is kept in the
+bearer token, makes a conversation and a message whose ids the reaction and thread routes are given (so that every
+reaction key their schema allows meets a real message), then runs schemathesis with every check on bounded examples. Its report (text, JUnit) is kept in the
 artefacts folder (schemathesis/). Fails when schemathesis finds anything.
 
 Two operations are left out of schemathesis, both long-lived streams an HTTP request/response tester cannot read:
@@ -61,6 +62,17 @@ def test_schemathesis_finds_nothing():
         check(answer.status == 204, f"push registration: {answer.status} {answer.body!r}")
         answer = request("POST", server.url("/v1/conversations"), {"members": ["contract-bob"]}, token=token)
         check(answer.status == 201, f"conversation: {answer.status} {answer.body!r}")
+        conversation = answer.json()["id"]
+        # A message to react to and to root a thread: the reaction and thread routes get its real ids, so that every
+        # key their schema allows is tried on a message that exists (and must not be refused 400).
+        answer = request("POST", server.url(f"/v1/conversations/{conversation}/messages"),
+                         {"clientMessageId": "00000000-0000-4000-8000-000000000001", "type": "text", "body": "react to me",
+                          "clientTimestamp": 1}, token=token)
+        check(answer.status == 202, f"message: {answer.status} {answer.body!r}")
+        message = answer.json()["serverId"]
+        existing = f'parameters = {{ "path.id" = "{conversation}", "path.serverId" = "{message}" }}\n'
+        allowed_400 = ('checks.positive_data_acceptance.expected-statuses = '
+                       '["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]\n')
 
         folder = os.path.join(ARTEFACTS, "schemathesis")
         shutil.rmtree(folder, ignore_errors=True)
@@ -77,15 +89,22 @@ def test_schemathesis_finds_nothing():
                 "[auth.openapi.metricsToken]\n"
                 f'bearer = "{METRICS_TOKEN}"\n'
                 # Requests the schema allows that the shared contract (API.md) refuses 400 for the state they meet,
-                # which a schema cannot say: after and before together (history), a member change of a direct
-                # conversation (add, rename), a change of the owner's own role, an edit or delete of a deleted message
-                # or of one of the server's own pigeon.* messages. Everywhere else a schema-valid request must not be
-                # refused 400.
+                # which a schema cannot say: after and before together (history, a thread's page), a member change of
+                # a direct conversation (add, rename), a change of the owner's own role, an edit or delete of a deleted
+                # message or of one of the server's own pigeon.* messages. Everywhere else a schema-valid request must
+                # not be refused 400.
                 "[[operations]]\n"
                 'include-operation-id = ["history", "addMembers", "renameConversation", "setMemberRole", "editMessage", '
                 '"deleteMessage"]\n'
-                'checks.positive_data_acceptance.expected-statuses = '
-                '["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]\n')
+                + allowed_400
+                + "[[operations]]\n"
+                'include-operation-id = ["threadMessages"]\n'
+                + allowed_400 + existing
+                # The reactions of the message above: a key the schema allows is taken (200), or refused 409 once the
+                # message holds 50 keys or the user 20 of them.
+                + "[[operations]]\n"
+                'include-operation-id = ["addReaction", "removeReaction", "reactionUsers"]\n'
+                + existing)
         command = [
             sys.executable, "-m", "schemathesis.cli", "--config-file", config, "--no-color",
             "run", server.url("/openapi.json"),
