@@ -37,6 +37,8 @@ public final class PigeonClient: Sendable, Service {
     }
 
     let runSlot = NIOLockedValueBox(RunSlot())
+    /// Serialises ``react(_:to:)`` and ``unreact(_:from:)`` from saving to queueing.
+    let reactionLock = NIOLock()
 
     /// Opens (or creates) the local database and loads the outbox; no network yet.
     ///
@@ -174,12 +176,21 @@ public final class PigeonClient: Sendable, Service {
     /// being killed (and a power loss with ``Configuration-swift.struct/flushEveryWrite``), and the next client
     /// opened on the database sends them. It never waits for the network.
     ///
+    /// A reply quotes `replyTo` (its ``PigeonMessage/replyPreview`` is there at once, from this device's copy); with
+    /// `threadRoot` the message goes into that message's thread (see ``fetchThread(of:after:before:limit:)``). Both
+    /// must be app messages of the same conversation on this device, not deleted; a thread's root must not itself be
+    /// in a thread. Either may be a message of this device that still waits: the reply goes out after it.
+    ///
     /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
-    /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty or oversized body, U+0000),
-    /// ``PigeonClientError/Code-swift.struct/unknownConversation``, ``PigeonClientError/Code-swift.struct/notMember``
-    /// (this user was removed from the conversation, or left it), or a database error.
+    /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty or oversized body, U+0000,
+    /// a quote or root that cannot be one), ``PigeonClientError/Code-swift.struct/unknownConversation``,
+    /// ``PigeonClientError/Code-swift.struct/unknownMessage`` (a quote or root not on this device),
+    /// ``PigeonClientError/Code-swift.struct/notMember`` (this user was removed from the conversation, or left it), or
+    /// a database error.
     @discardableResult
-    public func send(_ body: String, type: String = "text", to conversationId: String) throws -> PigeonMessage {
+    public func send(
+        _ body: String, type: String = "text", to conversationId: String, replyTo: PigeonMessage? = nil, threadRoot: PigeonMessage? = nil
+    ) throws -> PigeonMessage {
         guard Validation.isValidMessageType(type) else { throw PigeonClientError.invalid("type must be 1–32 characters of [a-z0-9._-]") }
         guard !Validation.isServerMessageType(type) else {
             throw PigeonClientError.invalid("types beginning with \"pigeon.\" are the server's; \"\(type)\" cannot be sent")
@@ -194,7 +205,7 @@ public final class PigeonClient: Sendable, Service {
         }
         let message = try store.insertOutgoing(
             conversationId: conversationId, type: type, body: body, clientMessageId: UUID().uuidString.lowercased(),
-            clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000))
+            clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000), replyToLocalId: replyTo?.localId, threadRootLocalId: threadRoot?.localId)
         hub.emit(.messageStatusChanged(message))
         engine.enqueue(OutboxItem(localId: message.localId, conversationId: conversationId, clientMessageId: message.clientMessageId))
         return message
