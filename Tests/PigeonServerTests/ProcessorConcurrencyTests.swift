@@ -115,8 +115,26 @@ import Testing
         func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {
             try await base.status(ofMessage: serverId)
         }
-        func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
-            try await base.messages(conversationId: conversationId, after: after, before: before, limit: limit, visibleFrom: visibleFrom)
+        func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?) async throws
+            -> MessagePage
+        {
+            try await base.messages(conversationId: conversationId, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader)
+        }
+        func threadMessages(
+            conversationId: String, root: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?
+        ) async throws -> ThreadPage? {
+            try await base.threadMessages(
+                conversationId: conversationId, root: root, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader)
+        }
+        func react(conversationId: String, serverId: String, userId: String, key: String, action: ReactionAction, at: Int64) async throws
+            -> [Reaction]
+        {
+            try await base.react(conversationId: conversationId, serverId: serverId, userId: userId, key: key, action: action, at: at)
+        }
+        func reactionUsers(conversationId: String, serverId: String, reader: String, key: String?, after: String?, limit: Int) async throws
+            -> ReactionUsersPage
+        {
+            try await base.reactionUsers(conversationId: conversationId, serverId: serverId, reader: reader, key: key, after: after, limit: limit)
         }
         func member(_ userId: String, of conversationId: String) async throws -> ConversationMember? {
             try await base.member(userId, of: conversationId)

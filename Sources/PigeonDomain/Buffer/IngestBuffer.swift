@@ -11,11 +11,17 @@ public struct BufferedMessage: Sendable, Equatable {
     public var body: String
     public var clientTimestamp: Int64
     public var acceptedAt: Int64
+    /// The serverId of the message it quotes (API.md 1.2), checked at accept.
+    public var replyTo: String?
+    /// The serverId of the thread root it is in (API.md 1.2), checked at accept.
+    public var threadRoot: String?
 
     public init(
         serverId: String, conversationId: String, senderId: String, senderDeviceId: String, clientMessageId: String,
-        type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64
+        type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, replyTo: String? = nil, threadRoot: String? = nil
     ) {
+        self.replyTo = replyTo
+        self.threadRoot = threadRoot
         self.serverId = serverId
         self.conversationId = conversationId
         self.senderId = senderId

@@ -120,6 +120,7 @@ package enum MessageEvents {
         Message(
             serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId, seq: seq,
             senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
-            clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: storedAt)
+            clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: storedAt, replyTo: message.replyTo,
+            threadRoot: message.threadRoot)
     }
 }

@@ -44,7 +44,65 @@ package struct EventPayload {
         json.member("storedAt", message.storedAt)
         if let editedAt = message.editedAt { json.member("editedAt", editedAt) }
         if let deletedAt = message.deletedAt { json.member("deletedAt", deletedAt) }
+        json.key("reactions")
+        Self.reactions(message.reactions, into: &json)
+        json.optionalMember("replyTo", message.replyTo)
+        json.key("replyPreview")
+        if let preview = message.replyPreview {
+            json.beginObject()
+            json.member("serverId", preview.serverId)
+            json.member("senderId", preview.senderId)
+            json.member("type", preview.type)
+            json.member("body", preview.body)
+            json.member("deleted", preview.deleted)
+            json.endObject()
+        } else {
+            json.null()
+        }
+        json.optionalMember("threadRoot", message.threadRoot)
+        json.key("thread")
+        if let thread = message.thread {
+            json.beginObject()
+            json.member("replyCount", thread.replyCount)
+            json.member("lastReplyAt", thread.lastReplyAt)
+            json.key("lastReplySenders")
+            json.beginArray()
+            for sender in thread.lastReplySenders { json.string(sender) }
+            json.endArray()
+            json.endObject()
+        } else {
+            json.null()
+        }
         json.endObject()
+        json.endObject()
+        return json.string
+    }
+
+    private static func reactions(_ reactions: [Reaction], into json: inout JSONText) {
+        json.beginArray()
+        for reaction in reactions {
+            json.beginObject()
+            json.member("key", reaction.key)
+            json.member("count", reaction.count)
+            json.member("me", reaction.me)
+            json.endObject()
+        }
+        json.endArray()
+    }
+
+    /// `reaction`, as one member sees it.
+    package func reaction(_ event: ReactionEvent) -> String {
+        var json = JSONText(capacity: 256)
+        json.beginObject()
+        json.member("type", "reaction")
+        json.member("conversationId", event.conversationId)
+        json.member("serverId", event.serverId)
+        json.member("key", event.key)
+        json.member("userId", event.userId)
+        json.member("action", event.action.rawValue)
+        json.key("reactions")
+        Self.reactions(event.reactions, into: &json)
+        json.member("at", event.at)
         json.endObject()
         return json.string
     }

@@ -1,15 +1,21 @@
 import PigeonProtocol
 
-/// What an edit or a delete needs to know of the message it targets.
+/// What an edit, a delete, a reply or a reaction needs to know of the message it targets.
 public struct MessageTarget: Sendable, Equatable {
     public var senderId: String
     public var type: String
     public var deleted: Bool
+    /// Its seq (0 where the caller does not need it): a member sees it only from its `joinedSeq` on.
+    public var seq: Int64
+    /// The thread it is in, if any: such a message cannot be a thread root.
+    public var threadRoot: String?
 
-    public init(senderId: String, type: String, deleted: Bool) {
+    public init(senderId: String, type: String, deleted: Bool, seq: Int64 = 0, threadRoot: String? = nil) {
         self.senderId = senderId
         self.type = type
         self.deleted = deleted
+        self.seq = seq
+        self.threadRoot = threadRoot
     }
 }
 
@@ -27,7 +33,8 @@ public struct MessageTarget: Sendable, Equatable {
 ///   one) and handed to the ``Fanout`` in that order after commit; no row or lock is shared by the writers of
 ///   different partitions;
 /// - watermarks only move up, read implies delivered, and both are clamped to the conversation's last seq.
-public protocol MessageStore: DeviceStore, ConversationStore, MessageHistory, MessageProcessing, ReceiptStore, EventLog, DeadLetterStore, StoreHealth {}
+public protocol MessageStore: DeviceStore, ConversationStore, MessageHistory, MessageProcessing, ReceiptStore, ReactionStore, EventLog, DeadLetterStore,
+    StoreHealth {}
 
 /// Devices: registration, tokens, revocation, last seen, and devices seen through a JWT.
 public protocol DeviceStore: Sendable {
@@ -93,8 +100,35 @@ public protocol MessageHistory: Sendable {
     func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)?
     /// `after`: messages with seq > after ascending; `before`: the page just before it, ascending;
     /// neither: the newest page. Nothing below `visibleFrom` (a late joiner's `joinedSeq`): a page never reaches
-    /// below it and its `hasMore` says so.
-    func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage
+    /// below it and its `hasMore` says so. Each message carries its reactions as `reader` sees them (`me` false for
+    /// every key without a reader), its reply preview and its thread summary, as of the read (API.md 1.2).
+    func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?) async throws
+        -> MessagePage
+    /// The thread of the message `root`: the root and a page of its replies (the messages whose `threadRoot` it is),
+    /// paged by seq as ``messages(conversationId:after:before:limit:visibleFrom:reader:)`` pages. `nil` when the root is
+    /// not a message of the conversation, or lies below `visibleFrom`.
+    func threadMessages(conversationId: String, root: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?)
+        async throws -> ThreadPage?
+}
+
+/// Reactions (API.md 1.2): one row per (message, key, user); never a message (no seq, no unread, no push).
+public protocol ReactionStore: Sendable {
+    /// Adds or removes `userId`'s reaction `key` (valid already: ``Validation/isValidReactionKey(_:)``) on the message
+    /// `serverId`, serialized with every other reaction to that message on every node. When it changes something, a
+    /// `reaction` event goes to every member of the conversation in the same transaction, its `reactions` as that member
+    /// sees them (`me`); a repeated add or the removal of an absent reaction changes and emits nothing. Answers the
+    /// message's reactions after the call as `userId` sees them.
+    ///
+    /// `not_found`: `userId` is not a member, or the message is not in the conversation or below the member's
+    /// `joinedSeq`. `conflict`: the message is deleted or a `pigeon.*` message, or an add would pass
+    /// ``ReactionLimits/keysPerMessage`` distinct keys on it or ``ReactionLimits/keysPerUser`` keys of the user.
+    func react(conversationId: String, serverId: String, userId: String, key: String, action: ReactionAction, at: Int64) async throws
+        -> [Reaction]
+    /// Who reacted to the message, ascending by user id then key; only `key` when given; users after `after`; at most
+    /// `limit` users (each with every key it holds). `not_found` as ``react(conversationId:serverId:userId:key:action:at:)``
+    /// for `reader`.
+    func reactionUsers(conversationId: String, serverId: String, reader: String, key: String?, after: String?, limit: Int) async throws
+        -> ReactionUsersPage
 }
 
 /// Processing: buffered messages stored in batches, each with the next seq of its conversation and its events.
@@ -165,7 +199,11 @@ extension StoreHealth {
 extension MessageHistory {
     /// Every message of the conversation the page holds (no late joiner's limit).
     public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int) async throws -> MessagePage {
-        try await messages(conversationId: conversationId, after: after, before: before, limit: limit, visibleFrom: 0)
+        try await messages(conversationId: conversationId, after: after, before: before, limit: limit, visibleFrom: 0, reader: nil)
+    }
+
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
+        try await messages(conversationId: conversationId, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: nil)
     }
 }
 

@@ -21,6 +21,29 @@ package struct JSONText {
         needsComma = true
     }
 
+    package mutating func beginArray() {
+        separate()
+        bytes.append(UInt8(ascii: "["))
+        needsComma = false
+    }
+
+    package mutating func endArray() {
+        bytes.append(UInt8(ascii: "]"))
+        needsComma = true
+    }
+
+    package mutating func null() {
+        separate()
+        bytes.append(contentsOf: "null".utf8)
+        needsComma = true
+    }
+
+    /// `"key": value`, or `"key": null` without one.
+    package mutating func optionalMember(_ key: StaticString, _ value: String?) {
+        self.key(key)
+        if let value { string(value) } else { null() }
+    }
+
     /// Starts a member: `"key":`; the value follows.
     package mutating func key(_ key: StaticString) {
         separate()

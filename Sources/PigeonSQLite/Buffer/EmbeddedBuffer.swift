@@ -76,6 +76,10 @@ public final class EmbeddedBuffer: IngestBuffer {
                     CREATE TABLE disk_probe(only_row INTEGER PRIMARY KEY CHECK (only_row = 1), at INTEGER NOT NULL);
                     """)
         }
+        // v3 (API.md 1.2): a message may quote another and be in a thread.
+        migrator.registerMigration("v3") { db in
+            try db.execute(sql: "ALTER TABLE entries ADD COLUMN reply_to TEXT; ALTER TABLE entries ADD COLUMN thread_root TEXT;")
+        }
         return migrator
     }
 
@@ -158,11 +162,12 @@ public final class EmbeddedBuffer: IngestBuffer {
         try db.cachedStatement(
             sql: """
                 INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,
-                    type, body, client_timestamp, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    type, body, client_timestamp, accepted_at, reply_to, thread_root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
             message.serverId, message.conversationId, message.senderId, message.senderDeviceId,
             message.clientMessageId, message.type, message.body, message.clientTimestamp, message.acceptedAt,
+            message.replyTo, message.threadRoot,
         ])
     }
 
@@ -189,7 +194,7 @@ public final class EmbeddedBuffer: IngestBuffer {
                 db.cachedStatement(
                     sql: """
                         SELECT id, attempts, server_id, conversation_id, sender_id, sender_device_id, client_message_id,
-                            type, body, client_timestamp, accepted_at
+                            type, body, client_timestamp, accepted_at, reply_to, thread_root
                         FROM entries WHERE id > ? ORDER BY id LIMIT ?
                         """),
                 arguments: [after, max]
@@ -198,7 +203,8 @@ public final class EmbeddedBuffer: IngestBuffer {
                     id: String(row[0] as Int64),
                     message: BufferedMessage(
                         serverId: row[2], conversationId: row[3], senderId: row[4], senderDeviceId: row[5],
-                        clientMessageId: row[6], type: row[7], body: row[8], clientTimestamp: row[9], acceptedAt: row[10]),
+                        clientMessageId: row[6], type: row[7], body: row[8], clientTimestamp: row[9], acceptedAt: row[10],
+                        replyTo: row[11], threadRoot: row[12]),
                     attempts: row[1])
             }
         }

@@ -139,10 +139,12 @@ public final class SQLiteMessageStore: MessageStore {
     /// non-member (who just left) sees neither.
     private static func addCallerView(_ db: Database, _ conversation: inout Conversation, userId: String) throws {
         guard let me = conversation.members.first(where: { $0.userId == userId }) else { return }
-        conversation.lastMessage = try Row.fetchOne(
+        var last = try Row.fetchAll(
             db.cachedStatement(sql: "SELECT \(messageColumns) FROM messages WHERE conversation_id = ? AND seq >= ? ORDER BY seq DESC LIMIT 1"),
             arguments: [conversation.id, me.joinedSeq]
         ).map(Self.message)
+        try Self.decorate(db, &last, reader: userId)
+        conversation.lastMessage = last.first
         conversation.unreadCount = try Int.fetchOne(
             db.cachedStatement(
                 sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND seq > ? AND sender_id != ? AND type NOT LIKE 'pigeon.%'"),
@@ -179,7 +181,7 @@ public final class SQLiteMessageStore: MessageStore {
 
     /// The members as this transaction sees them: a membership change earlier in the same group commit forgot the
     /// cached list before writing, so the cache never answers for a list this transaction changed.
-    private func membersInTransaction(_ db: Database, _ conversationId: String) throws -> [String]? {
+    func membersInTransaction(_ db: Database, _ conversationId: String) throws -> [String]? {
         if let cached = membersCache[conversationId] { return cached }
         return try Self.fetchMembers(db, conversationId)
     }
@@ -265,11 +267,12 @@ public final class SQLiteMessageStore: MessageStore {
         try await pool.read { db in try Self.target(db, conversationId: conversationId, serverId: serverId) }
     }
 
-    private static func target(_ db: Database, conversationId: String, serverId: String) throws -> MessageTarget? {
+    static func target(_ db: Database, conversationId: String, serverId: String) throws -> MessageTarget? {
         try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT sender_id, type, deleted_at IS NOT NULL FROM messages WHERE server_id = ? AND conversation_id = ?"),
+            db.cachedStatement(
+                sql: "SELECT sender_id, type, deleted_at IS NOT NULL, seq, thread_root FROM messages WHERE server_id = ? AND conversation_id = ?"),
             arguments: [serverId, conversationId]
-        ).map { MessageTarget(senderId: $0[0], type: $0[1], deleted: $0[2]) }
+        ).map { MessageTarget(senderId: $0[0], type: $0[1], deleted: $0[2], seq: $0[3], threadRoot: $0[4]) }
     }
 
     public func storedMessage(senderId: String, deviceId: String, clientMessageId: String) async throws -> SendMessageResponse? {
@@ -408,7 +411,8 @@ public final class SQLiteMessageStore: MessageStore {
             let target = try Self.target(db, conversationId: message.conversationId, serverId: lifecycle.serverId)
             if let refusal = MessageLifecycle.refusal(message, target: target) { throw refusal }
         }
-        let stored = MessageEvents.stored(message, seq: seq, storedAt: now)
+        var stored = MessageEvents.stored(message, seq: seq, storedAt: now)
+        stored.replyPreview = try Self.checkRelations(db, message)
         try Self.insertMessage(db, stored, targetId: lifecycle?.serverId)
         if db.changesCount == 0 {
             // Stored by an earlier attempt whose buffer acknowledgement was lost (crash between the two), or the
@@ -420,7 +424,9 @@ public final class SQLiteMessageStore: MessageStore {
         }
         if let lifecycle {
             try Self.applyLifecycle(db, targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now)
+            if lifecycle.newBody == nil { try Self.forgetDeleted(db, conversationId: message.conversationId, serverId: lifecycle.serverId) }
         }
+        if let root = message.threadRoot { try Self.addReply(db, conversationId: message.conversationId, root: root, by: message.senderId, at: now) }
         let writes = MessageEvents.writes(of: message, stored: stored, members: members, presence: fanout, payloads: payloads)
         for recipient in writes.newRecipients {
             events.append(
@@ -452,12 +458,13 @@ public final class SQLiteMessageStore: MessageStore {
         try db.cachedStatement(
             sql: """
                 INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, stored_at, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    client_timestamp, accepted_at, stored_at, target_id, reply_to, thread_root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT DO NOTHING
                 """
         ).execute(arguments: [
             message.conversationId, message.seq, message.serverId, message.clientMessageId, message.senderId, message.senderDeviceId,
-            message.type, message.body, message.clientTimestamp, message.acceptedAt, message.storedAt, targetId,
+            message.type, message.body, message.clientTimestamp, message.acceptedAt, message.storedAt, targetId, message.replyTo,
+            message.threadRoot,
         ])
     }
 
@@ -465,11 +472,13 @@ public final class SQLiteMessageStore: MessageStore {
         try db.cachedStatement(
             sql: """
                 INSERT OR REPLACE INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, failed_at, error_code, error_message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
             message.serverId, message.conversationId, message.clientMessageId, message.senderId, message.senderDeviceId, message.type,
-            message.body, message.clientTimestamp, message.acceptedAt, now, detail.code.rawValue, detail.message,
+            message.body, message.clientTimestamp, message.acceptedAt, now, detail.code.rawValue, detail.message, message.replyTo,
+            message.threadRoot,
         ])
         let payload = try payloads.messageFailed(MessageEvents.failed(message, error: detail))
         return try Self.insertEvent(
@@ -480,7 +489,7 @@ public final class SQLiteMessageStore: MessageStore {
     /// Appends an event to `userId`'s log. With `message`, the log keeps a reference to the stored message
     /// instead of a copy of `payload` (``events(for:after:limit:)`` renders it back); with `payloadId`, a reference
     /// to the payload every member's row shares (``insertSharedPayload(_:_:)``).
-    private static func insertEvent(
+    static func insertEvent(
         _ db: Database, type: String, userId: String, deviceId: String?, excludedDeviceId: String?, payload: String, at now: Int64,
         message: (conversationId: String, seq: Int64)? = nil, payloadId: Int64? = nil
     ) throws -> StoredEvent {
@@ -499,7 +508,7 @@ public final class SQLiteMessageStore: MessageStore {
 
     /// Stores a payload once for the events of every member that carry it (inserted right after it, one after the
     /// other: pruning relies on that); returns its id.
-    private static func insertSharedPayload(_ db: Database, _ payload: String) throws -> Int64 {
+    static func insertSharedPayload(_ db: Database, _ payload: String) throws -> Int64 {
         try db.cachedStatement(sql: "INSERT INTO event_payloads(payload) VALUES (?)").execute(arguments: [payload])
         return db.lastInsertedRowID
     }
@@ -518,12 +527,12 @@ public final class SQLiteMessageStore: MessageStore {
 
     // MARK: History
 
-    private static let messageColumns = """
+    static let messageColumns = """
         server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at,
-        edited_at, deleted_at
+        edited_at, deleted_at, reply_to, thread_root, thread_count, thread_last_at, thread_senders
         """
 
-    private static let joinedMessageColumns = messageColumns.split(separator: ",")
+    static let joinedMessageColumns = messageColumns.split(separator: ",")
         .map { "m." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", ")
 
     private static func message(_ row: Row) -> Message {
@@ -531,35 +540,47 @@ public final class SQLiteMessageStore: MessageStore {
     }
 
     /// A message from the columns of ``messageColumns`` starting at `column`.
-    private static func message(_ row: Row, from column: Int) -> Message {
+    static func message(_ row: Row, from column: Int) -> Message {
         Message(
             serverId: row[column], clientMessageId: row[column + 1], conversationId: row[column + 2], seq: row[column + 3],
             senderId: row[column + 4], senderDeviceId: row[column + 5], type: row[column + 6], body: row[column + 7],
             clientTimestamp: row[column + 8], acceptedAt: row[column + 9], storedAt: row[column + 10], editedAt: row[column + 11],
-            deletedAt: row[column + 12])
+            deletedAt: row[column + 12], replyTo: row[column + 13], threadRoot: row[column + 14],
+            thread: Self.threadSummary(count: row[column + 15], lastAt: row[column + 16], senders: row[column + 17]))
     }
 
-    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> MessagePage {
+    public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?) async throws
+        -> MessagePage
+    {
         try await pool.read { db in
-            if let after {
-                var messages = try Row.fetchAll(
-                    db.cachedStatement(
-                        sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?"),
-                    arguments: [conversationId, max(after, visibleFrom - 1), limit + 1]
-                ).map(Self.message)
-                let hasMore = messages.count > limit
-                if hasMore { messages.removeLast() }
-                return MessagePage(messages: messages, hasMore: hasMore)
-            }
-            var messages = try Row.fetchAll(
-                db.cachedStatement(
-                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ? AND seq < ? AND seq >= ? ORDER BY seq DESC LIMIT ?"),
-                arguments: [conversationId, before ?? Int64.max, visibleFrom, limit + 1]
-            ).map(Self.message)
-            let hasMore = messages.count > limit
-            if hasMore { messages.removeLast() }
-            return MessagePage(messages: messages.reversed(), hasMore: hasMore)
+            try Self.page(db, conversationId: conversationId, thread: nil, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader)
         }
+    }
+
+    /// A page of the conversation's messages (of one thread's replies with `thread`), decorated for `reader`.
+    static func page(
+        _ db: Database, conversationId: String, thread: String?, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?
+    ) throws -> MessagePage {
+        let inThread = thread == nil ? "" : " AND thread_root = ?"
+        var messages: [Message]
+        if let after {
+            messages = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ?\(inThread) AND seq > ? ORDER BY seq LIMIT ?"),
+                arguments: StatementArguments([conversationId] + (thread.map { [$0] } ?? []) + [max(after, visibleFrom - 1), limit + 1])
+            ).map(Self.message)
+        } else {
+            messages = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ?\(inThread) AND seq < ? AND seq >= ? ORDER BY seq DESC LIMIT ?"),
+                arguments: StatementArguments([conversationId] + (thread.map { [$0] } ?? []) + [before ?? Int64.max, visibleFrom, limit + 1])
+            ).map(Self.message)
+        }
+        let hasMore = messages.count > limit
+        if hasMore { messages.removeLast() }
+        if after == nil { messages.reverse() }
+        try Self.decorate(db, &messages, reader: reader)
+        return MessagePage(messages: messages, hasMore: hasMore)
     }
 
     // MARK: Receipts
@@ -625,7 +646,7 @@ public final class SQLiteMessageStore: MessageStore {
         let after = position.offsets[0]
         return try await pool.read { db in
             let payloads = EventPayload()
-            return try Row.fetchAll(
+            let rows = try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
                         SELECT e.id, e.type, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload), \(Self.joinedMessageColumns)
@@ -636,8 +657,17 @@ public final class SQLiteMessageStore: MessageStore {
                         ORDER BY e.id LIMIT ?
                         """),
                 arguments: [device.userId, after, device.deviceId, device.deviceId, limit]
-            ).map { row in
-                let payload: String = (row[4] as String?) ?? payloads.messageNew(Self.message(row, from: 5))
+            )
+            // A message.new is rendered from its message as of this read, decorated for the device's user in one go.
+            var messages: [Message] = []
+            var messageIndex: [Int: Int] = [:]
+            for (index, row) in rows.enumerated() where (row[4] as String?) == nil {
+                messageIndex[index] = messages.count
+                messages.append(Self.message(row, from: 5))
+            }
+            try Self.decorate(db, &messages, reader: device.userId)
+            return rows.enumerated().map { index, row in
+                let payload: String = (row[4] as String?) ?? payloads.messageNew(messages[messageIndex[index]!])
                 return StoredEvent(id: row[0], type: row[1], userId: device.userId, deviceId: row[2], excludedDeviceId: row[3], payload: payload)
             }
         }
@@ -704,14 +734,15 @@ public final class SQLiteMessageStore: MessageStore {
                 db,
                 sql: """
                     SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
-                        accepted_at, failed_at, error_code, error_message FROM dead_letters ORDER BY failed_at LIMIT ?
+                        accepted_at, failed_at, error_code, error_message, reply_to, thread_root FROM dead_letters ORDER BY failed_at LIMIT ?
                     """,
                 arguments: [limit]
             ).map { row in
                 DeadLetter(
                     message: Message(
                         serverId: row[0], clientMessageId: row[1], conversationId: row[2], seq: 0, senderId: row[3], senderDeviceId: row[4],
-                        type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8], storedAt: 0),
+                        type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8], storedAt: 0, replyTo: row[12],
+                        threadRoot: row[13]),
                     failedAt: row[9], error: ErrorDetail(code: ErrorCode(rawValue: row[10]), message: row[11]))
             }
         }
@@ -723,13 +754,13 @@ public final class SQLiteMessageStore: MessageStore {
                 db,
                 sql: """
                     SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp,
-                        accepted_at FROM dead_letters WHERE server_id = ?
+                        accepted_at, reply_to, thread_root FROM dead_letters WHERE server_id = ?
                     """,
                 arguments: [serverId]
             ).map { row in
                 BufferedMessage(
                     serverId: row[0], conversationId: row[1], senderId: row[2], senderDeviceId: row[3], clientMessageId: row[4],
-                    type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8])
+                    type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8], replyTo: row[9], threadRoot: row[10])
             }
         }
     }

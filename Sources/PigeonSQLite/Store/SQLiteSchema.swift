@@ -20,6 +20,8 @@ import GRDB
 /// a device) and `last_revoked_at` (the latest revocation, kept when a JWT device is seen again with a newer token:
 /// older tokens stay refused).
 ///
+/// v7 (API.md 1.2): replies, threads and reactions (see the migration).
+///
 /// v5 (API.md 1.1, edit and delete): messages gain `edited_at` and `deleted_at`, and `target_id` (the serverId a
 /// `pigeon.edit` or `pigeon.delete` names, indexed: a delete erases the text of the target's earlier edits).
 package enum SQLiteSchema {
@@ -171,6 +173,30 @@ package enum SQLiteSchema {
                         PRIMARY KEY(user_id, device_id)) WITHOUT ROWID;
                     CREATE INDEX push_pending_due ON push_pending(due_at);
                     INSERT INTO meta(key, value) VALUES ('push_cursor', COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0));
+                    """)
+        }
+        migrator.registerMigration("v7") { db in
+            // API.md 1.2, reactions, replies and threads: a message names the message it quotes (`reply_to`) and the
+            // thread it is in (`thread_root`); a thread root keeps its thread's summary (count of replies not deleted,
+            // the newest one's store time, its newest distinct senders, comma-joined), updated in the reply's
+            // transaction. A reaction is a row per (message, key, user); it is never a message.
+            try db.execute(
+                sql: """
+                    ALTER TABLE messages ADD COLUMN reply_to TEXT;
+                    ALTER TABLE messages ADD COLUMN thread_root TEXT;
+                    ALTER TABLE messages ADD COLUMN thread_count INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE messages ADD COLUMN thread_last_at INTEGER;
+                    ALTER TABLE messages ADD COLUMN thread_senders TEXT;
+                    CREATE INDEX messages_thread ON messages(conversation_id, thread_root, seq) WHERE thread_root IS NOT NULL;
+                    ALTER TABLE dead_letters ADD COLUMN reply_to TEXT;
+                    ALTER TABLE dead_letters ADD COLUMN thread_root TEXT;
+                    CREATE TABLE reactions(
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        key TEXT NOT NULL,
+                        user_id TEXT NOT NULL,
+                        at INTEGER NOT NULL,
+                        PRIMARY KEY(conversation_id, seq, key, user_id)) WITHOUT ROWID;
                     """)
         }
         return migrator

@@ -2,9 +2,9 @@ import PigeonDomain
 import PigeonProtocol
 
 /// What a device may do in a conversation, the same over HTTP and over its WebSocket: find a conversation it is a
-/// member of, record its receipts, update its typing state.
+/// member of, record its receipts and reactions, update its typing state.
 struct ConversationAccess: Sendable {
-    let store: any ConversationStore & ReceiptStore
+    let store: any ConversationStore & ReceiptStore & ReactionStore
     let abuse: AbuseGuard
     let metrics: PigeonMetrics
     let typing: TypingTracker
@@ -30,6 +30,27 @@ struct ConversationAccess: Sendable {
             metrics.messageDelivered(storedAt: storedAt, nowMillis: WallClock.nowMillis())
         }
         return outcome.watermarks
+    }
+
+    /// Validates and records a reaction (API.md 1.2): a conversation and message id that are UUIDs and a valid key
+    /// (`400`), the caller's conversation (`404`); the store decides the rest (`404`, `409`). Charged to the caller's
+    /// stored bytes like a receipt: a row, and an event row per member.
+    func react(
+        conversationId: String?, serverId rawServerId: String?, key rawKey: String?, action: ReactionAction, device: DeviceIdentity
+    ) async throws -> ReactionsResponse {
+        let conversation = try await memberConversation(conversationId, device: device)
+        guard let rawServerId, let serverId = Validation.canonicalUUID(rawServerId) else {
+            throw PigeonError.invalid("the message's serverId must be a UUID")
+        }
+        guard let key = rawKey, Validation.isValidReactionKey(key) else {
+            throw PigeonError.invalid(
+                "a reaction key is one emoji or a token of 1-\(ReactionLimits.tokenLength) characters of [a-z0-9_:+-], at most \(ReactionLimits.keyBytes) bytes")
+        }
+        try abuse.checkStorage(of: device.userId)
+        let reactions = try await store.react(
+            conversationId: conversation.id, serverId: serverId, userId: device.userId, key: key, action: action, at: WallClock.nowMillis())
+        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 192 + key.utf8.count, members: conversation.members.count))
+        return ReactionsResponse(serverId: serverId, reactions: reactions)
     }
 
     /// Validates and pushes a typing change (rate-limited per device).

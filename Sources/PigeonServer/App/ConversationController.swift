@@ -5,7 +5,7 @@ import PigeonProtocol
 /// Conversations, their messages, receipts and typing: the request/response part of API.md, for an authenticated
 /// device (``DeviceRequestContext``).
 struct ConversationController: Sendable {
-    let store: any ConversationStore & MessageHistory
+    let store: any ConversationStore & MessageHistory & ReactionStore
     let ingest: Ingest
     let access: ConversationAccess
     let abuse: AbuseGuard
@@ -26,6 +26,10 @@ struct ConversationController: Sendable {
         group.patch("/conversations/:id/members/:userId", use: setRole)
         group.post("/conversations/:id/messages/:serverId/edit", use: edit)
         group.post("/conversations/:id/messages/:serverId/delete", use: delete)
+        group.put("/conversations/:id/messages/:serverId/reactions/:key", use: addReaction)
+        group.delete("/conversations/:id/messages/:serverId/reactions/:key", use: removeReaction)
+        group.get("/conversations/:id/messages/:serverId/reactions", use: reactionUsers)
+        group.get("/conversations/:id/threads/:serverId/messages", use: thread)
     }
 
     @Sendable func create(_ request: Request, context: DeviceRequestContext) async throws -> Response {
@@ -77,7 +81,58 @@ struct ConversationController: Sendable {
         guard let member = try await store.member(context.device.userId, of: conversation.id) else { throw PigeonError.conversationNotFound }
         return try JSONBody.response(
             try await store.messages(
-                conversationId: conversation.id, after: after, before: before, limit: Int(pageLimit), visibleFrom: member.joinedSeq))
+                conversationId: conversation.id, after: after, before: before, limit: Int(pageLimit), visibleFrom: member.joinedSeq,
+                reader: context.device.userId))
+    }
+
+    // MARK: Threads and reactions (API.md 1.2)
+
+    @Sendable func thread(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let conversation = try await access.memberConversation(context.parameters.decoded("id"), device: context.device)
+        guard let root = context.parameters.decoded("serverId").flatMap(Validation.canonicalUUID) else {
+            throw PigeonError.invalid("the thread's serverId must be a UUID")
+        }
+        let after = try request.integerParameter("after", range: 0...Int64.max)
+        let before = try request.integerParameter("before", range: 1...Int64.max)
+        if after != nil, before != nil { throw PigeonError.invalid("give either after or before, not both") }
+        let pageLimit = try request.integerParameter("limit", range: 1...500) ?? 100
+        guard let member = try await store.member(context.device.userId, of: conversation.id) else { throw PigeonError.conversationNotFound }
+        guard
+            let page = try await store.threadMessages(
+                conversationId: conversation.id, root: root, after: after, before: before, limit: Int(pageLimit), visibleFrom: member.joinedSeq,
+                reader: context.device.userId)
+        else { throw PigeonError(.notFound, "message not found") }
+        return try JSONBody.response(page)
+    }
+
+    @Sendable func addReaction(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        try await react(.add, context)
+    }
+
+    @Sendable func removeReaction(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        try await react(.remove, context)
+    }
+
+    private func react(_ action: ReactionAction, _ context: DeviceRequestContext) async throws -> Response {
+        try JSONBody.response(
+            try await access.react(
+                conversationId: context.parameters.decoded("id"), serverId: context.parameters.decoded("serverId"),
+                key: context.parameters.decoded("key"), action: action, device: context.device))
+    }
+
+    @Sendable func reactionUsers(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let conversation = try await access.memberConversation(context.parameters.decoded("id"), device: context.device)
+        guard let serverId = context.parameters.decoded("serverId").flatMap(Validation.canonicalUUID) else {
+            throw PigeonError.invalid("the message's serverId must be a UUID")
+        }
+        let key = request.uri.queryParameters.get("key")
+        if let key, !Validation.isValidReactionKey(key) { throw PigeonError.invalid("key is not a valid reaction key") }
+        let after = request.uri.queryParameters.get("after")
+        if let after, !Validation.isValidUserId(after) { throw PigeonError.invalid("after must be a userId") }
+        let pageLimit = try request.integerParameter("limit", range: 1...200) ?? 50
+        return try JSONBody.response(
+            try await store.reactionUsers(
+                conversationId: conversation.id, serverId: serverId, reader: context.device.userId, key: key, after: after, limit: Int(pageLimit)))
     }
 
     // MARK: Members, roles and name (API.md 1.1)

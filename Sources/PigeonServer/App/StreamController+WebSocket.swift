@@ -150,6 +150,19 @@ extension StreamController {
             await change(
                 .delete, serverId: serverId, clientMessageId: request.clientMessageId, clientTimestamp: request.clientTimestamp, device: device,
                 conversationId: conversationId, session: session)
+        case .react(let conversationId, let request):
+            // Answered once durable, before the socket's next operation: the store's commit orders it.
+            do {
+                let reacted = try await access.react(
+                    conversationId: conversationId, serverId: request.serverId, key: request.key, action: request.action, device: device)
+                session.send(
+                    type: "ack",
+                    json: Self.ackFrame(
+                        SendMessageResponse(
+                            serverId: reacted.serverId, clientMessageId: request.clientMessageId, status: .stored, acceptedAt: WallClock.nowMillis())))
+            } catch {
+                session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a reaction")))
+            }
         }
     }
 

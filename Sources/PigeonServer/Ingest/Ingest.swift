@@ -41,7 +41,9 @@ final class Ingest: Sendable {
     /// Checks a send; throws (and nothing is appended) if it is refused. Cheap: membership comes from memory.
     func prepare(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Prepared {
         do {
-            return try await check(request, from: device, to: conversationId)
+            let prepared = try await check(request, from: device, to: conversationId)
+            try await checkRelations(prepared.message, device: device)
+            return prepared
         } catch {
             metrics.messageRejected()
             throw error
@@ -132,6 +134,26 @@ final class Ingest: Sendable {
         }
     }
 
+    /// Checks a reply's quoted message and a thread reply's root (API.md 1.2): messages of the conversation the sender
+    /// can see (`404`), not deleted (`409`), a root not itself in a thread (`400`). Costs store reads only for a reply.
+    /// A resend of a reply already stored is answered with it (`200`), even when its target has changed since.
+    private func checkRelations(_ message: BufferedMessage, device: DeviceIdentity) async throws {
+        guard message.replyTo != nil || message.threadRoot != nil else { return }
+        let conversationId = message.conversationId
+        guard let member = try await store.member(device.userId, of: conversationId) else { throw PigeonError.conversationNotFound }
+        let replyTarget = try await message.replyTo.asyncMap { try await store.messageTarget(conversationId: conversationId, serverId: $0) }
+        let threadTarget = try await message.threadRoot.asyncMap { try await store.messageTarget(conversationId: conversationId, serverId: $0) }
+        guard
+            let refusal = ReplyRules.refusal(
+                replyTo: message.replyTo, replyTarget: replyTarget ?? nil, threadRoot: message.threadRoot, threadTarget: threadTarget ?? nil,
+                joinedSeq: member.joinedSeq)
+        else { return }
+        if try await store.storedMessage(senderId: device.userId, deviceId: device.deviceId, clientMessageId: message.clientMessageId) != nil {
+            return
+        }
+        throw refusal
+    }
+
     /// Prepares and appends an edit or a delete, answering once durable (like a send).
     func change(
         _ change: Change, serverId: String, clientMessageId: String, clientTimestamp: Int64, from device: DeviceIdentity, to conversationId: String
@@ -177,13 +199,29 @@ final class Ingest: Sendable {
         guard let members = try await store.members(of: conversationId), members.contains(device.userId) else {
             throw PigeonError.conversationNotFound
         }
+        let replyTo = try request.replyTo.map { try Self.messageId($0, field: "replyTo") }
+        let threadRoot = try request.threadRoot.map { try Self.messageId($0, field: "threadRoot") }
         let now = WallClock.nowMillis()
         let message = BufferedMessage(
             serverId: Identifiers.uuidV7(nowMillis: now), conversationId: conversationId, senderId: device.userId,
             senderDeviceId: device.deviceId, clientMessageId: clientMessageId, type: request.type, body: request.body,
-            clientTimestamp: request.clientTimestamp, acceptedAt: now)
+            clientTimestamp: request.clientTimestamp, acceptedAt: now, replyTo: replyTo, threadRoot: threadRoot)
         // The message's row and its body, then one event row per member (message.new, message.stored).
         let cost = abuse.storageCost(bytes: 256 + request.body.utf8.count + request.type.utf8.count, members: members.count)
         return Prepared(message: message, storageCost: cost)
+    }
+
+    /// A serverId named by a send (`replyTo`, `threadRoot`): a UUID, in its canonical lowercase form.
+    private static func messageId(_ value: String, field: String) throws -> String {
+        guard let id = Validation.canonicalUUID(value) else { throw PigeonError.invalid("\(field) must be a message's serverId (a UUID)") }
+        return id
+    }
+}
+
+extension Optional {
+    /// `map` for an async transform.
+    fileprivate func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
     }
 }

@@ -116,7 +116,12 @@ enum ClientOperationParser {
         guard let clientMessageId = string("clientMessageId"), let type = string("type"), let body = string("body"),
             case .integer(let clientTimestamp) = fields["clientTimestamp"]
         else { return nil }
-        return SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp)
+        // A reply's or thread's id of another JSON type is the decoder's to refuse.
+        if fields["replyTo"] != nil, string("replyTo") == nil { return nil }
+        if fields["threadRoot"] != nil, string("threadRoot") == nil { return nil }
+        return SendMessageRequest(
+            clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp, replyTo: string("replyTo"),
+            threadRoot: string("threadRoot"))
     }
 
     private static func operation(_ fields: [String: Value]) -> ClientOperation? {

@@ -1,0 +1,237 @@
+import GRDB
+import PigeonDomain
+import PigeonProtocol
+
+/// Reactions, replies and threads (API.md 1.2) on the embedded store.
+///
+/// A reaction is a row of `reactions` per (message, key, user); a message's aggregate is computed on every read
+/// (one range query per page), so it is never stale and costs nothing to keep. A thread root keeps its summary in its
+/// own row, updated in the transaction that stores each reply; a reply's quote is read from its target at read time,
+/// so an edit or a delete of the target shows in every later read.
+extension SQLiteMessageStore {
+    // MARK: Reading
+
+    /// A root's summary from its columns; `nil` without replies.
+    static func threadSummary(count: Int, lastAt: Int64?, senders: String?) -> ThreadSummary? {
+        guard count > 0, let lastAt else { return nil }
+        return ThreadSummary(replyCount: count, lastReplyAt: lastAt, lastReplySenders: ReplyRules.senders(senders))
+    }
+
+    /// Adds to each message its reactions as `reader` sees them and its reply preview: one query per conversation for
+    /// the reactions of the seqs the messages span, one for the quoted messages.
+    static func decorate(_ db: Database, _ messages: inout [Message], reader: String?) throws {
+        guard !messages.isEmpty else { return }
+        let byConversation = Dictionary(grouping: messages.indices, by: { messages[$0].conversationId })
+        for (conversationId, indices) in byConversation {
+            let seqs = indices.map { messages[$0].seq }
+            var rows: [Int64: [ReactionRow]] = [:]
+            let cursor = try Row.fetchCursor(
+                db.cachedStatement(sql: "SELECT seq, key, user_id, at FROM reactions WHERE conversation_id = ? AND seq BETWEEN ? AND ?"),
+                arguments: [conversationId, seqs.min()!, seqs.max()!])
+            while let row = try cursor.next() {
+                rows[row[0], default: []].append(ReactionRow(key: row[1], userId: row[2], at: row[3]))
+            }
+            for index in indices {
+                if let held = rows[messages[index].seq] { messages[index].reactions = ReactionRules.aggregate(held, reader: reader) }
+            }
+        }
+        let quoted = Set(messages.compactMap(\.replyTo))
+        guard !quoted.isEmpty else { return }
+        let previews = try previews(db, of: Array(quoted))
+        for index in messages.indices {
+            if let replyTo = messages[index].replyTo, let preview = previews[replyTo], preview.conversationId == messages[index].conversationId {
+                messages[index].replyPreview = preview.preview
+            }
+        }
+    }
+
+    /// The quotes of the messages `serverIds`, by serverId.
+    private static func previews(_ db: Database, of serverIds: [String]) throws -> [String: (conversationId: String, preview: ReplyPreview)] {
+        var result: [String: (conversationId: String, preview: ReplyPreview)] = [:]
+        let placeholders = databaseQuestionMarks(count: serverIds.count)
+        for row in try Row.fetchAll(
+            db, sql: "SELECT server_id, conversation_id, sender_id, type, body, deleted_at IS NOT NULL FROM messages WHERE server_id IN (\(placeholders))",
+            arguments: StatementArguments(serverIds))
+        {
+            result[row[0]] = (row[1], ReplyPreview(serverId: row[0], senderId: row[2], type: row[3], body: row[4], deleted: row[5]))
+        }
+        return result
+    }
+
+    public func threadMessages(
+        conversationId: String, root: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?
+    ) async throws -> ThreadPage? {
+        try await pool.read { db in
+            guard
+                let row = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE server_id = ? AND conversation_id = ?"),
+                    arguments: [root, conversationId])
+            else { return nil }
+            var roots = [Self.message(row, from: 0)]
+            guard roots[0].seq >= visibleFrom else { return nil }
+            try Self.decorate(db, &roots, reader: reader)
+            let page = try Self.page(
+                db, conversationId: conversationId, thread: root, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader)
+            return ThreadPage(root: roots[0], messages: page.messages, hasMore: page.hasMore)
+        }
+    }
+
+    // MARK: Writing replies
+
+    /// Checks a new message's `replyTo` and `threadRoot` once more in the transaction that stores it (accept checked
+    /// them; a target that vanished is a permanent failure) and answers the quote its `message.new` carries.
+    static func checkRelations(_ db: Database, _ message: BufferedMessage) throws -> ReplyPreview? {
+        var preview: ReplyPreview?
+        if let replyTo = message.replyTo {
+            guard let quoted = try previews(db, of: [replyTo])[replyTo], quoted.conversationId == message.conversationId else {
+                throw PigeonError(.notFound, "replyTo \(replyTo) is not a message of this conversation")
+            }
+            preview = quoted.preview
+        }
+        if let root = message.threadRoot {
+            guard let target = try target(db, conversationId: message.conversationId, serverId: root) else {
+                throw PigeonError(.notFound, "threadRoot \(root) is not a message of this conversation")
+            }
+            if target.threadRoot != nil { throw PigeonError.invalid("threadRoot \(root) is itself in a thread") }
+        }
+        return preview
+    }
+
+    /// A reply by `sender` stored at `at` joins `root`'s thread: its summary counts it.
+    static func addReply(_ db: Database, conversationId: String, root: String, by sender: String, at: Int64) throws {
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT thread_count, thread_last_at, thread_senders FROM messages WHERE server_id = ? AND conversation_id = ?"),
+                arguments: [root, conversationId])
+        else { return }
+        let current = threadSummary(count: row[0], lastAt: row[1], senders: row[2]) ?? ThreadSummary(replyCount: 0, lastReplyAt: 0, lastReplySenders: [])
+        try writeSummary(db, root: root, current.adding(replyBy: sender, at: at))
+    }
+
+    private static func writeSummary(_ db: Database, root: String, _ summary: ThreadSummary?) throws {
+        try db.cachedStatement(sql: "UPDATE messages SET thread_count = ?, thread_last_at = ?, thread_senders = ? WHERE server_id = ?")
+            .execute(arguments: [
+                summary?.replyCount ?? 0, summary?.lastReplyAt, summary.map { ReplyRules.sendersText($0.lastReplySenders) }, root,
+            ])
+    }
+
+    /// What a delete changes besides the text: the message's reactions are gone, and when it was a thread reply its
+    /// root's summary is counted again from the replies left (a root keeps its thread).
+    static func forgetDeleted(_ db: Database, conversationId: String, serverId: String) throws {
+        guard let target = try target(db, conversationId: conversationId, serverId: serverId) else { return }
+        try db.cachedStatement(sql: "DELETE FROM reactions WHERE conversation_id = ? AND seq = ?").execute(arguments: [conversationId, target.seq])
+        guard let root = target.threadRoot else { return }
+        let count = try Int.fetchOne(
+            db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND thread_root = ? AND deleted_at IS NULL"),
+            arguments: [conversationId, root]) ?? 0
+        // The newest replies until three distinct senders are found (bounded: a thread's newest page).
+        let newest = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT sender_id, stored_at FROM messages WHERE conversation_id = ? AND thread_root = ? AND deleted_at IS NULL
+                    ORDER BY seq DESC LIMIT 200
+                    """),
+            arguments: [conversationId, root]
+        ).map { (senderId: $0[0] as String, storedAt: $0[1] as Int64) }
+        try writeSummary(db, root: root, ThreadSummary.of(newestFirst: newest, count: count))
+    }
+
+    // MARK: Reactions
+
+    private struct ReactionWrite: Sendable {
+        var reactions: [Reaction]
+        var events: [StoredEvent]
+    }
+
+    public func react(conversationId: String, serverId: String, userId: String, key: String, action: ReactionAction, at now: Int64) async throws
+        -> [Reaction]
+    {
+        try await write(
+            { [self] db -> ReactionWrite in
+                guard let members = try membersInTransaction(db, conversationId), members.contains(userId),
+                    let joinedSeq = try Int64.fetchOne(
+                        db.cachedStatement(sql: "SELECT joined_seq FROM members WHERE conversation_id = ? AND user_id = ?"),
+                        arguments: [conversationId, userId])
+                else { throw PigeonError.conversationNotFound }
+                let target = try Self.target(db, conversationId: conversationId, serverId: serverId)
+                if let refusal = ReactionRules.refusal(target: target, joinedSeq: joinedSeq) { throw refusal }
+                let seq = target!.seq
+                var rows = try Self.reactionRows(db, conversationId: conversationId, seq: seq)
+                let held = rows.firstIndex { $0.key == key && $0.userId == userId }
+                switch (action, held) {
+                case (.add, nil):
+                    if let refusal = ReactionRules.limitRefusal(adding: key, by: userId, to: rows) { throw refusal }
+                    try db.cachedStatement(sql: "INSERT INTO reactions(conversation_id, seq, key, user_id, at) VALUES (?, ?, ?, ?, ?)")
+                        .execute(arguments: [conversationId, seq, key, userId, now])
+                    rows.append(ReactionRow(key: key, userId: userId, at: now))
+                case (.remove, let index?):
+                    try db.cachedStatement(sql: "DELETE FROM reactions WHERE conversation_id = ? AND seq = ? AND key = ? AND user_id = ?")
+                        .execute(arguments: [conversationId, seq, key, userId])
+                    rows.remove(at: index)
+                default:
+                    // A second add, or removing what is not there: nothing changes, nothing is emitted.
+                    return ReactionWrite(reactions: ReactionRules.aggregate(rows, reader: userId), events: [])
+                }
+                let payloads = EventPayload()
+                var events: [StoredEvent] = []
+                for view in ReactionRules.views(of: rows, members: members) {
+                    let payload = payloads.reaction(
+                        ReactionEvent(
+                            conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: action, reactions: view.reactions,
+                            at: now))
+                    let payloadId = try Self.insertSharedPayload(db, payload)
+                    for member in view.members {
+                        events.append(
+                            try Self.insertEvent(
+                                db, type: "reaction", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now,
+                                payloadId: payloadId))
+                    }
+                }
+                return ReactionWrite(reactions: ReactionRules.aggregate(rows, reader: userId), events: events)
+            },
+            afterCommit: { [fanout] write in fanout.publish(write.events) }
+        ).reactions
+    }
+
+    private static func reactionRows(_ db: Database, conversationId: String, seq: Int64) throws -> [ReactionRow] {
+        try Row.fetchAll(
+            db.cachedStatement(sql: "SELECT key, user_id, at FROM reactions WHERE conversation_id = ? AND seq = ?"), arguments: [conversationId, seq]
+        ).map { ReactionRow(key: $0[0], userId: $0[1], at: $0[2]) }
+    }
+
+    public func reactionUsers(conversationId: String, serverId: String, reader: String, key: String?, after: String?, limit: Int) async throws
+        -> ReactionUsersPage
+    {
+        try await pool.read { db in
+            guard
+                let joinedSeq = try Int64.fetchOne(
+                    db.cachedStatement(sql: "SELECT joined_seq FROM members WHERE conversation_id = ? AND user_id = ?"),
+                    arguments: [conversationId, reader])
+            else { throw PigeonError.conversationNotFound }
+            guard let target = try Self.target(db, conversationId: conversationId, serverId: serverId), target.seq >= joinedSeq else {
+                throw PigeonError(.notFound, "message not found")
+            }
+            let byKey = key == nil ? "" : " AND key = ?"
+            let keyArgument: [String] = key.map { [$0] } ?? []
+            let users = try String.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT DISTINCT user_id FROM reactions WHERE conversation_id = ? AND seq = ?\(byKey) AND user_id > ?
+                        ORDER BY user_id LIMIT ?
+                        """),
+                arguments: StatementArguments([conversationId, target.seq] + keyArgument + [after ?? "", limit + 1]))
+            let hasMore = users.count > limit
+            let page = Array(users.prefix(limit))
+            guard let last = page.last else { return ReactionUsersPage(users: [], hasMore: false) }
+            let entries = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT user_id, key, at FROM reactions WHERE conversation_id = ? AND seq = ?\(byKey) AND user_id > ? AND user_id <= ?
+                        ORDER BY user_id, key
+                        """),
+                arguments: StatementArguments([conversationId, target.seq] + keyArgument + [after ?? "", last])
+            ).map { ReactionUser(userId: $0[0], key: $0[1], at: $0[2]) }
+            return ReactionUsersPage(users: entries, hasMore: hasMore)
+        }
+    }
+}
