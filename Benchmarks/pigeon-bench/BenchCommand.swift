@@ -411,6 +411,11 @@ struct PigeonBench: AsyncParsableCommand {
                     result.printLines(receiverLabel: "send → message.new")
                     results.latency.append(result)
                 }
+            case .relations:
+                print("\n== relations: history reads of \(Relations.messages) messages with reactions and replies vs without ==")
+                let result = try await Relations(api: deployment.setupAPI, namePrefix: namePrefix + "-r").measure()
+                result.printLines()
+                results.relations = result
             case .all, .mosquitto, .nats, .scaleOut:
                 continue
             }

@@ -79,6 +79,23 @@ struct PigeonAPI: Sendable {
         }
     }
 
+    /// `POST /v1/conversations/{id}/messages`, answered with its accept answer (`202`).
+    func send(_ request: SendMessageRequest, conversationId: String, token: String) async throws -> SendMessageResponse {
+        try await call(
+            .POST, "/v1/conversations/\(conversationId)/messages", token: token,
+            body: JSONEncoder().encodeAsByteBuffer(request, allocator: .init()), expecting: .accepted)
+    }
+
+    /// `PUT /v1/conversations/{id}/messages/{serverId}/reactions/{key}` (`key` already percent-encoded).
+    func react(conversationId: String, serverId: String, encodedKey: String, token: String) async throws -> ReactionsResponse {
+        try await call(.PUT, "/v1/conversations/\(conversationId)/messages/\(serverId)/reactions/\(encodedKey)", token: token, body: nil, expecting: .ok)
+    }
+
+    /// `GET /v1/conversations/{id}/messages?…`.
+    func history(conversationId: String, query: String, token: String) async throws -> MessagePage {
+        try await call(.GET, "/v1/conversations/\(conversationId)/messages?\(query)", token: token, body: nil, expecting: .ok)
+    }
+
     private func call<Response: Decodable>(
         _ method: HTTPMethod,
         _ path: String,

@@ -152,6 +152,7 @@ struct PigeonResults: Codable, Sendable {
     var wsThroughput: ThroughputResult?
     var httpThroughput: ThroughputResult?
     var latency: [LatencyResult] = []
+    var relations: RelationsResult?
 
     /// The nodes' highest resident set sizes over the load scenarios, in node order.
     var peakResidentBytes: [UInt64?] {
