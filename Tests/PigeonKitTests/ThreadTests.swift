@@ -86,6 +86,7 @@ struct ThreadTests {
             let conversation = try await makeConversation([alice, bob, carol])
             let root = try alice.client.send("weekend plans?", to: conversation)
             try await alice.waitForStatus(root.localId, atLeast: .stored)
+            let rootId = try #require(alice.message(root.localId).serverId)
             for device in [bob, carol] {
                 try await waitUntil("\(device.userId) has the root") { try device.allMessages(in: conversation).count == 1 }
             }
@@ -101,7 +102,7 @@ struct ThreadTests {
             }
             #expect(await eventually { alice.events.contains { if case .threadUpdated(let m) = $0 { m.thread?.replyCount == 2 } else { false } } })
             #expect(try alice.client.thread(of: alice.message(root.localId)).messages.map(\.body) == ["hiking", "beach"])
-            #expect(try alice.allMessages(in: conversation).filter { $0.threadRoot?.serverId == root.serverId }.count == 2)
+            #expect(try alice.allMessages(in: conversation).filter { $0.threadRoot?.serverId == rootId }.count == 2)
 
             // Alice's own reply counts once it is stored.
             let mine = try alice.client.send("both!", to: conversation, threadRoot: alice.message(root.localId))
@@ -125,7 +126,7 @@ struct ThreadTests {
             let laptop = try await TestDevice.register("alice", on: server.url, existing: alice)
             laptop.client.start()
             try await laptop.client.sync()
-            let laptopRoot = try #require(laptop.allMessages(in: conversation).first { $0.serverId == root.serverId })
+            let laptopRoot = try #require(laptop.allMessages(in: conversation).first { $0.serverId == rootId })
             #expect(laptopRoot.thread == history.first?.thread)
             #expect(laptopRoot.thread?.replyCount == 2)
             for device in [alice, bob, carol, laptop] { await device.client.stop() }
@@ -184,7 +185,7 @@ struct ThreadTests {
             #expect(history.first?.reactions == [Reaction(key: "👍", count: 1, me: false)])
             #expect(history.last?.replyTo == stored.serverId)
             #expect(try alice.message(old.localId).reactions == [Reaction(key: "👍", count: 1, me: true)])
-            let version = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT identifier FROM grdb_migrations") }
+            let version = try await DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT identifier FROM grdb_migrations") }
             #expect(version.contains("v4"))
             await alice.client.stop()
             await bob.client.stop()

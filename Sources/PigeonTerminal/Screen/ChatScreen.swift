@@ -83,7 +83,7 @@ public struct RenderedScreen: Sendable, Equatable {
 public enum ChatScreen {
     public static let offlineBanner = "No connection - messages will send when online"
     static let help = "Enter send · ↑↓ select · /react /reply /thread /edit /delete · Ctrl-R retry · PgUp/PgDn · Ctrl-F search · /quit"
-    static let threadHelp = "Enter replies in the thread · ↑↓ select · /react /edit /delete · /back returns to the conversation"
+    static let threadHelp = "In a thread: /back returns · Enter replies here · ↑↓ select · /react /reply /edit /delete"
 
     public static func render(_ state: ChatScreenState, width: Int, height: Int) -> RenderedScreen {
         let width = max(20, width)
