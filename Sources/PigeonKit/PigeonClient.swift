@@ -268,9 +268,9 @@ public final class PigeonClient: Sendable, Service {
     }
 
     /// Brings this device up to date and waits until it is: connected, the conversation list and every missing
-    /// message fetched, the outbox flushed (each waiting message accepted ✓ or failed ⚠️), and the delivered and
-    /// read receipts this device owes confirmed by the server's echo. For command-line tools and background
-    /// refresh; the client must be running (``start()`` or ``run()``).
+    /// message fetched, the outbox flushed (each waiting message accepted ✓ or failed ⚠️, each reaction answered or
+    /// dropped), and the delivered and read receipts this device owes confirmed by the server's echo. For
+    /// command-line tools and background refresh; the client must be running (``start()`` or ``run()``).
     ///
     /// Throws ``PigeonClientError/Code-swift.struct/timeout`` when `timeout` passes first (saying which step was
     /// left, and why the last connection attempt failed); nothing is lost then: the outbox and the receipts wait
@@ -291,10 +291,11 @@ public final class PigeonClient: Sendable, Service {
         try await withDeadline(deadline, timeout: timeout, "fetching the conversations and missing messages from \(server)") {
             try await self.engine.catchUp()
         }
+        // A failed message stays (⚠️, for `retry`); a failed reaction is on its way out (dropped and undone): wait for it.
         try await waitUntil(deadline, timeout: timeout, { () -> String in
-            let waiting = self.engine.outbox.withLockedValue { $0.items.values.filter { !$0.isFailed }.count }
-            return "\(waiting) message\(waiting == 1 ? "" : "s") still waiting for the server's answer"
-        }) { self.engine.outbox.withLockedValue { queue in !queue.items.values.contains { !$0.isFailed } } }
+            let waiting = self.engine.outbox.withLockedValue { $0.items.values.filter { !$0.isFailed || $0.kind == .reaction }.count }
+            return "\(waiting) message\(waiting == 1 ? "" : "s") or reaction\(waiting == 1 ? "" : "s") still waiting for the server's answer"
+        }) { self.engine.outbox.withLockedValue { queue in !queue.items.values.contains { !$0.isFailed || $0.kind == .reaction } } }
         engine.receiptsChanged()
         try await waitUntil(deadline, timeout: timeout, { "receipts not yet confirmed by \(server)" }) {
             try await self.store.pendingReceipts().isEmpty
