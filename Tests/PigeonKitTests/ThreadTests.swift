@@ -93,6 +93,7 @@ struct ThreadTests {
             let bobsRoot = try #require(bob.allMessages(in: conversation).first)
             let hike = try bob.client.send("hiking", to: conversation, threadRoot: bobsRoot)
             try await bob.waitForStatus(hike.localId, atLeast: .stored)
+            await bob.client.stop()  // away while the others reply
             let carolsRoot = try #require(carol.allMessages(in: conversation).first)
             let beach = try carol.client.send("beach", to: conversation, threadRoot: carolsRoot)
             try await carol.waitForStatus(beach.localId, atLeast: .stored)
@@ -110,6 +111,24 @@ struct ThreadTests {
             try await waitUntil("alice counts three") { try alice.message(root.localId).thread?.replyCount == 3 }
             #expect(try alice.message(root.localId).thread?.lastReplySenders == ["alice", "carol", "bob"])
 
+            // Bob, back, reads the thread from the server before anything else: the root's summary as read already
+            // counts the replies that come with it.
+            let bobsPage = try await bob.client.fetchThread(of: bob.message(bobsRoot.localId))
+            #expect(bobsPage.replies.map(\.body) == ["hiking", "beach", "both!"])
+            #expect(try bobsPage.root.thread?.replyCount == 3 && bob.message(bobsRoot.localId).thread?.replyCount == 3)
+            bob.client.start()
+            try await bob.client.sync()
+            #expect(try bob.message(bobsRoot.localId).thread?.replyCount == 3)
+
+            // A new device of alice catches up the whole conversation (the root read with its summary, then the replies
+            // it already counts) and counts each reply once.
+            let laptop = try await TestDevice.register("alice", on: server.url, existing: alice)
+            laptop.client.start()
+            try await laptop.client.sync()
+            let laptopRoot = try #require(laptop.allMessages(in: conversation).first { $0.serverId == rootId })
+            let before = try await server.history(conversationId: conversation, token: alice.credentials.token)
+            #expect(laptopRoot.thread?.replyCount == 3 && laptopRoot.thread == before.first?.thread)
+
             // Carol deletes hers: recounted from the replies on the device.
             try carol.client.delete(localId: beach.localId)
             try await waitUntil("alice recounts") { try alice.message(root.localId).thread?.replyCount == 2 }
@@ -122,13 +141,7 @@ struct ThreadTests {
             let history = try await server.history(conversationId: conversation, token: alice.credentials.token)
             #expect(try alice.message(root.localId).thread == history.first?.thread)
 
-            // A new device of alice catches up the whole conversation (root, replies, deletion) and counts each once.
-            let laptop = try await TestDevice.register("alice", on: server.url, existing: alice)
-            laptop.client.start()
-            try await laptop.client.sync()
-            let laptopRoot = try #require(laptop.allMessages(in: conversation).first { $0.serverId == rootId })
-            #expect(laptopRoot.thread == history.first?.thread)
-            #expect(laptopRoot.thread?.replyCount == 2)
+            try await waitUntil("the laptop recounts too") { try laptop.message(laptopRoot.localId).thread?.replyCount == 2 }
             for device in [alice, bob, carol, laptop] { await device.client.stop() }
         }
     }
