@@ -105,7 +105,7 @@ package enum AsyncAPIDocument {
     private static let frameMessages: [NamedMessage] = [
         NamedMessage(
             name: "AckFrame",
-            message: ["name": "ack", "title": "ack", "summary": "A send, edit or delete was accepted (the sender's ✓).", "payload": Schema.ref("AckFrame")]),
+            message: ["name": "ack", "title": "ack", "summary": "A send, edit or delete was accepted (the sender's ✓), or a reaction stored.", "payload": Schema.ref("AckFrame")]),
         NamedMessage(
             name: "ErrorFrame",
             message: ["name": "error", "title": "error", "summary": "An operation was refused, or a frame could not be read.", "payload": Schema.ref("ErrorFrame")]),
@@ -176,7 +176,7 @@ package enum AsyncAPIDocument {
         var members: [JSONNode.Member] = ClientOperation.Op.allCases.map { op in
             let replies: [String] =
                 switch op {
-                case .send, .edit, .delete: ["AckFrame", "ErrorFrame"]
+                case .send, .edit, .delete, .react: ["AckFrame", "ErrorFrame"]
                 case .receipt, .typing: ["ErrorFrame"]
                 }
             return .init(

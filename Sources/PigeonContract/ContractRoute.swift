@@ -104,6 +104,7 @@ package struct ContractRoute: Sendable {
         }
         package static func forbidden(_ when: String) -> Refusal { Refusal(error: .forbidden, when: when) }
         package static func notFound(_ when: String) -> Refusal { Refusal(error: .notFound, when: when) }
+        package static func conflict(_ when: String) -> Refusal { Refusal(error: .conflict, when: when) }
         package static let tooLarge = Refusal(error: .payloadTooLarge, when: "The request body is over 65,536 bytes (--max-body-bytes).")
         package static func rateLimited(_ when: String) -> Refusal { Refusal(error: .rateLimited, when: when) }
     }
@@ -128,7 +129,7 @@ package struct ContractRoute: Sendable {
 /// The error answers of the contract (API.md's table and docs/API.md's "Errors beyond the table"), each a reusable
 /// response of the OpenAPI document.
 package enum ContractError: String, Sendable, CaseIterable {
-    case invalidRequest, unauthorized, forbidden, notFound, methodNotAllowed, payloadTooLarge, rateLimited, internalError, overloaded
+    case invalidRequest, unauthorized, forbidden, notFound, methodNotAllowed, conflict, payloadTooLarge, rateLimited, internalError, overloaded
 
     package var code: ErrorCode {
         switch self {
@@ -137,6 +138,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .forbidden: .forbidden
         case .notFound: .notFound
         case .methodNotAllowed: .methodNotAllowed
+        case .conflict: .conflict
         case .payloadTooLarge: .payloadTooLarge
         case .rateLimited: .rateLimited
         case .internalError: .internalError
@@ -154,6 +156,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .forbidden: "Forbidden"
         case .notFound: "NotFound"
         case .methodNotAllowed: "MethodNotAllowed"
+        case .conflict: "Conflict"
         case .payloadTooLarge: "PayloadTooLarge"
         case .rateLimited: "RateLimited"
         case .internalError: "Internal"
@@ -168,6 +171,8 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .forbidden: "The caller is known but may not do this."
         case .notFound: "Unknown, or not the caller's (never told apart)."
         case .methodNotAllowed: "A known path with a method it does not serve; `Allow` lists the path's methods. Answered before the token is looked at."
+        case .conflict:
+            "The action contradicts its target's state: a deleted message, one of the server's pigeon.* messages, a reaction limit reached."
         case .payloadTooLarge: "The request or message body is over the limit."
         case .rateLimited: "A rate limit; `Retry-After` says in how many seconds to try again."
         case .internalError: "A server fault; retry idempotently (sends are de-duplicated)."

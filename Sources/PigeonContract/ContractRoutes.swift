@@ -1,9 +1,10 @@
+import HTTPTypes
 import PigeonProtocol
 
 /// Every HTTP route of the server, in the order of the OpenAPI document. Adding a route to the server means adding
 /// its row here (the contract tests compare this table with the router and name what is missing on either side).
 extension ContractRoute {
-    package static let all: [ContractRoute] = devices + conversations + messages + streams + operations + admin + contract + pages
+    package static let all: [ContractRoute] = devices + conversations + messages + reactions + streams + operations + admin + contract + pages
 
     // MARK: Parameters
 
@@ -16,6 +17,8 @@ extension ContractRoute {
     private static let membershipRate = Refusal.rateLimited(
         "Over --conversations-per-minute conversation creations and changes of the user, or --stored-bytes-per-minute of storage.")
     private static let sendRate = Refusal.rateLimited("Over --rate-limit sends of the device, or --stored-bytes-per-minute of storage of the user.")
+    private static let after = Parameter.query("after", Schema.integer(nil, minimum: 0, maximum: Int64.max), "The page after this seq (gap recovery).")
+    private static let before = Parameter.query("before", Schema.integer(nil, minimum: 1, maximum: Int64.max), "The page just before this seq (scrolling back).")
 
     private static func limit(_ maximum: Int64, default value: Int64) -> Parameter {
         .query("limit", Schema.integer("Default \(value).", minimum: 1, maximum: maximum), "Page size, 1-\(maximum) (default \(value)); anything else is 400.")
@@ -121,25 +124,39 @@ extension ContractRoute {
     private static let messages: [ContractRoute] = [
         ContractRoute(
             method: .post, path: "/v1/conversations/{id}/messages", operationId: "sendMessage", tag: "messages", summary: "Send a message",
-            description: "202 once the message is durable (the sender's ✓); the same clientMessageId again answers 200 with the original.",
+            description:
+                "202 once the message is durable (the sender's ✓); the same clientMessageId again answers 200 with the original. replyTo quotes an earlier message, threadRoot puts the message in that message's thread.",
             security: .device, parameters: [conversationId], request: "SendMessageRequest",
             answers: [.json(202, "SendMessageResponse", "Accepted."), .json(200, "SendMessageResponse", "A resend: the original answer.")],
             refusals: [
-                .invalid("A bad field, a pigeon.* type, U+0000 in body, or the id is not a UUID."), .unauthorized(), notMember,
+                .invalid("A bad field, a pigeon.* type, U+0000 in body, a threadRoot that is itself in a thread, or the id is not a UUID."), .unauthorized(),
+                .notFound(
+                    "The conversation is unknown, closed, or the caller is not a member; a replyTo or threadRoot that is not a message of it the caller can see."),
+                .conflict("A replyTo or threadRoot that is deleted, or one of the server's pigeon.* messages."),
                 Refusal(error: .payloadTooLarge, when: "The request or the message body is over 65,536 bytes."), sendRate,
             ]),
         ContractRoute(
             method: .get, path: "/v1/conversations/{id}/messages", operationId: "history", tag: "messages", summary: "A page of history",
             description: "after or before (not both: 400), exclusive; neither: the newest page. Never below the caller's joinedSeq.",
             security: .device,
-            parameters: [
-                conversationId,
-                .query("after", Schema.integer(nil, minimum: 0, maximum: Int64.max), "The page after this seq (gap recovery)."),
-                .query("before", Schema.integer(nil, minimum: 1, maximum: Int64.max), "The page just before this seq (scrolling back)."),
-                limit(500, default: 100),
-            ],
+            parameters: [conversationId, after, before, limit(500, default: 100)],
             answers: [.json(200, "MessagePage", "Ascending seq.")],
             refusals: [.invalid("A bad after, before or limit, both after and before, or the id is not a UUID."), .unauthorized(), notMember]),
+        ContractRoute(
+            method: .get, path: "/v1/conversations/{id}/threads/{serverId}/messages", operationId: "threadMessages", tag: "messages",
+            summary: "A page of a thread",
+            description:
+                "The root and the messages whose threadRoot it is, paged by seq like history (after or before, not both; neither: the newest page); deleted replies too, with body \"\".",
+            security: .device,
+            parameters: [
+                conversationId, .path("serverId", ContractSchemas.uuid, "The thread's root message (400 when it is not a UUID)."), after, before,
+                limit(500, default: 100),
+            ],
+            answers: [.json(200, "ThreadPage", "The root and the replies, ascending seq.")],
+            refusals: [
+                .invalid("A bad after, before or limit, both after and before, or an id that is not a UUID."), .unauthorized(),
+                .notFound("The conversation is unknown or not the caller's, or the root is not a message of it the caller can see."),
+            ]),
         ContractRoute(
             method: .post, path: "/v1/conversations/{id}/messages/{serverId}/edit", operationId: "editMessage", tag: "messages",
             summary: "Edit one of the user's messages", description: "Ordered like a message (a pigeon.edit); idempotent by clientMessageId.",
@@ -175,6 +192,47 @@ extension ContractRoute {
                 .invalid("A bad body, or the id is not a UUID."), .unauthorized(), notMember, .tooLarge,
                 .rateLimited("Over --typing-rate typing updates a second of the device (burst --typing-burst)."),
             ]),
+    ]
+
+    // MARK: Reactions
+
+    private static let reactionPath = "/v1/conversations/{id}/messages/{serverId}/reactions"
+    private static let reactionKey = Parameter.path(
+        "key", ContractSchemas.reactionKey, "The reaction, percent-encoded (an emoji as its UTF-8 bytes, %F0%9F%91%8D); anything else is 400.")
+    private static let reactionTarget = Refusal.notFound(
+        "The conversation is unknown or not the caller's, or the message is not in it or lies before the caller joined.")
+
+    private static func react(_ method: HTTPRequest.Method, _ operationId: String, _ summary: String, conflict: String) -> ContractRoute {
+        ContractRoute(
+            method: method, path: reactionPath + "/{key}", operationId: operationId, tag: "reactions", summary: summary,
+            description:
+                "Idempotent: a second add, or removing an absent reaction, changes nothing and emits nothing. A change is durable before the answer, and a reaction event goes to every member device.",
+            security: .device, parameters: [conversationId, serverId, reactionKey],
+            answers: [.json(200, "ReactionsResponse", "The message's reactions after the call.")],
+            refusals: [
+                .invalid("A key that is not one emoji or an app token, or an id that is not a UUID."), .unauthorized(), reactionTarget, .conflict(conflict),
+                .rateLimited("Over --stored-bytes-per-minute of storage of the user."),
+            ])
+    }
+
+    private static let reactions: [ContractRoute] = [
+        react(
+            .put, "addReaction", "Add the caller's reaction",
+            conflict:
+                "The message is deleted or one of the server's pigeon.* messages, or the add would pass 50 distinct keys on the message or 20 keys of the user on it."
+        ),
+        react(.delete, "removeReaction", "Remove the caller's reaction", conflict: "The message is deleted or one of the server's pigeon.* messages."),
+        ContractRoute(
+            method: .get, path: reactionPath, operationId: "reactionUsers", tag: "reactions", summary: "Who reacted, paged",
+            description:
+                "Ascending by userId, then key. A page holds whole users: limit counts users, and each user comes with every key it holds (only key, when given).",
+            security: .device,
+            parameters: [
+                conversationId, serverId, .query("key", ContractSchemas.reactionKey, "Only this reaction."),
+                limit(200, default: 50), .query("after", ContractSchemas.userId, "The users after this userId (the last of the page before)."),
+            ],
+            answers: [.json(200, "ReactionUsersPage", "A page of users.")],
+            refusals: [.invalid("A bad key, limit or after, or an id that is not a UUID."), .unauthorized(), reactionTarget]),
     ]
 
     // MARK: The device's event log

@@ -34,9 +34,52 @@ package enum ContractSchemas {
     package static let clientTimestamp = Schema.integer("The sender's clock when the user pressed send (ms since the epoch).")
     package static let upToSeq = Schema.integer("The watermark to move to; beyond the conversation's lastSeq it is clamped.", minimum: 0)
     package static let errorCodes = [
-        "invalid_request", "unauthorized", "forbidden", "not_found", "method_not_allowed", "request_timeout", "payload_too_large", "rate_limited",
-        "internal", "overloaded",
+        "invalid_request", "unauthorized", "forbidden", "rejected", "not_found", "method_not_allowed", "request_timeout", "conflict",
+        "payload_too_large", "rate_limited", "internal", "overloaded",
     ]
+    /// A reaction key in a request, as the server takes it (``Validation/isValidReactionKey(_:)``): an app token, or an
+    /// emoji of the forms a pattern can hold to one grapheme cluster (an emoji scalar alone, with a presentation
+    /// selector or with a skin tone, a keycap), so that a key it allows is never refused `400`. The server also takes
+    /// the emoji sequences the pattern leaves out (flags, ZWJ and tag sequences), which the description names: schema
+    /// generators (Hypothesis) fail on a class of regional indicators alone, and a pattern cannot bound the others to
+    /// one grapheme cluster.
+    package static let reactionKey = Schema.string(
+        "An app token of 1-32 characters of [a-z0-9_:+-], or one emoji: a single extended grapheme cluster of emoji, at most 64 bytes of UTF-8; anything else is 400. The pattern holds the tokens and the emoji of one scalar, alone, with U+FE0F or with a skin tone, and keycaps; the server also takes the other emoji sequences that form one grapheme cluster (flags, ZWJ and tag sequences).",
+        pattern: "^([a-z0-9_:+-]{1,32}|[\(singleScalarEmoji)](\\uFE0F|[🏻-🏿])?|[0-9#*]\\uFE0F?\\u20E3)$")
+    /// A reaction key in an answer: whatever the server took (``reactionKey``).
+    private static let storedReactionKey = Schema.string(
+        "A reaction key the server took: an app token or one emoji (see the key parameter of the reaction routes).", minLength: 1)
+    /// A serverId or `null` in a request. The pattern repeats `format: uuid`, which generators drop from a schema of
+    /// two types.
+    private static func nullableServerId(_ description: String) -> JSONNode {
+        Schema.nullable(Schema.string(description, format: "uuid", pattern: "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$"))
+    }
+    private static let replyTo = nullableServerId(
+        "An earlier message of the conversation this one quotes, visible to the sender (404 otherwise; 409 when deleted or a pigeon.* message).")
+    private static let threadRoot = nullableServerId(
+        "The message whose thread this one goes in: of the conversation and visible to the sender (404 otherwise; 409 when deleted or a pigeon.* message; 400 when it is itself in a thread).")
+    private static let reactions = Schema.array(
+        Schema.ref("Reaction"), "As the reader sees them: keys in order of their first use, none with count 0; [] when none.")
+
+    /// The emoji of one Unicode scalar the server takes as a reaction key, as the ranges of a regular expression's
+    /// character class: read from ``Validation/isValidReactionKey(_:)`` itself (over the blocks that hold emoji), so the
+    /// pattern never allows a key the server refuses.
+    private static var singleScalarEmoji: String {
+        let blocks: [ClosedRange<UInt32>] = [0x100...0x33FF, 0x1F000...0x1FBFF]
+        var ranges: [ClosedRange<UInt32>] = []
+        for value in blocks.joined() {
+            guard let scalar = Unicode.Scalar(value), Validation.isValidReactionKey(String(Character(scalar))) else { continue }
+            if let last = ranges.last, last.upperBound + 1 == value {
+                ranges[ranges.count - 1] = last.lowerBound...value
+            } else {
+                ranges.append(value...value)
+            }
+        }
+        return ranges.map { range in
+            let first = String(Character(Unicode.Scalar(range.lowerBound)!))
+            return range.count == 1 ? first : first + "-" + String(Character(Unicode.Scalar(range.upperBound)!))
+        }.joined()
+    }
 
     // MARK: Named schemas
 
@@ -121,11 +164,43 @@ package enum ContractSchemas {
                     ])
             ),
             (
+                "Reaction",
+                Schema.object(
+                    "One reaction key on a message, as the reader sees it.",
+                    required: ["key", "count", "me"],
+                    [
+                        ("key", storedReactionKey), ("count", Schema.integer("How many users hold the key.", minimum: 1)),
+                        ("me", Schema.described(Schema.boolean, "Whether the reader's user holds it.")),
+                    ])
+            ),
+            (
+                "ReplyPreview",
+                Schema.object(
+                    "The quoted message as of the read, so that a client draws the quote without fetching it.",
+                    required: ["serverId", "senderId", "type", "body", "deleted"],
+                    [
+                        ("serverId", uuid), ("senderId", userId), ("type", messageType),
+                        ("body", Schema.string("At most the first 100 characters (extended grapheme clusters) of its body; \"\" once deleted.")),
+                        ("deleted", Schema.boolean),
+                    ])
+            ),
+            (
+                "ThreadSummary",
+                Schema.object(
+                    "On a message with replies in its thread, as of the read.",
+                    required: ["replyCount", "lastReplyAt", "lastReplySenders"],
+                    [
+                        ("replyCount", Schema.integer("Its thread's replies that are not deleted.", minimum: 1)),
+                        ("lastReplyAt", Schema.described(millis, "When the newest of them was stored.")),
+                        ("lastReplySenders", Schema.array(userId, "The senders of the newest replies, newest first, each once.", minItems: 1, maxItems: 3)),
+                    ])
+            ),
+            (
                 "Message",
                 Schema.object(
                     required: [
                         "serverId", "clientMessageId", "conversationId", "seq", "senderId", "senderDeviceId", "type", "body", "clientTimestamp",
-                        "acceptedAt", "storedAt",
+                        "acceptedAt", "storedAt", "reactions", "replyTo", "replyPreview", "threadRoot", "thread",
                     ],
                     [
                         ("serverId", uuid), ("clientMessageId", uuid), ("conversationId", uuid),
@@ -133,6 +208,11 @@ package enum ContractSchemas {
                         ("type", messageType), ("body", Schema.string("The latest text; \"\" once deleted.")), ("clientTimestamp", clientTimestamp),
                         ("acceptedAt", millis), ("storedAt", Schema.described(millis, "0 only in a dead letter.")),
                         ("editedAt", Schema.described(millis, "Present once edited.")), ("deletedAt", Schema.described(millis, "Present once deleted.")),
+                        ("reactions", reactions),
+                        ("replyTo", Schema.nullable(Schema.string("The serverId of the message it quotes; null when it quotes none.", format: "uuid"))),
+                        ("replyPreview", Schema.nullable(Schema.ref("ReplyPreview"))),
+                        ("threadRoot", Schema.nullable(Schema.string("The serverId of the message whose thread it is in; null when in none.", format: "uuid"))),
+                        ("thread", Schema.nullable(Schema.ref("ThreadSummary"))),
                     ])
             ),
             (
@@ -190,7 +270,7 @@ package enum ContractSchemas {
                     required: ["clientMessageId", "type", "body", "clientTimestamp"],
                     [
                         ("clientMessageId", Schema.described(uuid, "The sender's idempotency key, unique per device.")), ("type", clientMessageType),
-                        ("body", messageBody), ("clientTimestamp", clientTimestamp),
+                        ("body", messageBody), ("clientTimestamp", clientTimestamp), ("replyTo", replyTo), ("threadRoot", threadRoot),
                     ])
             ),
             ("MessageStatus", Schema.enumeration(["queued", "stored", "failed"])),
@@ -219,6 +299,40 @@ package enum ContractSchemas {
                 Schema.object(
                     required: ["messages", "hasMore"],
                     [("messages", Schema.array(Schema.ref("Message"), "Ascending seq.")), ("hasMore", Schema.boolean)])
+            ),
+            (
+                "ThreadPage",
+                Schema.object(
+                    required: ["root", "messages", "hasMore"],
+                    [
+                        ("root", Schema.ref("Message")), ("messages", Schema.array(Schema.ref("Message"), "The thread's replies, ascending seq (deleted ones too).")),
+                        ("hasMore", Schema.boolean),
+                    ])
+            ),
+            ("ReactionAction", Schema.enumeration(ReactionAction.allCases.map(\.rawValue))),
+            (
+                "ReactionsResponse",
+                Schema.object(
+                    "The message's reactions after the call, as the caller sees them.", required: ["serverId", "reactions"],
+                    [("serverId", uuid), ("reactions", reactions)])
+            ),
+            (
+                "ReactionUser",
+                Schema.object(
+                    required: ["userId", "key", "at"],
+                    [("userId", userId), ("key", storedReactionKey), ("at", Schema.described(millis, "When the user added it."))])
+            ),
+            (
+                "ReactionUsersPage",
+                Schema.object(
+                    required: ["users", "hasMore"],
+                    [
+                        (
+                            "users",
+                            Schema.array(Schema.ref("ReactionUser"), "Ascending by userId, then key; whole users: each user's every key (of the asked key only, with key).")
+                        ),
+                        ("hasMore", Schema.described(Schema.boolean, "More users follow: ask again with after = the last userId.")),
+                    ])
             ),
             ("ReceiptKind", Schema.enumeration(ReceiptKind.allCases.map(\.rawValue))),
             (
@@ -370,6 +484,7 @@ package enum ContractSchemas {
         case .receipt: "ReceiptEvent"
         case .conversationCreated: "ConversationCreatedEvent"
         case .typing: "TypingEvent"
+        case .reaction: "ReactionEvent"
         case .reset: "ResetEvent"
         }
     }
@@ -383,6 +498,8 @@ package enum ContractSchemas {
         case .receipt: "A member's delivered or read watermark moved up (every member device)."
         case .conversationCreated: "The device's user was made a member of a new conversation (every member device)."
         case .typing: "A member is typing or stopped (the other members' connected devices). Ephemeral: never stored or replayed, no cursor."
+        case .reaction:
+            "A member added or removed a reaction (every member device, the reacting one too); reactions is the message's aggregate after it, as the receiving device's user sees it. Not a message: no seq, no unread, no push."
         case .reset: "The cursor was unknown or expired: catch up each conversation through its history, then go on from this cursor."
         }
     }
@@ -415,6 +532,14 @@ package enum ContractSchemas {
             return Schema.object(
                 description, required: ["type", "conversationId", "userId", "active"],
                 [type, ("conversationId", uuid), ("userId", userId), ("active", Schema.boolean)])
+        case .reaction:
+            return Schema.object(
+                description, required: ["type", "cursor", "conversationId", "serverId", "key", "userId", "action", "reactions", "at"],
+                [
+                    type, cursor, ("conversationId", uuid), ("serverId", Schema.described(uuid, "The message reacted to.")), ("key", storedReactionKey),
+                    ("userId", Schema.described(userId, "Who reacted.")), ("action", Schema.ref("ReactionAction")), ("reactions", reactions),
+                    ("at", millis),
+                ])
         case .reset:
             return Schema.object(description, required: ["type", "cursor"], [type, cursor])
         }
@@ -436,6 +561,7 @@ package enum ContractSchemas {
         case .typing: "TypingOperation"
         case .edit: "EditOperation"
         case .delete: "DeleteOperation"
+        case .react: "ReactOperation"
         }
     }
 
@@ -447,6 +573,8 @@ package enum ContractSchemas {
         case .typing: "Start or stop the typing indicator (as POST .../typing); an error frame when refused (rate_limited, not_found)."
         case .edit: "Edit one of the user's messages (as POST .../messages/{serverId}/edit): ack or error."
         case .delete: "Delete one of the user's messages (as POST .../messages/{serverId}/delete): ack or error."
+        case .react:
+            "Add or remove the user's reaction (as PUT or DELETE .../messages/{serverId}/reactions/{key}): an ack naming the clientMessageId, with the message's serverId and status stored, or an error frame."
         }
     }
 
@@ -455,7 +583,10 @@ package enum ContractSchemas {
             switch op {
             case .send:
                 (["clientMessageId", "type", "body", "clientTimestamp"],
-                 [("clientMessageId", uuid), ("type", clientMessageType), ("body", messageBody), ("clientTimestamp", clientTimestamp)])
+                 [
+                    ("clientMessageId", uuid), ("type", clientMessageType), ("body", messageBody), ("clientTimestamp", clientTimestamp),
+                    ("replyTo", replyTo), ("threadRoot", threadRoot),
+                 ])
             case .receipt: (["kind", "upToSeq"], [("kind", Schema.ref("ReceiptKind")), ("upToSeq", upToSeq)])
             case .typing: (["active"], [("active", Schema.boolean)])
             case .edit:
@@ -463,6 +594,12 @@ package enum ContractSchemas {
                  [("serverId", uuid), ("clientMessageId", uuid), ("body", messageBody), ("clientTimestamp", clientTimestamp)])
             case .delete:
                 (["serverId", "clientMessageId", "clientTimestamp"], [("serverId", uuid), ("clientMessageId", uuid), ("clientTimestamp", clientTimestamp)])
+            case .react:
+                (["serverId", "key", "action", "clientMessageId"],
+                 [
+                    ("serverId", uuid), ("key", reactionKey), ("action", Schema.ref("ReactionAction")),
+                    ("clientMessageId", Schema.described(uuid, "Chosen by the client; names the ack or error that answers it.")),
+                 ])
             }
         return Schema.object(
             operationSummary(op), required: ["op", "conversationId"] + fields.required,
@@ -478,7 +615,7 @@ package enum ContractSchemas {
 
     private static var ackFrame: JSONNode {
         Schema.object(
-            "The accept answer of a send, edit or delete (the same as the HTTP answer's body, with type ack).",
+            "The accept answer of a send, edit or delete (the same as the HTTP answer's body, with type ack), or of a react (serverId the message reacted to, status stored).",
             required: ["type", "clientMessageId", "serverId", "status", "acceptedAt"],
             [
                 ("type", Schema.constant("ack")), ("clientMessageId", uuid), ("serverId", uuid), ("status", Schema.ref("MessageStatus")),
@@ -488,11 +625,11 @@ package enum ContractSchemas {
 
     private static var errorFrame: JSONNode {
         Schema.object(
-            "An operation was refused, or a frame could not be read (invalid_request, payload_too_large, rate_limited, not_found, forbidden, overloaded, internal).",
+            "An operation was refused, or a frame could not be read (invalid_request, payload_too_large, rate_limited, not_found, forbidden, conflict, overloaded, internal).",
             required: ["type", "error"],
             [
                 ("type", Schema.constant("error")),
-                ("clientMessageId", Schema.described(Schema.string(), "The refused send's, edit's or delete's, when it could be read.")),
+                ("clientMessageId", Schema.described(Schema.string(), "The refused send's, edit's, delete's or react's, when it could be read.")),
                 ("error", Schema.ref("ErrorDetail")),
             ])
     }

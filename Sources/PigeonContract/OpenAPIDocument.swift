@@ -5,7 +5,7 @@ import PigeonProtocol
 /// docs/openapi.json): built from ``ContractRoute/all`` and ``ContractSchemas``, the same whatever the server's
 /// configuration (routes that need an option say which, in `x-pigeon-requires`).
 package enum OpenAPIDocument {
-    package static let version = "1.1"
+    package static let version = "1.2"
 
     package static var json: JSONNode {
         [
@@ -44,7 +44,8 @@ package enum OpenAPIDocument {
     private static let tags: [(String, String)] = [
         ("devices", "Registration, the user's devices, push registration."),
         ("conversations", "Conversations, members, roles and names."),
-        ("messages", "Sending, history, edits and deletes, receipts, typing."),
+        ("messages", "Sending (replies and thread replies too), history, thread pages, edits and deletes, receipts, typing."),
+        ("reactions", "Reactions to messages: adding, removing, who reacted."),
         ("events", "The device's event log: pulled (/v1/sync) or streamed (/v1/events, /v1/ws)."),
         ("operations", "Health, readiness, metrics."),
         ("admin", "Operators: dead letters (only with --admin-token)."),

@@ -3,8 +3,10 @@
 Starts pigeon-server (embedded store, --admin-token and --metrics-token so every documented route exists and every
 security scheme is exercised), checks that the served documents are the committed docs/openapi.json and
 docs/asyncapi.json byte for byte and that the OpenAPI document is valid OpenAPI 3.1, registers a device for the
-bearer token, then runs schemathesis with every check on bounded examples. Its report (text, JUnit) is kept in the
-artefacts folder (schemathesis/). Fails when schemathesis finds anything.
+bearer token, then runs schemathesis with every check on bounded examples; then once more on the reaction and thread
+routes only, given the ids of a real message (so that every reaction key their schema allows meets a message that
+exists), without the stateful phase. Its report (text, JUnit) is kept in the
+artefacts folder (schemathesis/ and schemathesis-message/). Fails when schemathesis finds anything.
 
 Two operations are left out of schemathesis, both long-lived streams an HTTP request/response tester cannot read:
 GET /v1/events (an SSE answer never ends) and GET /v1/ws (a WebSocket upgrade). Their frames are the AsyncAPI
@@ -50,6 +52,48 @@ def test_documents_are_served_as_committed():
         server.stop()
 
 
+def run_schemathesis(server, folder, config_text, *arguments):
+    """Runs schemathesis against the server's /openapi.json with every check, `config_text` as its configuration and
+    its report (text, JUnit, NDJSON) in `folder`; fails when it finds anything."""
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder, exist_ok=True)
+    config = os.path.join(folder, "schemathesis.toml")
+    with open(config, "w", encoding="utf-8") as file:
+        file.write(config_text)
+    command = [
+        sys.executable, "-m", "schemathesis.cli", "--config-file", config, "--no-color",
+        "run", server.url("/openapi.json"),
+        "--checks", "all",
+        "--max-examples", MAX_EXAMPLES,
+        "--seed", SEED,
+        "--workers", "1",
+        "--exclude-path", "/v1/events",
+        "--exclude-path", "/v1/ws",
+        "--request-timeout", "10",
+        "--report", "junit,ndjson",
+        "--report-dir", folder,
+        "--output-truncate", "false",
+        "--generation-database", "none",
+        *arguments,
+    ]
+    print("running:", " ".join(command), flush=True)
+    started = time.monotonic()
+    log_path = os.path.join(folder, "schemathesis.txt")
+    with open(log_path, "wb") as log:
+        try:
+            process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIME_LIMIT, cwd=folder)
+            output = process.stdout
+            code = process.returncode
+        except subprocess.TimeoutExpired as expired:
+            output = (expired.stdout or b"") + f"\n(timed out after {TIME_LIMIT} s)\n".encode()
+            code = -1
+        log.write(output)
+    text = output.decode("utf-8", errors="replace")
+    print(text[-6000:] if code != 0 else text[-1500:], flush=True)
+    print(f"schemathesis took {time.monotonic() - started:.0f} s; report: {folder}", flush=True)
+    check(code == 0, f"schemathesis failed (exit {code}); see {log_path} and the server log {server.log_path}")
+
+
 def test_schemathesis_finds_nothing():
     server = Server("--admin-token", ADMIN_TOKEN, "--metrics-token", METRICS_TOKEN, "--web", name="contract")
     try:
@@ -61,62 +105,45 @@ def test_schemathesis_finds_nothing():
         check(answer.status == 204, f"push registration: {answer.status} {answer.body!r}")
         answer = request("POST", server.url("/v1/conversations"), {"members": ["contract-bob"]}, token=token)
         check(answer.status == 201, f"conversation: {answer.status} {answer.body!r}")
+        conversation = answer.json()["id"]
+        # A message to react to and to root a thread, for the second run below.
+        answer = request("POST", server.url(f"/v1/conversations/{conversation}/messages"),
+                         {"clientMessageId": "00000000-0000-4000-8000-000000000001", "type": "text", "body": "react to me",
+                          "clientTimestamp": 1}, token=token)
+        check(answer.status == 202, f"message: {answer.status} {answer.body!r}")
+        message = answer.json()["serverId"]
 
-        folder = os.path.join(ARTEFACTS, "schemathesis")
-        shutil.rmtree(folder, ignore_errors=True)
-        os.makedirs(folder, exist_ok=True)
-        config = os.path.join(folder, "schemathesis.toml")
-        with open(config, "w", encoding="utf-8") as file:
-            file.write(
-                "[auth.openapi.deviceToken]\n"
+        auth = ("[auth.openapi.deviceToken]\n"
                 f'bearer = "{token}"\n'
                 "[auth.openapi.accessToken]\n"
                 f'api_key = "{token}"\n'
                 "[auth.openapi.adminToken]\n"
                 f'bearer = "{ADMIN_TOKEN}"\n'
                 "[auth.openapi.metricsToken]\n"
-                f'bearer = "{METRICS_TOKEN}"\n'
-                # Requests the schema allows that the shared contract (API.md) refuses 400 for the state they meet,
-                # which a schema cannot say: after and before together (history), a member change of a direct
-                # conversation (add, rename), a change of the owner's own role, an edit or delete of a deleted message
-                # or of one of the server's own pigeon.* messages. Everywhere else a schema-valid request must not be
-                # refused 400.
-                "[[operations]]\n"
-                'include-operation-id = ["history", "addMembers", "renameConversation", "setMemberRole", "editMessage", '
-                '"deleteMessage"]\n'
-                'checks.positive_data_acceptance.expected-statuses = '
-                '["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]\n')
-        command = [
-            sys.executable, "-m", "schemathesis.cli", "--config-file", config, "--no-color",
-            "run", server.url("/openapi.json"),
-            "--checks", "all",
-            "--max-examples", MAX_EXAMPLES,
-            "--seed", SEED,
-            "--workers", "1",
-            "--exclude-path", "/v1/events",
-            "--exclude-path", "/v1/ws",
-            "--request-timeout", "10",
-            "--report", "junit,ndjson",
-            "--report-dir", folder,
-            "--output-truncate", "false",
-            "--generation-database", "none",
-        ]
-        print("running:", " ".join(command), flush=True)
-        started = time.monotonic()
-        log_path = os.path.join(folder, "schemathesis.txt")
-        with open(log_path, "wb") as log:
-            try:
-                process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIME_LIMIT, cwd=folder)
-                output = process.stdout
-                code = process.returncode
-            except subprocess.TimeoutExpired as expired:
-                output = (expired.stdout or b"") + f"\n(timed out after {TIME_LIMIT} s)\n".encode()
-                code = -1
-            log.write(output)
-        text = output.decode("utf-8", errors="replace")
-        print(text[-6000:] if code != 0 else text[-1500:], flush=True)
-        print(f"schemathesis took {time.monotonic() - started:.0f} s; report: {folder}", flush=True)
-        check(code == 0, f"schemathesis failed (exit {code}); see {log_path} and the server log {server.log_path}")
+                f'bearer = "{METRICS_TOKEN}"\n')
+        # Requests the schema allows that the shared contract (API.md) refuses 400 for the state they meet, which a
+        # schema cannot say: after and before together (history, a thread's page), a member change of a direct
+        # conversation (add, rename), a change of the owner's own role, an edit or delete of a deleted message or of
+        # one of the server's own pigeon.* messages. Everywhere else a schema-valid request must not be refused 400.
+        allowed_400 = ("[[operations]]\n"
+                       'include-operation-id = ["history", "threadMessages", "addMembers", "renameConversation", "setMemberRole", '
+                       '"editMessage", "deleteMessage"]\n'
+                       'checks.positive_data_acceptance.expected-statuses = '
+                       '["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]\n')
+        run_schemathesis(server, os.path.join(ARTEFACTS, "schemathesis"), auth + allowed_400)
+
+        # The reaction and thread routes again, on the message above (every phase but the stateful one, which chains
+        # other operations: it would mutate an id that the fixed one then replaces, and count the valid request it
+        # sent as an invalid one accepted). Every key their schema allows meets a message that exists: 200, or 409
+        # once the message holds 50 keys or the user 20 of them; never 400.
+        existing = ("[[operations]]\n"
+                    'include-operation-id = ["addReaction", "removeReaction", "reactionUsers", "threadMessages"]\n'
+                    f'parameters = {{ "path.id" = "{conversation}", "path.serverId" = "{message}" }}\n')
+        only = []
+        for operation_id in ("addReaction", "removeReaction", "reactionUsers", "threadMessages"):
+            only += ["--include-operation-id", operation_id]
+        run_schemathesis(server, os.path.join(ARTEFACTS, "schemathesis-message"), auth + allowed_400 + existing,
+                         "--phases", "examples,coverage,fuzzing", *only)
     finally:
         server.stop()
 

@@ -7,6 +7,9 @@
   a tick never moves backwards and never comes before its evidence could exist.
 - Same origin on a server that allows other origins too (`--cors-origin`): the page's own WebSocket opens.
 - Over the rate limit: refused sends are retried and keep their order (stored and shown to bob as sent).
+- Reactions and replies: a reaction made in one pane (bob over HTTP, alice with the WebSocket's react op) shows as a
+  pill in both, highlighted in the reacting user's pane, counted as the server's reaction events say; a reply quotes
+  its message in both panes (the receiving one draws it from replyPreview).
 - Cross origin: the page's HTML served from another origin, pointed at the server with `?api=`, the server started
   with `--cors-origin` of that origin; messages both ways reach ✓✓, also after the server restarted under the page
   (the WebSocket resumes by cursor, the EventSource by Last-Event-ID), and nothing is shown twice.
@@ -146,6 +149,29 @@ class Demo:
                    }""", arg=[side, connects_before], timeout=WAIT_MS)
         except Exception:  # noqa: BLE001
             raise Failure(f"{side} did not connect again: {self.wire(side)}") from None
+
+    def wait_pill(self, side, client_message_id, key, count, me):
+        """Waits until `side`'s copy of the message shows the pill `key` with `count` (0: no such pill), highlighted
+        when `me`; returns its text."""
+        selector = f"#{side} .msg[data-client-message-id='{client_message_id}'] .pill[data-key='{key}']"
+        try:
+            self.page.wait_for_function(
+                """([selector, count, me]) => {
+                     const pill = document.querySelector(selector);
+                     if (count === 0) return pill === null;
+                     return pill !== null && pill.dataset.count === String(count) && pill.dataset.me === String(me);
+                   }""", arg=[selector, count, me], timeout=WAIT_MS)
+        except Exception:  # noqa: BLE001 - reported with what the page shows
+            shown = self.page.eval_on_selector_all(
+                f"#{side} .msg[data-client-message-id='{client_message_id}'] .pill", "nodes => nodes.map(n => ({...n.dataset}))")
+            raise Failure(f"{side}'s copy of {client_message_id} does not show {key} {count} (me {me}): it shows {shown}; "
+                          f"wire: {self.wire(side)}") from None
+        return self.page.text_content(selector) if count else None
+
+    def quote(self, side, client_message_id):
+        """The quote drawn above `side`'s copy of the message, or None."""
+        node = self.page.query_selector(f"#{side} .msg[data-client-message-id='{client_message_id}'] .quote")
+        return node.text_content() if node else None
 
     def wire(self, side):
         return self.page.eval_on_selector_all(f"#{side}-wire li", "nodes => nodes.slice(-12).map(n => n.textContent)")
@@ -355,5 +381,89 @@ def test_cross_origin():
             server.stop()
 
 
+def test_reactions_and_replies():
+    """Reactions made in one pane show as pills in both, bob's over HTTP (PUT/DELETE) and alice's over the WebSocket
+    (the react op), each pane highlighting its own user's; every pill is the aggregate of the stream's reaction events.
+    A reply quotes its message (the quote drawn from the replyPreview the other side receives), from both transports."""
+    server = pigeonweb.Server("--web", name="demo-reactions")
+    try:
+        with pigeonweb.browser() as browser:
+            demo = Demo(browser, server.url("/"))
+            alice, bob = demo.user_id("alice"), demo.user_id("bob")
+            hello = demo.send("alice", "hello bob, react to this")
+            demo.wait_status("alice", hello, "delivered", "read")
+            demo.wait_incoming("bob", hello)
+            server_id = demo.message("alice", hello).get_attribute("data-server-id")
+            check(server_id and demo.message("bob", hello).get_attribute("data-server-id") == server_id, "both copies know the serverId")
+            at_bob = f"#bob .msg.in[data-client-message-id='{hello}']"
+            at_alice = f"#alice .msg.out[data-client-message-id='{hello}']"
+            check(demo.page.query_selector(f"{at_bob} .pill") is None, "no reaction yet")
+
+            # Bob picks 👍 (HTTP PUT): the pill shows in both panes, highlighted only at bob's.
+            demo.page.click(f"{at_bob} .react-add")
+            demo.page.click(f"{at_bob} .picker .pick[data-key='👍']")
+            check(demo.wait_pill("bob", hello, "👍", 1, True) == "👍 1", "bob's pill reads 👍 1")
+            check(demo.wait_pill("alice", hello, "👍", 1, False) == "👍 1", "alice's pill reads 👍 1")
+            check(demo.page.is_hidden(f"{at_bob} .picker"), "the picker closes once used")
+
+            # Alice clicks that pill (the WebSocket's react op): two users, 2 in both panes, highlighted in both.
+            demo.page.click(f"{at_alice} .pill[data-key='👍']")
+            demo.wait_pill("alice", hello, "👍", 2, True)
+            demo.wait_pill("bob", hello, "👍", 2, True)
+            # Alice adds 🎉 from the picker: a second pill, after the first (keys in order of first use).
+            demo.page.click(f"{at_alice} .react-add")
+            demo.page.click(f"{at_alice} .picker .pick[data-key='🎉']")
+            demo.wait_pill("bob", hello, "🎉", 1, False)
+            demo.wait_pill("alice", hello, "🎉", 1, True)
+            for side in ("alice", "bob"):
+                keys = demo.page.eval_on_selector_all(
+                    f"#{side} .msg[data-client-message-id='{hello}'] .pill", "nodes => nodes.map(n => n.dataset.key)")
+                check(keys == ["👍", "🎉"], f"{side}'s pills in order of first use: {keys}")
+
+            # Bob clicks his highlighted 👍 (HTTP DELETE): 1 in both panes, no longer bob's; alice's stays hers.
+            demo.page.click(f"{at_bob} .pill[data-key='👍']")
+            demo.wait_pill("bob", hello, "👍", 1, False)
+            demo.wait_pill("alice", hello, "👍", 1, True)
+            # Alice takes back 🎉: its pill goes in both panes.
+            demo.page.click(f"{at_alice} .pill[data-key='🎉']")
+            demo.wait_pill("alice", hello, "🎉", 0, False)
+            demo.wait_pill("bob", hello, "🎉", 0, False)
+
+            # Bob replies with a quote (over HTTP): the bar above his input quotes alice's message until he sends.
+            demo.page.click(f"{at_bob} .reply")
+            demo.page.wait_for_selector("#bob-replying:not([hidden])", timeout=WAIT_MS)
+            quoted = f"↪ {alice}: hello bob, react to this"
+            check(demo.text("#bob-replying-text") == quoted, f"bob's reply bar: {demo.text('#bob-replying-text')!r}")
+            reply = demo.send("bob", "agreed")
+            check(demo.page.is_hidden("#bob-replying"), "the reply bar closes once sent")
+            demo.wait_status("bob", reply, "delivered", "read")
+            demo.wait_incoming("alice", reply)
+            check(demo.quote("alice", reply) == quoted, f"alice sees the quote: {demo.quote('alice', reply)!r}")
+            check(demo.quote("bob", reply) == quoted, f"bob's sent reply shows the quote: {demo.quote('bob', reply)!r}")
+            check(demo.message("alice", reply).get_attribute("data-reply-to") == server_id, "the reply names its target")
+
+            # Alice answers bob's reply with a quote of it (over the WebSocket), and reacts to it.
+            demo.page.click(f"#alice .msg.in[data-client-message-id='{reply}'] .reply")
+            demo.send("alice", "great")
+            answer = demo.outgoing("alice")[-1]["clientMessageId"]
+            demo.wait_status("alice", answer, "delivered", "read")
+            demo.wait_incoming("bob", answer)
+            check(demo.quote("bob", answer) == f"↪ {bob}: agreed", f"bob sees alice's quote: {demo.quote('bob', answer)!r}")
+            demo.page.click(f"#alice .msg.in[data-client-message-id='{reply}'] .react-add")
+            demo.page.click(f"#alice .msg.in[data-client-message-id='{reply}'] .picker .pick[data-key='❤️']")
+            demo.wait_pill("bob", reply, "❤️", 1, False)
+            demo.wait_pill("alice", reply, "❤️", 1, True)
+
+            demo.check_clean()
+            for side in ("alice", "bob"):
+                check(demo.page.is_hidden(f"#{side}-error"), f"{side} shows an error: {demo.text(f'#{side}-error')!r}")
+            pigeonweb.screenshot(demo.page, "demo-reactions")
+    finally:
+        server.stop()
+
+
 if __name__ == "__main__":
-    pigeonweb.main([test_same_origin, test_same_origin_beside_other_allowed_origins, test_rate_limited_sends_keep_their_order, test_cross_origin])
+    pigeonweb.main([
+        test_same_origin, test_same_origin_beside_other_allowed_origins, test_rate_limited_sends_keep_their_order, test_cross_origin,
+        test_reactions_and_replies,
+    ])

@@ -114,11 +114,12 @@ struct RelationsResult: Codable, Sendable {
     var reactionsPerSecond: Double
 
     var p99Ratio: Double { plain.p99Ms > 0 ? rich.p99Ms / plain.p99Ms : 0 }
+    var p50Ratio: Double { plain.p50Ms > 0 ? rich.p50Ms / plain.p50Ms : 0 }
 
     func printLines() {
-        print("  history, plain:            \(Format.latency(plain))")
-        print("  history, reactions+replies: \(Format.latency(rich))")
-        print("  p99 ratio:                 \(String(format: "%.2f", p99Ratio))× (target ≤ 1.5×), pages of \(pageSize) in \(Format.count(messages)) messages")
-        print("  reactions:                 \(Format.rate(reactionsPerSecond)) (\(Format.count(reactions)) PUTs, \(Relations.inFlight) in flight)")
+        print("  history, plain:             p50 / p99 / max \(Format.percentiles(plain)) (\(Format.count(plain.count)) reads)")
+        print("  history, reactions+replies: p50 / p99 / max \(Format.percentiles(rich)) (\(Format.count(rich.count)) reads)")
+        print("  ratio:                      p50 \(String(format: "%.2f", p50Ratio))×, p99 \(String(format: "%.2f", p99Ratio))× (target ≤ 1.5×), pages of \(pageSize) in \(Format.count(messages)) messages")
+        print("  reactions:                  \(String(format: "%.0f", reactionsPerSecond))/s (\(Format.count(reactions)) PUTs, \(Relations.inFlight) in flight)")
     }
 }

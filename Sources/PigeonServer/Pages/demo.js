@@ -6,8 +6,13 @@
 //   delivered ✓✓ once the other member's delivered watermark (receipt events) reaches its seq; read, blue ✓✓, likewise;
 //   failed ⚠️ when the server refused it (the error code), dead-lettered it, or transient errors used up 3 tries.
 // The receiving side acknowledges delivered on arrival and read while its chat is looked at.
+// Every message, sent or received, carries its reactions (pills: the key and its count, the device's own highlighted;
+// a click toggles it) and can be quoted by a reply. A message's pills are always the server's aggregate: the one of
+// the last `reaction` event or react answer, never counted on the page.
 (() => {
-  const EVENT_TYPES = ["message.new", "message.stored", "message.failed", "receipt", "conversation.created", "typing", "reset"];
+  const EVENT_TYPES = ["message.new", "message.stored", "message.failed", "receipt", "conversation.created", "typing", "reaction", "reset"];
+  const PICKER = ["👍", "❤️", "😂", "🎉", "😮"];
+  const QUOTED_BODY = 100;
   const TRANSIENT = new Set(["rate_limited", "overloaded", "internal", "request_timeout"]);
   const MAX_TRIES = 3;
   const ACK_TIMEOUT_MS = 10000;
@@ -143,6 +148,10 @@
       this.myMarks = { delivered: 0, read: 0 }; // this member's, confirmed by the server
       this.receiptSent = { delivered: 0, read: 0 };
       this.duplicates = 0; // a message.new for a message the stream already gave (never expected)
+      this.rows = new Map(); // serverId → a shown message's reactions and quote source: { senderId, body, reactions, parts }
+      this.laterReactions = new Map(); // serverId → the aggregate of a reaction event that came before its message was shown
+      this.replyingTo = null; // the message the next send quotes: { serverId, senderId, body }
+      this.reacting = new Map(); // clientMessageId → a react operation on the WebSocket waiting for its ack or error
       this.events = Promise.resolve();
       this.reconnectTimer = null;
       this.reconnectDelay = 500;
@@ -171,6 +180,9 @@
       const banner = el("div", { id: `${n}-banner`, class: "banner", role: "status" });
       const list = el("ol", { id: `${n}-messages`, class: "messages", tabindex: "0", "aria-label": `${n}'s chat` });
       const typing = el("div", { id: `${n}-typing`, class: "typing", "aria-live": "polite" });
+      const replyText = el("span", { id: `${n}-replying-text`, class: "replying-text" });
+      const replyCancel = el("button", { type: "button", id: `${n}-replying-cancel`, class: "cancel", title: "do not quote it" }, "×");
+      const replying = el("div", { id: `${n}-replying`, class: "replying" }, [replyText, replyCancel]);
       const input = el("input", { id: `${n}-input`, autocomplete: "off", placeholder: `Message as ${n}`, "aria-label": `${n}'s message`, disabled: "" });
       const send = el("button", { id: `${n}-send`, type: "submit", disabled: "" }, "Send");
       const form = el("form", { id: `${n}-compose`, class: "compose" }, [input, send]);
@@ -181,12 +193,15 @@
         banner,
         list,
         typing,
+        replying,
         form,
         error,
         el("details", { class: "wire" }, [el("summary", {}, "on the wire"), wire]),
       ]);
       banner.hidden = true;
       typing.hidden = true;
+      replying.hidden = true;
+      replyCancel.addEventListener("click", () => this.quote(null));
       error.hidden = true;
       $("chats").append(pane);
       online.addEventListener("change", () => this.setOnline(online.checked));
@@ -201,7 +216,7 @@
         input.value = "";
         this.send(text);
       });
-      this.dom = { pane, name, connection, reading, unread, banner, list, typing, input, send, error, wire };
+      this.dom = { pane, name, connection, reading, unread, banner, list, typing, replying, replyText, input, send, error, wire };
       this.renderPane();
     }
 
@@ -313,6 +328,9 @@
         case "typing":
           this.onTyping(event);
           break;
+        case "reaction":
+          if (event.conversationId === conversationId) this.setReactions(event.serverId, event.reactions);
+          break;
         case "reset":
           await this.catchUp();
           break;
@@ -325,9 +343,14 @@
     // MARK: sending
 
     send(text) {
+      const quoted = this.replyingTo;
+      this.quote(null);
       const item = {
         clientMessageId: newUUID(),
         body: text,
+        replyTo: quoted ? quoted.serverId : null,
+        // What the quote shows: the fields of the replyPreview the other side gets with the message.
+        quoted: quoted ? { senderId: quoted.senderId, body: quoted.body, deleted: false } : null,
         clientTimestamp: Date.now(),
         accepted: false,
         serverId: null,
@@ -414,6 +437,13 @@
     }
 
     onAck(frame) {
+      const reaction = this.reacting.get(frame.clientMessageId);
+      if (reaction) {
+        // Stored; the reaction event that follows on the stream carries the aggregate.
+        this.reacting.delete(frame.clientMessageId);
+        this.wireLog("←", `ack react ${reaction.action} ${reaction.key} on ${short(frame.serverId)}`);
+        return;
+      }
       const item = this.outgoing.get(frame.clientMessageId);
       if (!item) return;
       this.wireLog("←", `ack ${short(frame.clientMessageId)} ${frame.status}${frame.seq ? " seq " + frame.seq : ""}`);
@@ -423,6 +453,12 @@
     onErrorFrame(frame) {
       const error = frame.error || { code: "unknown", message: "" };
       this.wireLog("←", `error ${error.code}${frame.clientMessageId ? " for " + short(frame.clientMessageId) : ""}: ${error.message}`);
+      const reaction = frame.clientMessageId ? this.reacting.get(frame.clientMessageId) : null;
+      if (reaction) {
+        this.reacting.delete(frame.clientMessageId);
+        this.showError(`react ${reaction.key}: ${error.code}: ${error.message}`);
+        return;
+      }
       const item = frame.clientMessageId ? this.outgoing.get(frame.clientMessageId) : null;
       if (!item) {
         // A receipt or typing operation was refused: say so, and send the receipts again at the next occasion.
@@ -492,6 +528,7 @@
           this.storedAs(item, message.seq);
           this.render(item);
         }
+        if (message.reactions && this.rows.has(message.serverId)) this.setReactions(message.serverId, message.reactions);
         return;
       }
       if (message.type.startsWith("pigeon.") || this.incoming.has(message.serverId)) return;
@@ -507,6 +544,11 @@
         },
         [el("span", { class: "body" }, body), el("span", { class: "meta" }, `${clock(message.storedAt || message.acceptedAt)} · seq ${message.seq}`)],
       );
+      if (message.replyPreview) {
+        node.dataset.replyTo = message.replyTo;
+        node.prepend(quoteOf(message.replyPreview));
+      }
+      this.addRow(message.serverId, node, message.senderId, message.body, message.reactions);
       this.incoming.set(message.serverId, { message, node, viaHistory });
       this.dom.list.append(node);
       this.dom.list.scrollTop = this.dom.list.scrollHeight;
@@ -638,6 +680,10 @@
         { class: "msg out", "data-direction": "out", "data-client-message-id": item.clientMessageId },
         [el("span", { class: "body" }, body), el("span", { class: "meta" }, [clock(item.clientTimestamp), tick]), why],
       );
+      if (item.quoted) {
+        item.node.dataset.replyTo = item.replyTo;
+        item.node.prepend(quoteOf(item.quoted));
+      }
       item.parts = { tick, why, retry };
       this.dom.list.append(item.node);
       this.dom.list.scrollTop = this.dom.list.scrollHeight;
@@ -651,7 +697,7 @@
       const node = item.node;
       node.dataset.status = status;
       node.dataset.tick = symbol;
-      if (item.serverId) node.dataset.serverId = item.serverId;
+      if (item.serverId) this.addRow(item.serverId, node, this.userId, item.body, []);
       if (item.seq !== null) node.dataset.seq = String(item.seq);
       if (item.recipientsOnline !== null) node.dataset.recipientsOnline = String(item.recipientsOnline);
       const { tick, why, retry } = item.parts;
@@ -705,6 +751,83 @@
       d.banner.textContent = `📵 ${this.userId || this.name} is offline. ${waiting === 1 ? "1 message waits" : `${waiting} messages wait`} here (⏰) and go out, in order and with the same clientMessageId, when back online.`;
     }
 
+    // MARK: reactions and replies
+
+    // Gives a shown message its reactions row (pills, the picker, the reply button) once its serverId is known.
+    addRow(serverId, node, senderId, body, reactions) {
+      if (this.rows.has(serverId)) return;
+      node.dataset.serverId = serverId;
+      const pills = el("span", { class: "pills" });
+      const picks = PICKER.map((key) => {
+        const pick = el("button", { type: "button", class: "pick", "data-key": key, title: `react ${key}` }, key);
+        pick.addEventListener("click", () => {
+          picker.hidden = true;
+          this.react(serverId, key, "add");
+        });
+        return pick;
+      });
+      const picker = el("span", { class: "picker" }, picks);
+      picker.hidden = true;
+      const add = el("button", { type: "button", class: "react-add", title: "add a reaction", "aria-label": "add a reaction" }, "☺+");
+      add.addEventListener("click", () => {
+        picker.hidden = !picker.hidden;
+      });
+      const reply = el("button", { type: "button", class: "reply", title: "reply with a quote", "aria-label": "reply" }, "↩");
+      reply.addEventListener("click", () => this.quote({ serverId, senderId, body }));
+      node.append(el("div", { class: "reactions" }, [pills, add, picker, reply]));
+      this.rows.set(serverId, { pills });
+      const later = this.laterReactions.get(serverId);
+      this.laterReactions.delete(serverId);
+      this.setReactions(serverId, later || reactions || []);
+    }
+
+    // Draws a message's reactions exactly as the server gave them (a reaction event, a read message): a pill per key
+    // with its count, the ones this device's user holds highlighted (me). Nothing is counted here.
+    setReactions(serverId, reactions) {
+      const row = this.rows.get(serverId);
+      if (!row) {
+        this.laterReactions.set(serverId, reactions);
+        return;
+      }
+      row.pills.replaceChildren(
+        ...reactions.map((reaction) => {
+          const pill = el(
+            "button",
+            {
+              type: "button",
+              class: "pill",
+              "data-key": reaction.key,
+              "data-count": String(reaction.count),
+              "data-me": String(reaction.me),
+              "aria-pressed": String(reaction.me),
+              title: reaction.me ? `remove your ${reaction.key}` : `react ${reaction.key} too`,
+            },
+            `${reaction.key} ${reaction.count}`,
+          );
+          pill.addEventListener("click", () => this.react(serverId, reaction.key, reaction.me ? "remove" : "add"));
+          return pill;
+        }),
+      );
+    }
+
+    react(serverId, key, action) {
+      if (!this.online || !this.transport.ready()) {
+        this.showError(`react ${key}: ${this.userId} is offline`);
+        return;
+      }
+      this.wireLog("→", `react ${action} ${key} on ${short(serverId)}`);
+      this.transport.react(serverId, key, action);
+    }
+
+    // The message the next send quotes (null: none), shown above the input until sent or cancelled.
+    quote(target) {
+      this.replyingTo = target;
+      this.dom.replying.hidden = target === null;
+      if (target === null) return;
+      this.dom.replyText.replaceChildren(quoteOf({ senderId: target.senderId, body: target.body, deleted: false }));
+      this.dom.input.focus();
+    }
+
     showError(text) {
       this.dom.error.textContent = text;
       this.dom.error.hidden = false;
@@ -715,6 +838,14 @@
       list.append(el("li", {}, `${clock(Date.now())} ${direction} ${text}`));
       while (list.children.length > 60) list.firstElementChild.remove();
     }
+  }
+
+  // A quote of a replied-to message, from its replyPreview (or, on the sending side, the same fields of the message
+  // it quotes): "↪ alice-k3m9: the first words…".
+  function quoteOf(preview) {
+    const characters = Array.from(preview.body);
+    const text = preview.deleted ? "(deleted)" : characters.length > QUOTED_BODY ? `${characters.slice(0, QUOTED_BODY).join("")}…` : preview.body;
+    return el("span", { class: "quote", "data-sender-id": preview.senderId }, `↪ ${preview.senderId}: ${text}`);
   }
 
   function describe(event) {
@@ -729,6 +860,8 @@
         return `receipt ${event.userId} ${event.kind} up to ${event.upToSeq}`;
       case "typing":
         return `typing ${event.userId} ${event.active}`;
+      case "reaction":
+        return `reaction ${event.userId} ${event.action} ${event.key} on ${short(event.serverId)}`;
       default:
         return event.type;
     }
@@ -792,14 +925,16 @@
         }
         if (item.notBefore > Date.now()) break;
         item.inFlight = true;
-        this.operation({
+        const frame = {
           op: "send",
           conversationId,
           clientMessageId: item.clientMessageId,
           type: "text",
           body: item.body,
           clientTimestamp: item.clientTimestamp,
-        });
+        };
+        if (item.replyTo) frame.replyTo = item.replyTo;
+        this.operation(frame);
         this.side.wireLog("→", `send ${short(item.clientMessageId)}${item.tries > 0 || item.sentBefore ? " (again)" : ""}`);
         item.sentBefore = true;
         clearTimeout(item.ackTimer);
@@ -819,6 +954,13 @@
 
     typing(active) {
       this.operation({ op: "typing", conversationId, active });
+    }
+
+    // Answered by an ack (the reaction event that follows carries the aggregate) or an error frame.
+    react(serverId, key, action) {
+      const clientMessageId = newUUID();
+      this.side.reacting.set(clientMessageId, { key, action });
+      this.operation({ op: "react", conversationId, serverId, key, action, clientMessageId });
     }
 
     operation(frame) {
@@ -911,15 +1053,11 @@
       item.inFlight = true;
       side.wireLog("→", `POST …/messages ${short(item.clientMessageId)}${item.sentBefore ? " (again)" : ""}`);
       item.sentBefore = true;
+      const body = { clientMessageId: item.clientMessageId, type: "text", body: item.body, clientTimestamp: item.clientTimestamp };
+      if (item.replyTo) body.replyTo = item.replyTo;
       let answer;
       try {
-        answer = await call(
-          side.token,
-          "POST",
-          `/v1/conversations/${conversationId}/messages`,
-          { clientMessageId: item.clientMessageId, type: "text", body: item.body, clientTimestamp: item.clientTimestamp },
-          controller.signal,
-        );
+        answer = await call(side.token, "POST", `/v1/conversations/${conversationId}/messages`, body, controller.signal);
       } catch (error) {
         item.inFlight = false;
         if (!side.online) return; // switched off: it goes again, with the same id, when back
@@ -958,6 +1096,25 @@
         side.wireLog("×", `receipt: no answer (${error.message})`);
       }
       side.receiptSent[kind] = side.myMarks[kind]; // sent again at the next occasion
+    }
+
+    // PUT adds, DELETE removes. The answer holds the aggregate too, but the reaction event on the stream is what the
+    // pills show: it comes in the stream's order, so a late answer cannot draw an older state over a newer one.
+    async react(serverId, key, action) {
+      const side = this.side;
+      const path = `/v1/conversations/${conversationId}/messages/${serverId}/reactions/${encodeURIComponent(key)}`;
+      try {
+        const answer = await call(side.token, action === "add" ? "PUT" : "DELETE", path);
+        if (answer.status === 200) {
+          side.wireLog("←", `200 ${action} ${key}: ${answer.json.reactions.map((r) => `${r.key} ${r.count}`).join(", ") || "none"}`);
+          return;
+        }
+        const error = errorOf(answer);
+        side.wireLog("←", `${answer.status} ${error.code}`);
+        side.showError(`react ${key}: ${error.code}: ${error.message}`);
+      } catch (error) {
+        side.wireLog("×", `react: no answer (${error.message})`);
+      }
     }
 
     async typing(active) {

@@ -172,6 +172,7 @@ import Testing
         case .typing: return .typing(conversationId: conversationId, active: true)
         case .edit: return .edit(conversationId: conversationId, serverId: newId(), EditMessageRequest(clientMessageId: newId(), body: "b", clientTimestamp: 2))
         case .delete: return .delete(conversationId: conversationId, serverId: newId(), DeleteMessageRequest(clientMessageId: newId(), clientTimestamp: 2))
+        case .react: return .react(conversationId: conversationId, ReactRequest(serverId: newId(), key: "👍", action: .add, clientMessageId: newId()))
         }
     }
 
@@ -190,6 +191,9 @@ import Testing
             #"{"op":"receipt","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","kind":"seen","upToSeq":1}"#,
             #"{"op":"typing","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f"}"#,
             #"{"op":"shout","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f"}"#,
+            #"{"op":"react","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","serverId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","key":"👍","action":"toggle","clientMessageId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f"}"#,
+            #"{"op":"react","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","serverId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","key":"Thumbs Up","action":"add","clientMessageId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f"}"#,
+            #"{"op":"send","conversationId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","clientMessageId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","type":"text","body":"x","clientTimestamp":1,"replyTo":"the first"}"#,
         ]
         for text in bad {
             let json = try JSONSerialization.jsonObject(with: Data(text.utf8))
@@ -197,8 +201,150 @@ import Testing
         }
     }
 
+    /// A message with every field of version 1.2 (reactions, a quote, a thread and its summary), and one without any,
+    /// as PigeonProtocol encodes them, validate against Message; a message without the new fields (an older encoding)
+    /// does not, since a reader relies on them being there.
+    @Test func messagesWithReactionsRepliesAndThreadsValidate() throws {
+        let openAPI = JSONSchemaSubset(document: try Self.parsed(.openapi))
+        let conversationId = newId()
+        let root = Message(
+            serverId: newId(), clientMessageId: newId(), conversationId: conversationId, seq: 3, senderId: "alice", senderDeviceId: newId(),
+            type: "text", body: "the root", clientTimestamp: 1, acceptedAt: 2, storedAt: 3,
+            reactions: [Reaction(key: "👍", count: 2, me: true), Reaction(key: "party_parrot", count: 1, me: false), Reaction(key: "👨‍👩‍👧", count: 1, me: false)],
+            thread: ThreadSummary(replyCount: 2, lastReplyAt: 9, lastReplySenders: ["bob", "alice"]))
+        let reply = Message(
+            serverId: newId(), clientMessageId: newId(), conversationId: conversationId, seq: 4, senderId: "bob", senderDeviceId: "jwt-device.1",
+            type: "text", body: "a reply", clientTimestamp: 4, acceptedAt: 5, storedAt: 6, editedAt: 7, replyTo: root.serverId,
+            replyPreview: ReplyPreview(serverId: root.serverId, senderId: "alice", type: "text", body: String(repeating: "é", count: 150), deleted: false),
+            threadRoot: root.serverId)
+        let deletedReply = Message(
+            serverId: newId(), clientMessageId: newId(), conversationId: conversationId, seq: 5, senderId: "alice", senderDeviceId: newId(),
+            type: "text", body: "", clientTimestamp: 4, acceptedAt: 5, storedAt: 6, deletedAt: 8, threadRoot: root.serverId)
+        let plain = Message(
+            serverId: newId(), clientMessageId: newId(), conversationId: conversationId, seq: 1, senderId: "alice", senderDeviceId: newId(),
+            type: "pigeon.members", body: "{}", clientTimestamp: 1, acceptedAt: 1, storedAt: 1)
+        for message in [root, reply, deletedReply, plain] {
+            let json = try JSONSerialization.jsonObject(with: JSONEncoder().encode(message))
+            #expect(openAPI.problems(json, against: "Message").isEmpty, "\(openAPI.problems(json, against: "Message"))")
+        }
+        let encoded = try #require(try JSONSerialization.jsonObject(with: JSONEncoder().encode(plain)) as? [String: Any])
+        #expect(encoded["replyTo"] is NSNull && encoded["thread"] is NSNull && (encoded["reactions"] as? [Any])?.isEmpty == true)
+        for field in ["reactions", "replyTo", "replyPreview", "threadRoot", "thread"] {
+            var older = encoded
+            older[field] = nil
+            #expect(!openAPI.problems(older, against: "Message").isEmpty, "a Message without \(field) validates")
+        }
+        // A count of 0 is never sent (the key is left out), nor a thread summary without replies.
+        var zero = encoded
+        zero["reactions"] = [["key": "👍", "count": 0, "me": false]]
+        #expect(!openAPI.problems(zero, against: "Message").isEmpty)
+
+        // The answers of the new routes.
+        let answers: [(String, any Encodable)] = [
+            ("ThreadPage", ThreadPage(root: root, messages: [reply, deletedReply], hasMore: false)),
+            ("ReactionsResponse", ReactionsResponse(serverId: root.serverId, reactions: root.reactions)),
+            ("ReactionsResponse", ReactionsResponse(serverId: root.serverId, reactions: [])),
+            (
+                "ReactionUsersPage",
+                ReactionUsersPage(
+                    users: [ReactionUser(userId: "alice", key: "👍", at: 1), ReactionUser(userId: "alice", key: "+1", at: 2), ReactionUser(userId: "bob", key: "👍", at: 3)],
+                    hasMore: true)
+            ),
+            ("SendMessageRequest", SendMessageRequest(clientMessageId: newId(), type: "text", body: "x", clientTimestamp: 1, replyTo: root.serverId, threadRoot: root.serverId)),
+            ("MessagePage", MessagePage(messages: [root, reply], hasMore: false)),
+        ]
+        for (schema, value) in answers {
+            let json = try JSONSerialization.jsonObject(with: JSONEncoder().encode(value))
+            #expect(openAPI.problems(json, against: schema).isEmpty, "\(schema): \(openAPI.problems(json, against: schema))")
+        }
+        // An explicit null replyTo and threadRoot are a plain send.
+        let nulls = try JSONSerialization.jsonObject(
+            with: Data(#"{"clientMessageId":"6f1e2a4c-8f0e-4a51-9c5b-0d8f1e2a4c8f","type":"text","body":"x","clientTimestamp":1,"replyTo":null,"threadRoot":null}"#.utf8))
+        #expect(openAPI.problems(nulls, against: "SendMessageRequest").isEmpty)
+    }
+
+    /// The reaction event as PigeonProtocol encodes it is an Event and a ServerFrame in both documents.
+    @Test func theReactionEventValidates() throws {
+        let event = ServerEvent.reaction(
+            cursor: "1-42",
+            ReactionEvent(
+                conversationId: newId(), serverId: newId(), key: "🎉", userId: "bob", action: .remove, reactions: [Reaction(key: "👍", count: 1, me: true)],
+                at: 12))
+        let json = try JSONSerialization.jsonObject(with: JSONEncoder().encode(event))
+        for document in ContractDocument.allCases {
+            let validator = JSONSchemaSubset(document: try Self.parsed(document))
+            #expect(validator.problems(json, against: "Event").isEmpty, "\(document): \(validator.problems(json, against: "Event"))")
+            #expect(validator.problems(json, against: ContractSchemas.eventName(.reaction)).isEmpty)
+        }
+        let asyncAPI = JSONSchemaSubset(document: try Self.parsed(.asyncapi))
+        #expect(asyncAPI.problems(json, against: "ServerFrame").isEmpty)
+        var noCursor = try #require(json as? [String: Any])
+        noCursor["cursor"] = nil
+        #expect(!asyncAPI.problems(noCursor, against: "Event").isEmpty, "a reaction event carries a cursor")
+        // The react op's ack: the message's serverId, stored, no seq.
+        let ack = try JSONSerialization.jsonObject(
+            with: JSONEncoder().encode(AckFrame(clientMessageId: newId(), serverId: newId(), status: .stored, acceptedAt: 5)))
+        #expect(asyncAPI.problems(ack, against: "ServerFrame").isEmpty, "\(asyncAPI.problems(ack, against: "ServerFrame"))")
+    }
+
+    /// The reaction key's pattern (of the key parameter, the react op and the reactions list's filter) allows what the
+    /// server takes and refuses what it refuses: every emoji of one scalar it names, alone, with U+FE0F or with a skin
+    /// tone, is a valid key (``Validation/isValidReactionKey(_:)``), and neither tokens out of their alphabet nor text
+    /// pass it.
+    @Test func theReactionKeyPatternAllowsOnlyValidKeys() throws {
+        let document = try Self.parsed(.openapi)
+        let paths = try #require(document["paths"] as? [String: [String: Any]])
+        let put = try #require(paths["/v1/conversations/{id}/messages/{serverId}/reactions/{key}"]?["put"] as? [String: Any])
+        let parameter = try #require((put["parameters"] as? [[String: Any]])?.first { $0["name"] as? String == "key" })
+        let pattern = try #require((parameter["schema"] as? [String: Any])?["pattern"] as? String)
+        let schemas = try #require((document["components"] as? [String: Any])?["schemas"] as? [String: [String: Any]])
+        let react = try #require((schemas["ReactOperation"]?["properties"] as? [String: [String: Any]])?["key"]?["pattern"] as? String)
+        #expect(react == pattern)
+        let regex = try NSRegularExpression(pattern: pattern)
+        func allowed(_ key: String) -> Bool { regex.firstMatch(in: key, range: NSRange(key.startIndex..., in: key)) != nil }
+        let valid = [
+            "👍", "🎉", "❤", "❤️", "☕", "👍🏽", "🇫", "1️⃣", "#⃣", "thumbs_up", "+1", "a:b-c", String(repeating: "z", count: 32),
+        ]
+        for key in valid {
+            #expect(allowed(key), "\(key)")
+            #expect(Validation.isValidReactionKey(key), "\(key)")
+        }
+        // The sequences the pattern leaves out (its description names them) are still keys the server takes.
+        for key in ["🇫🇷", "👨‍👩‍👧", "🏴\u{E0067}\u{E0062}\u{E0065}\u{E006E}\u{E0067}\u{E007F}"] {
+            #expect(!allowed(key) && Validation.isValidReactionKey(key), "\(key)")
+        }
+        for key in ["", "A", "a b", "é", "ab👍", "👍👍", "🇫🇷🇫", "<", String(repeating: "z", count: 33), "a\u{301}", "👍\u{301}"] {
+            #expect(!allowed(key), "\(key)")
+        }
+        // Every scalar of the class is a key the server takes, also with U+FE0F and with a skin tone.
+        let open = try #require(pattern.range(of: "|["))
+        let close = try #require(pattern.range(of: "](", range: open.upperBound..<pattern.endIndex))
+        let scalars = Array(pattern[open.upperBound..<close.lowerBound].unicodeScalars)
+        var index = 0
+        var count = 0
+        while index < scalars.count {
+            let first = scalars[index].value
+            var last = first
+            if index + 2 < scalars.count, scalars[index + 1] == "-" {
+                last = scalars[index + 2].value
+                index += 3
+            } else {
+                index += 1
+            }
+            for value in first...last {
+                let key = String(Character(try #require(Unicode.Scalar(value))))
+                for form in [key, key + "\u{FE0F}", key + "\u{1F3FD}"] {
+                    #expect(Validation.isValidReactionKey(form) && allowed(form), "U+\(String(value, radix: 16)): \(form) is in the pattern and refused")
+                }
+                count += 1
+            }
+        }
+        #expect(count > 1_000, "the pattern names \(count) emoji")
+    }
+
     /// Real frames from a live server (WebSocket, SSE, /v1/sync) validate against the documents' schemas, and every
-    /// event type the protocol knows is among them (`message.failed`, which a healthy embedded server never sends, is
+    /// event type the protocol knows is among them (reactions, a quote and a thread among them, with the answers of
+    /// their routes and a 409) (`message.failed`, which a healthy embedded server never sends, is
     /// the store's own encoding of one).
     @Test func realFramesValidateAgainstTheSchemas() async throws {
         let asyncAPI = JSONSchemaSubset(document: try Self.parsed(.asyncapi))
@@ -233,6 +379,47 @@ import Testing
             }
             _ = await bobSSE.first { $0.event == "typing" }
 
+            // Reactions, a quote and a thread: over HTTP and the WebSocket, and the answers of their routes.
+            let root = try await client.sendAccepted(bob, to: conversation.id, body: "a thread's root")
+            _ = try await client.waitForMessages(alice, conversation.id) { $0.contains { $0.serverId == root.serverId } }
+            let reactions = "/v1/conversations/\(conversation.id)/messages/\(root.serverId)/reactions"
+            let thumbs = try await client.request(.PUT, reactions + "/%F0%9F%91%8D", token: bob.token)
+            #expect(thumbs.status == 200, "\(thumbs.text)")
+            let reacted = try JSONSerialization.jsonObject(with: thumbs.body)
+            #expect(openAPI.problems(reacted, against: "ReactionsResponse").isEmpty, "\(thumbs.text): \(openAPI.problems(reacted, against: "ReactionsResponse"))")
+            aliceSocket.send(.react(conversationId: conversation.id, ReactRequest(serverId: root.serverId, key: "party_parrot", action: .add, clientMessageId: newId())))
+            aliceSocket.send(.react(conversationId: conversation.id, ReactRequest(serverId: sent.serverId, key: "🎉", action: .add, clientMessageId: newId())))
+            let reply = newId()
+            aliceSocket.send(
+                .send(
+                    conversationId: conversation.id,
+                    SendMessageRequest(clientMessageId: reply, type: "text", body: "a quote in the thread", clientTimestamp: 4, replyTo: root.serverId, threadRoot: root.serverId)))
+            _ = await bobSocket.firstEvent { event in
+                if case .messageNew(_, let message) = event { message.clientMessageId == reply } else { false }
+            }
+            _ = await bobSocket.firstEvent { if case .reaction(_, let event) = $0 { event.key == "party_parrot" } else { false } }
+            _ = await bobSSE.first { $0.event == "reaction" && $0.data.contains("party_parrot") }
+            let conflict = try await client.request(.DELETE, "/v1/conversations/\(conversation.id)/messages/\(sent.serverId)/reactions/x", token: bob.token)
+            #expect(conflict.status == 409, "a deleted message's reaction: \(conflict.text)")
+            let documented = try #require(try Self.parsed(.openapi)["paths"] as? [String: [String: Any]])
+            let removeReaction = documented["/v1/conversations/{id}/messages/{serverId}/reactions/{key}"]?["delete"] as? [String: Any]
+            #expect((removeReaction?["responses"] as? [String: Any])?["409"] != nil, "409 is a documented answer of removeReaction")
+            #expect(openAPI.problems(try JSONSerialization.jsonObject(with: conflict.body), against: "Error").isEmpty)
+            let pages: [(String, String)] = [
+                ("/v1/conversations/\(conversation.id)/threads/\(root.serverId)/messages", "ThreadPage"),
+                (reactions + "?limit=1", "ReactionUsersPage"),
+                ("/v1/conversations/\(conversation.id)/messages", "MessagePage"),
+            ]
+            for (path, schema) in pages {
+                let page = try await client.request(.GET, path, token: alice.token)
+                #expect(page.status == 200, "\(path): \(page.text)")
+                let json = try JSONSerialization.jsonObject(with: page.body)
+                #expect(openAPI.problems(json, against: schema).isEmpty, "\(path): \(page.text): \(openAPI.problems(json, against: schema))")
+            }
+            let thread = try await client.request(.GET, pages[0].0, token: alice.token).decode(ThreadPage.self)
+            #expect(thread.root.thread?.replyCount == 1 && thread.root.reactions.count == 2 && thread.messages.map(\.clientMessageId) == [reply])
+            #expect(thread.messages.first?.replyPreview?.body == "a thread's root")
+
             var frames = await aliceSocket.rawInbox.drain(for: .milliseconds(300)) + bobSocket.rawInbox.drain(for: .milliseconds(300))
             var seen = Set<String>()
             for text in frames {
@@ -242,7 +429,8 @@ import Testing
                 if let type = (json as? [String: Any])?["type"] as? String { seen.insert(type) }
             }
             #expect(
-                seen.isSuperset(of: ["reset", "conversation.created", "message.new", "message.stored", "receipt", "typing", "ack", "error"]), "\(seen)")
+                seen.isSuperset(of: ["reset", "conversation.created", "message.new", "message.stored", "receipt", "typing", "reaction", "ack", "error"]),
+                "\(seen)")
 
             // SSE: the data of each event is its event schema; its id is the cursor, its event the type.
             frames = []

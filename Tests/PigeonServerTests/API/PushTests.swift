@@ -153,6 +153,28 @@ import Testing
         }
     }
 
+    /// API.md 1.2: a reaction is not a message: an offline member gets no push for it (and a thread reply, which is
+    /// one, is pushed like any message).
+    @Test func aReactionSendsNoPushAndAThreadReplyDoes() async throws {
+        let gateway = try await MatrixPushGateway.start()
+        defer { Task { await gateway.stop() } }
+        try await withTestServer(configure: Self.pushing(to: gateway)) { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let conversation = try await client.createConversation(alice, members: ["bob"])
+            let sent = try await client.sendAccepted(bob, to: conversation.id, body: "mine")
+            _ = try await client.waitForCount(alice, conversation.id, 1)
+            try await Self.registerPush(client, bob, pushkey: "bob-phone")
+            let reacted = try await ReactionsAndThreadsTests.react(client, alice, conversation.id, sent.serverId, "👍")
+            #expect(reacted.status == 200, "\(reacted.text)")
+            try await Self.expectStill(gateway, 0)
+            let reply = try await ReactionsAndThreadsTests.sendReply(client, alice, conversation.id, body: "in thread", threadRoot: sent.serverId)
+            #expect(reply.status == 202, "\(reply.text)")
+            try await waitUntil("the thread reply's push") { gateway.received.count >= 1 }
+            #expect(gateway.received.first?.eventId == (try reply.decode(SendMessageResponse.self)).serverId)
+        }
+    }
+
     /// With `--push-include-body` the notification carries the message's type and body in `content`.
     @Test func theBodyIsSentOnlyWhenAskedFor() async throws {
         let gateway = try await MatrixPushGateway.start()
