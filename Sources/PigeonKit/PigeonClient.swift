@@ -37,6 +37,8 @@ public final class PigeonClient: Sendable, Service {
     }
 
     let runSlot = NIOLockedValueBox(RunSlot())
+    /// Serialises ``react(_:to:)`` and ``unreact(_:from:)`` from saving to queueing.
+    let reactionLock = NIOLock()
 
     /// Opens (or creates) the local database and loads the outbox; no network yet.
     ///
@@ -174,12 +176,21 @@ public final class PigeonClient: Sendable, Service {
     /// being killed (and a power loss with ``Configuration-swift.struct/flushEveryWrite``), and the next client
     /// opened on the database sends them. It never waits for the network.
     ///
+    /// A reply quotes `replyTo` (its ``PigeonMessage/replyPreview`` is there at once, from this device's copy); with
+    /// `threadRoot` the message goes into that message's thread (see ``fetchThread(of:after:before:limit:)``). Both
+    /// must be app messages of the same conversation on this device, not deleted; a thread's root must not itself be
+    /// in a thread. Either may be a message of this device that still waits: the reply goes out after it.
+    ///
     /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
-    /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty or oversized body, U+0000),
-    /// ``PigeonClientError/Code-swift.struct/unknownConversation``, ``PigeonClientError/Code-swift.struct/notMember``
-    /// (this user was removed from the conversation, or left it), or a database error.
+    /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty or oversized body, U+0000,
+    /// a quote or root that cannot be one), ``PigeonClientError/Code-swift.struct/unknownConversation``,
+    /// ``PigeonClientError/Code-swift.struct/unknownMessage`` (a quote or root not on this device),
+    /// ``PigeonClientError/Code-swift.struct/notMember`` (this user was removed from the conversation, or left it), or
+    /// a database error.
     @discardableResult
-    public func send(_ body: String, type: String = "text", to conversationId: String) throws -> PigeonMessage {
+    public func send(
+        _ body: String, type: String = "text", to conversationId: String, replyTo: PigeonMessage? = nil, threadRoot: PigeonMessage? = nil
+    ) throws -> PigeonMessage {
         guard Validation.isValidMessageType(type) else { throw PigeonClientError.invalid("type must be 1–32 characters of [a-z0-9._-]") }
         guard !Validation.isServerMessageType(type) else {
             throw PigeonClientError.invalid("types beginning with \"pigeon.\" are the server's; \"\(type)\" cannot be sent")
@@ -194,7 +205,7 @@ public final class PigeonClient: Sendable, Service {
         }
         let message = try store.insertOutgoing(
             conversationId: conversationId, type: type, body: body, clientMessageId: UUID().uuidString.lowercased(),
-            clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000))
+            clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000), replyToLocalId: replyTo?.localId, threadRootLocalId: threadRoot?.localId)
         hub.emit(.messageStatusChanged(message))
         engine.enqueue(OutboxItem(localId: message.localId, conversationId: conversationId, clientMessageId: message.clientMessageId))
         return message
@@ -257,9 +268,9 @@ public final class PigeonClient: Sendable, Service {
     }
 
     /// Brings this device up to date and waits until it is: connected, the conversation list and every missing
-    /// message fetched, the outbox flushed (each waiting message accepted ✓ or failed ⚠️), and the delivered and
-    /// read receipts this device owes confirmed by the server's echo. For command-line tools and background
-    /// refresh; the client must be running (``start()`` or ``run()``).
+    /// message fetched, the outbox flushed (each waiting message accepted ✓ or failed ⚠️, each reaction answered or
+    /// dropped), and the delivered and read receipts this device owes confirmed by the server's echo. For
+    /// command-line tools and background refresh; the client must be running (``start()`` or ``run()``).
     ///
     /// Throws ``PigeonClientError/Code-swift.struct/timeout`` when `timeout` passes first (saying which step was
     /// left, and why the last connection attempt failed); nothing is lost then: the outbox and the receipts wait
@@ -280,10 +291,11 @@ public final class PigeonClient: Sendable, Service {
         try await withDeadline(deadline, timeout: timeout, "fetching the conversations and missing messages from \(server)") {
             try await self.engine.catchUp()
         }
+        // A failed message stays (⚠️, for `retry`); a failed reaction is on its way out (dropped and undone): wait for it.
         try await waitUntil(deadline, timeout: timeout, { () -> String in
-            let waiting = self.engine.outbox.withLockedValue { $0.items.values.filter { !$0.isFailed }.count }
-            return "\(waiting) message\(waiting == 1 ? "" : "s") still waiting for the server's answer"
-        }) { self.engine.outbox.withLockedValue { queue in !queue.items.values.contains { !$0.isFailed } } }
+            let waiting = self.engine.outbox.withLockedValue { $0.items.values.filter { !$0.isFailed || $0.kind == .reaction }.count }
+            return "\(waiting) message\(waiting == 1 ? "" : "s") or reaction\(waiting == 1 ? "" : "s") still waiting for the server's answer"
+        }) { self.engine.outbox.withLockedValue { queue in !queue.items.values.contains { !$0.isFailed || $0.kind == .reaction } } }
         engine.receiptsChanged()
         try await waitUntil(deadline, timeout: timeout, { "receipts not yet confirmed by \(server)" }) {
             try await self.store.pendingReceipts().isEmpty

@@ -76,6 +76,18 @@ import Testing
             counted()
             return try await base.deleteMessage(conversationId: conversationId, serverId: serverId, request)
         }
+        func react(conversationId: String, serverId: String, key: String, action: ReactionAction) async throws -> ReactionsResponse {
+            counted()
+            return try await base.react(conversationId: conversationId, serverId: serverId, key: key, action: action)
+        }
+        func reactionUsers(conversationId: String, serverId: String, key: String?, after: String?, limit: Int) async throws -> ReactionUsersPage {
+            counted()
+            return try await base.reactionUsers(conversationId: conversationId, serverId: serverId, key: key, after: after, limit: limit)
+        }
+        func threadPage(conversationId: String, rootServerId: String, after: Int64?, before: Int64?, limit: Int) async throws -> ThreadPage {
+            counted()
+            return try await base.threadPage(conversationId: conversationId, rootServerId: rootServerId, after: after, before: before, limit: limit)
+        }
     }
 
     @Test func devicesListsTheUsersDevicesWithThisOneMarked() async throws {

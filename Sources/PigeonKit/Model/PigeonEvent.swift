@@ -45,6 +45,18 @@ public enum PigeonEvent: Sendable, Equatable {
     /// How many members have one of this user's messages changed (``PigeonMessage/recipients``: a group's "delivered
     /// to 3 of 5, read by 2"). A change that also moves the status is announced by ``messageStatusChanged(_:)`` too.
     case recipientsChanged(PigeonMessage)
+
+    // Reactions, replies and threads (API.md 1.2).
+
+    /// A message's reactions read differently (``PigeonMessage/reactions``): a reaction made here (at once, before
+    /// the server has it), or the server's aggregate heard (an answer, another member's reaction, a read).
+    case reactionsChanged(PigeonMessage)
+    /// A reaction made here could not be made (`error`: the server's refusal, such as `conflict` for a deleted
+    /// message or a limit, or the message it was for was never sent): it is dropped, and `message` reads as without it.
+    case reactionFailed(message: PigeonMessage, key: String, action: ReactionAction, error: ErrorDetail)
+    /// A thread's root has a new summary (``PigeonMessage/thread``): a reply arrived or was deleted, or a read
+    /// corrected it.
+    case threadUpdated(PigeonMessage)
 }
 
 /// Delegate-style observation (a listener with `onMessageReceived`-style callbacks). Methods are called after the local database write, in
@@ -73,6 +85,12 @@ public protocol PigeonListener: AnyObject, Sendable {
     func onMessageChangeFailed(_ change: PigeonMessage, message: PigeonMessage)
     /// ``PigeonEvent/recipientsChanged(_:)``: the per-member counts of one of this user's messages moved.
     func onRecipientsChanged(_ message: PigeonMessage)
+    /// ``PigeonEvent/reactionsChanged(_:)``: a message's reactions read differently.
+    func onReactionsChanged(_ message: PigeonMessage)
+    /// ``PigeonEvent/reactionFailed(message:key:action:error:)``: a reaction made here was dropped.
+    func onReactionFailed(_ message: PigeonMessage, key: String, action: ReactionAction, error: ErrorDetail)
+    /// ``PigeonEvent/threadUpdated(_:)``: a thread's root has a new summary.
+    func onThreadUpdated(_ root: PigeonMessage)
 }
 
 extension PigeonListener {
@@ -96,6 +114,12 @@ extension PigeonListener {
     public func onMessageChangeFailed(_ change: PigeonMessage, message: PigeonMessage) {}
     /// Does nothing.
     public func onRecipientsChanged(_ message: PigeonMessage) {}
+    /// Does nothing.
+    public func onReactionsChanged(_ message: PigeonMessage) {}
+    /// Does nothing.
+    public func onReactionFailed(_ message: PigeonMessage, key: String, action: ReactionAction, error: ErrorDetail) {}
+    /// Does nothing.
+    public func onThreadUpdated(_ root: PigeonMessage) {}
 }
 
 /// What happened when the local database could not be opened (corrupt, not a database, or from a newer version

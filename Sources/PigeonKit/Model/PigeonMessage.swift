@@ -72,6 +72,22 @@ public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     /// For this user's stored messages: how many of the members it counts have it and have read it (a group's
     /// "delivered to 3 of 5, read by 2"); `nil` before the message has its seq, and for others' messages.
     public var recipients: RecipientCounts? = nil
+    /// Its reactions as this device shows them, keys in order of first use (API.md 1.2): the server's aggregate as
+    /// last heard (an answer, a `reaction` event, a read), with this device's reactions that the server has not
+    /// answered yet on top (``PigeonClient/react(_:to:)``). ``Reaction/me`` is this user's. Empty on a deleted message.
+    @EmptyIfAbsent public var reactions: [Reaction] = []
+    /// The message this one quotes (``PigeonClient/send(_:type:to:replyTo:threadRoot:)``), or `nil`. Its serverId is
+    /// `nil` while the quoted message, sent from this device, waits for the server's accept answer.
+    public var replyTo: MessageReference? = nil
+    /// The quote to draw, without reading the quoted message: its sender, type, the first 100 characters of its body
+    /// (`""` once deleted). Built from this device's copy when the reply is written here, else the server's.
+    public var replyPreview: ReplyPreview? = nil
+    /// The thread this message is in (the root's reference), or `nil`.
+    public var threadRoot: MessageReference? = nil
+    /// On a thread's root: how many replies it has, the newest one's time and its newest senders; `nil` when it has
+    /// none. Kept current from the stream as replies arrive and are deleted, and corrected by every read from the
+    /// server (see ``PigeonClient/fetchThread(of:after:before:limit:)``).
+    public var thread: ThreadSummary? = nil
 
     /// ``localId``, for `Identifiable`.
     public var id: Int64 { localId }

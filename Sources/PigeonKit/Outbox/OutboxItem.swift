@@ -32,17 +32,31 @@ package struct OutboxItem: Sendable, Equatable {
         case fail(ErrorDetail)
     }
 
+    /// What the item sends.
+    package enum Kind: Sendable, Equatable {
+        /// A message, an edit or a deletion (a row of the messages table).
+        case message
+        /// A reaction added or removed (API.md 1.2): not a message, it has no status of its own; refused, it is dropped.
+        case reaction
+    }
+
+    /// The message's local id, or for a reaction its own id from the same sequence (so that one line orders both).
     package let localId: Int64
     package let conversationId: String
     package let clientMessageId: String
+    package let kind: Kind
     /// Tries that ended without an accept answer.
     package private(set) var attempts: Int
     package private(set) var state: State
 
-    package init(localId: Int64, conversationId: String, clientMessageId: String, attempts: Int = 0, state: State = .queued(notBefore: nil)) {
+    package init(
+        localId: Int64, conversationId: String, clientMessageId: String, attempts: Int = 0, state: State = .queued(notBefore: nil),
+        kind: Kind = .message
+    ) {
         self.localId = localId
         self.conversationId = conversationId
         self.clientMessageId = clientMessageId
+        self.kind = kind
         self.attempts = attempts
         self.state = state
     }

@@ -148,6 +148,41 @@ enum LocalDatabase {
                 END;
                 """)
         }
+        // API.md 1.2's reactions, replies and threads.
+        // - messages: the reactions shown (`reactions`: the server's aggregate in `confirmedReactions` with this
+        //   device's unanswered reactions on top; JSON, NULL when none), the quoted message and its preview, the
+        //   thread a message is in and, on a root, its summary with the `storedAt` of the newest reply it counts
+        //   (`threadAt`: a reply stored later is new to it). A quote or thread root sent from this device may wait for
+        //   its serverId: its local id is kept beside.
+        // - reactionOutbox: this device's reactions not yet answered, in the order they were made. Their ids come from
+        //   the messages' local id sequence, so that one outbox line orders messages and reactions together.
+        migrator.registerMigration("v4") { db in
+            try db.execute(sql: """
+                ALTER TABLE messages ADD COLUMN reactions TEXT;
+                ALTER TABLE messages ADD COLUMN confirmedReactions TEXT;
+                ALTER TABLE messages ADD COLUMN replyTo TEXT;
+                ALTER TABLE messages ADD COLUMN replyToLocalId INTEGER;
+                ALTER TABLE messages ADD COLUMN replyPreview TEXT;
+                ALTER TABLE messages ADD COLUMN threadRoot TEXT;
+                ALTER TABLE messages ADD COLUMN threadRootLocalId INTEGER;
+                ALTER TABLE messages ADD COLUMN thread TEXT;
+                ALTER TABLE messages ADD COLUMN threadAt INTEGER NOT NULL DEFAULT 0;
+                CREATE INDEX messages_by_reply_to ON messages(replyTo) WHERE replyTo IS NOT NULL;
+                CREATE INDEX messages_by_reply_to_local ON messages(replyToLocalId) WHERE replyToLocalId IS NOT NULL;
+                CREATE INDEX messages_by_thread_root ON messages(threadRoot) WHERE threadRoot IS NOT NULL;
+                CREATE INDEX messages_by_thread_root_local ON messages(threadRootLocalId) WHERE threadRootLocalId IS NOT NULL;
+                CREATE TABLE reactionOutbox (
+                    id INTEGER PRIMARY KEY NOT NULL,
+                    conversationId TEXT NOT NULL,
+                    targetLocalId INTEGER NOT NULL REFERENCES messages(localId) ON DELETE CASCADE,
+                    key TEXT NOT NULL,
+                    action TEXT NOT NULL,
+                    clientMessageId TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE INDEX reactionOutbox_by_target ON reactionOutbox(targetLocalId, key);
+                """)
+        }
         return migrator
     }
 
@@ -191,7 +226,7 @@ enum LocalDatabase {
             try migrator.migrate(pool)
             // Touch every table, so a damaged schema or root page shows now rather than at the first send.
             try pool.read { db in
-                for table in ["device", "conversations", "members", "messages", "outbox"] {
+                for table in ["device", "conversations", "members", "messages", "outbox", "reactionOutbox"] {
                     _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(table)")
                 }
             }

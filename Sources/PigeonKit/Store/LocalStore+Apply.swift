@@ -10,6 +10,8 @@ package enum Incoming: Sendable {
     case history(conversationId: String, [Message])
     /// The caller's conversations, fetched with `GET /v1/conversations` (catch-up).
     case conversations([Conversation])
+    /// A page of a thread (`GET …/threads/{serverId}/messages`): its root and replies as of the read.
+    case thread(ThreadPage)
 }
 
 /// What one applied batch changed, in the order it happened.
@@ -40,6 +42,12 @@ struct ApplyOutcome: Sendable {
     var membersChanges: [(conversationId: String, change: MembersChange)] = []
     /// Some conversation is to be read again from the server (``LocalStore/conversationsToFetch()``).
     var fetchNeeded = false
+    /// Messages whose shown reactions changed.
+    var reactionsChanged: [Int64] = []
+    /// This device's reactions that were dropped (refused, or their message not sent): message, key, action, why.
+    var reactionFailures: [(localId: Int64, key: String, action: ReactionAction, reason: ErrorDetail)] = []
+    /// Thread roots whose summary changed.
+    var threadsChanged: [Int64] = []
     /// The events of the fields above, made at the end of the write (``LocalStore/collectLifecycleEvents(_:_:)``).
     var lifecycleEvents: [PigeonEvent] = []
 
@@ -53,6 +61,14 @@ struct ApplyOutcome: Sendable {
         } else {
             shown.append((localId, change))
         }
+    }
+
+    mutating func noteReactions(_ localId: Int64) {
+        if !reactionsChanged.contains(localId) { reactionsChanged.append(localId) }
+    }
+
+    mutating func noteThread(_ localId: Int64) {
+        if !threadsChanged.contains(localId) { threadsChanged.append(localId) }
     }
 
     mutating func noteRecipients(_ localId: Int64) {
@@ -88,12 +104,20 @@ extension LocalStore {
                     // The page was read after its last message was stored: its copies reflect every change up to there.
                     let readAfter = messages.map(\.seq).max() ?? 0
                     for message in messages {
-                        try self.upsert(db, message, readAfter: readAfter, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
+                        try self.upsert(db, message, readAfter: readAfter, isRead: true, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
                     }
                 case .conversations(let conversations):
                     for conversation in conversations {
                         try self.applySnapshot(db, conversation, outcome: &outcome, watermarksMoved: &watermarksMoved)
                         touched.insert(conversation.id)
+                    }
+                case .thread(let page):
+                    // Read after its newest message was stored; the root first, so that its summary (as of the read)
+                    // already counts the replies that follow.
+                    let messages = [page.root] + page.messages
+                    let readAfter = messages.map(\.seq).max() ?? 0
+                    for message in messages {
+                        try self.upsert(db, message, readAfter: readAfter, isRead: true, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
                     }
                 }
             }
@@ -119,7 +143,7 @@ extension LocalStore {
     ) throws {
         switch event {
         case .messageNew(_, let message):
-            try upsert(db, message, readAfter: message.seq, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
+            try upsert(db, message, readAfter: message.seq, isRead: false, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
         case .messageStored(_, let stored):
             touched.insert(stored.conversationId)
             guard let localId = try ownLocalId(db, clientMessageId: stored.clientMessageId) else {
@@ -165,6 +189,8 @@ extension LocalStore {
         case .conversationCreated(_, let conversation):
             try applySnapshot(db, conversation, outcome: &outcome, watermarksMoved: &watermarksMoved)
             touched.insert(conversation.id)
+        case .reaction(_, let reaction):
+            try applyReactionEvent(db, reaction, outcome: &outcome)
         case .typing(let typing):
             outcome.typing.append(typing)
         case .reset:
@@ -181,9 +207,12 @@ extension LocalStore {
     /// A stored message from the server: this device's own (matched by clientMessageId: it gets its seq) or new
     /// (inserted, unless its serverId is already here). A new message is then applied: a member change to the member
     /// list, an edit or deletion to its target, and the changes of it that arrived before it to it. `readAfter` is a
-    /// seq the server read the copy at or after (its text reflects every change up to there).
+    /// seq the server read the copy at or after (its text reflects every change up to there); `isRead`: the copy
+    /// comes from a read (a history or thread page), not from a `message.new`, so its reactions and thread summary
+    /// are current as of the read and correct those of a copy already here. A new reply counts in its root's summary.
     private func upsert(
-        _ db: Database, _ message: Message, readAfter: Int64, outcome: inout ApplyOutcome, touched: inout Set<String>, watermarksMoved: inout Set<String>
+        _ db: Database, _ message: Message, readAfter: Int64, isRead: Bool, outcome: inout ApplyOutcome, touched: inout Set<String>,
+        watermarksMoved: inout Set<String>
     ) throws {
         touched.insert(message.conversationId)
         try db.cachedStatement(sql: "INSERT OR IGNORE INTO conversations (id, createdAt, lastActivityAt, needsFetch) VALUES (?, ?, ?, 1)")
@@ -200,6 +229,7 @@ extension LocalStore {
                 try recordStored(db, localId: localId, seq: message.seq, storedAt: message.storedAt, recipientsOnline: nil, outcome: &outcome)
                 outcome.outboxSettled.append((localId, message.clientMessageId))
             }
+            if isRead, !Validation.isServerMessageType(message.type) { try refreshFromServer(db, message, localId: localId, outcome: &outcome) }
             return
         }
         let isServerType = Validation.isServerMessageType(message.type)
@@ -223,20 +253,35 @@ extension LocalStore {
         case ServerMessageType.delete: targetServerId = (try? JSONDecoder().decode(DeleteBody.self, from: Data(message.body.utf8)))?.serverId
         default: break
         }
+        let reactions = message.deletedAt == nil ? Self.reactionsColumn(message.reactions) : nil
         try db.cachedStatement(sql: """
             INSERT INTO messages (conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
                 acceptedAt, storedAt, isOutgoing, status, editedAt, deletedAt, confirmedEditedAt, confirmedDeletedAt, changeSeq, targetServerId,
-                recipientCount, deliveredCount, readCount)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                recipientCount, deliveredCount, readCount, reactions, confirmedReactions, replyTo, replyToLocalId, replyPreview, threadRoot,
+                threadRootLocalId, thread, threadAt)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT localId FROM messages WHERE serverId = ?), ?, ?,
+                (SELECT localId FROM messages WHERE serverId = ?), ?, ?)
             ON CONFLICT DO NOTHING
             """).execute(arguments: [
                 message.conversationId, message.clientMessageId, message.serverId, message.seq, message.senderId, message.senderDeviceId,
                 message.type, message.body, message.clientTimestamp, message.acceptedAt, message.storedAt, isOutgoing, status.rawValue,
                 message.editedAt, message.deletedAt, message.editedAt, message.deletedAt, max(readAfter, message.seq), targetServerId,
-                counts?.members, counts?.delivered, counts?.read,
+                counts?.members, counts?.delivered, counts?.read, reactions, reactions, message.replyTo, message.replyTo,
+                Self.jsonColumn(message.replyPreview), message.threadRoot, message.threadRoot, Self.jsonColumn(message.thread),
+                message.thread?.lastReplyAt ?? 0,
             ])
-        guard db.changesCount > 0 else { return }
+        guard db.changesCount > 0 else {
+            // Already here: a copy read from the server has its reactions, thread summary and quote as of the read (a
+            // `message.new` carries them as of the store, older than what followed it on the stream).
+            if isRead, !isServerType, let localId = try Int64.fetchOne(db.cachedStatement(sql: "SELECT localId FROM messages WHERE serverId = ?"), arguments: [message.serverId]) {
+                try refreshFromServer(db, message, localId: localId, outcome: &outcome)
+            }
+            return
+        }
         let localId = db.lastInsertedRowID
+        if message.threadRoot != nil, message.deletedAt == nil, !isServerType {
+            try noteReply(db, rootServerId: message.threadRoot, rootLocalId: nil, senderId: message.senderId, storedAt: message.storedAt, outcome: &outcome)
+        }
         outcome.receiptsDue = true
         var received = PigeonMessage(
             localId: localId, conversationId: message.conversationId, clientMessageId: message.clientMessageId,
@@ -244,6 +289,9 @@ extension LocalStore {
             type: message.type, body: message.body, clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt,
             storedAt: message.storedAt, isOutgoing: isOutgoing, status: status, deliveryPath: nil, recipientsOnline: nil, failure: nil,
             editedAt: message.editedAt, deletedAt: message.deletedAt, targetServerId: targetServerId, recipients: counts)
+        if message.replyTo != nil || message.threadRoot != nil || message.thread != nil || !message.reactions.isEmpty {
+            received = try self.message(db, localId: localId) ?? received
+        }
         switch received.kind {
         case .message:
             let shownBefore = outcome.shown.count

@@ -95,6 +95,8 @@ extension LocalStore {
         }
         if shown != shownBefore {
             outcome.noteShown(localId, shown.deletedAt != nil && shownBefore.deletedAt == nil ? .deleted : .edited)
+            // A deleted message shows no reactions (a deletion undone shows them again).
+            if (shown.deletedAt == nil) != (shownBefore.deletedAt == nil) { try refreshReactions(db, localId: localId, outcome: &outcome) }
         }
     }
 
@@ -127,7 +129,8 @@ extension LocalStore {
         guard let targetLocalId,
             let target = try Row.fetchOne(
                 db.cachedStatement(sql: """
-                    SELECT coalesce(confirmedBody, body), confirmedEditedAt, confirmedDeletedAt, changeSeq, serverId, type FROM messages WHERE localId = ?
+                    SELECT coalesce(confirmedBody, body), confirmedEditedAt, confirmedDeletedAt, changeSeq, serverId, type, threadRoot, threadRootLocalId
+                    FROM messages WHERE localId = ?
                     """),
                 arguments: [targetLocalId])
         else { return }
@@ -146,7 +149,15 @@ extension LocalStore {
             """).execute(arguments: [
                 confirmed.revision.body, confirmed.revision.editedAt, confirmed.revision.deletedAt, confirmed.changeSeq, targetLocalId,
             ])
-        if case .delete = change { try eraseEdits(db, targetLocalId: targetLocalId, serverId: target[4]) }
+        if case .delete = change {
+            try eraseEdits(db, targetLocalId: targetLocalId, serverId: target[4])
+            // The server drops a deleted message's reactions, and counts its thread's replies again.
+            try db.cachedStatement(sql: "UPDATE messages SET confirmedReactions = NULL WHERE localId = ?").execute(arguments: [targetLocalId])
+            if (target[6] as String?) != nil || (target[7] as Int64?) != nil {
+                try recomputeThread(db, rootServerId: target[6], rootLocalId: target[7], outcome: &outcome)
+            }
+        }
+        try refreshQuotes(db, quotedLocalId: targetLocalId)
         try refreshShown(db, localId: targetLocalId, outcome: &outcome)
     }
 
@@ -190,7 +201,10 @@ extension LocalStore {
             let (clientMessageId, type, body, clientTimestamp): (String, String, String, Int64) = (row[0], row[1], row[2], row[3])
             guard type == ServerMessageType.edit || type == ServerMessageType.delete else {
                 let sent = try String.fetchOne(db.cachedStatement(sql: "SELECT coalesce(confirmedBody, body) FROM messages WHERE localId = ?"), arguments: [localId])
-                return .send(SendMessageRequest(clientMessageId: clientMessageId, type: type, body: sent ?? body, clientTimestamp: clientTimestamp))
+                guard let references = try self.resolveReferences(db, localId: localId) else { return .targetNotSent }
+                return .send(SendMessageRequest(
+                    clientMessageId: clientMessageId, type: type, body: sent ?? body, clientTimestamp: clientTimestamp,
+                    replyTo: references.replyTo, threadRoot: references.threadRoot))
             }
             var serverId: String? = row[4]
             if serverId == nil, let target = row[5] as Int64? {
@@ -229,6 +243,17 @@ extension LocalStore {
         for localId in outcome.recipientsChanged {
             if let message = try message(db, localId: localId) { events.append(.recipientsChanged(message)) }
         }
+        let failedReactions = Set(outcome.reactionFailures.map(\.localId))
+        for localId in outcome.reactionsChanged where !failedReactions.contains(localId) {
+            if let message = try message(db, localId: localId) { events.append(.reactionsChanged(message)) }
+        }
+        for failure in outcome.reactionFailures {
+            guard let message = try message(db, localId: failure.localId) else { continue }
+            events.append(.reactionFailed(message: message, key: failure.key, action: failure.action, error: failure.reason))
+        }
+        for localId in outcome.threadsChanged {
+            if let message = try message(db, localId: localId) { events.append(.threadUpdated(message)) }
+        }
         for (conversationId, change) in outcome.membersChanges {
             guard let conversation = try conversation(db, id: conversationId) else { continue }
             let concernsMe = change.userIds.contains(userId)
@@ -244,6 +269,9 @@ extension LocalStore {
         outcome.changeFailures = []
         outcome.recipientsChanged = []
         outcome.membersChanges = []
+        outcome.reactionsChanged = []
+        outcome.reactionFailures = []
+        outcome.threadsChanged = []
     }
 
     static func json(_ value: some Encodable) -> String {
@@ -258,6 +286,8 @@ enum OutboxRequest: Sendable {
     case send(SendMessageRequest)
     case edit(serverId: String, EditMessageRequest)
     case delete(serverId: String, DeleteMessageRequest)
-    /// An edit or deletion of a message that never reached the server (it failed): it cannot go.
+    /// A reaction (API.md 1.2).
+    case react(ReactRequest)
+    /// An edit, deletion, reply or reaction of a message that never reached the server (it failed): it cannot go.
     case targetNotSent
 }

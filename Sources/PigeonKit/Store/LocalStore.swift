@@ -84,23 +84,63 @@ final class LocalStore: Sendable {
 
     // MARK: Sending
 
-    /// Saves an outgoing message and its outbox item in one transaction.
-    func insertOutgoing(conversationId: String, type: String, body: String, clientMessageId: String, clientTimestamp: Int64) throws -> PigeonMessage {
+    /// Saves an outgoing message and its outbox item in one transaction. A reply (`replyToLocalId`) gets its quote
+    /// from this device's copy of the quoted message at once; a thread reply (`threadRootLocalId`) names its root.
+    func insertOutgoing(
+        conversationId: String, type: String, body: String, clientMessageId: String, clientTimestamp: Int64,
+        replyToLocalId: Int64? = nil, threadRootLocalId: Int64? = nil
+    ) throws -> PigeonMessage {
         try pool.write { db in
             try self.requireMembership(db, conversationId: conversationId)
+            var quoted: PigeonMessage?
+            var root: PigeonMessage?
+            if let replyToLocalId {
+                quoted = try self.referencedMessage(db, localId: replyToLocalId, conversationId: conversationId, purpose: "quoted")
+            }
+            if let threadRootLocalId {
+                let found = try self.referencedMessage(db, localId: threadRootLocalId, conversationId: conversationId, purpose: "a thread's root")
+                guard found.threadRoot == nil else {
+                    throw PigeonClientError.invalid("message \(threadRootLocalId) is itself in a thread: reply in its root's thread instead")
+                }
+                root = found
+            }
+            let preview = quoted.map { ReplyPreview(serverId: $0.serverId ?? "", senderId: $0.senderId, type: $0.type, body: $0.body, deleted: false) }
             try db.cachedStatement(sql: "UPDATE conversations SET lastActivityAt = ? WHERE id = ?").execute(arguments: [clientTimestamp, conversationId])
             try db.cachedStatement(sql: """
-                INSERT INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status)
-                VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending')
-                """).execute(arguments: [conversationId, clientMessageId, userId, deviceId, type, body, clientTimestamp])
+                INSERT INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status,
+                    replyTo, replyToLocalId, replyPreview, threadRoot, threadRootLocalId)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending', ?, ?, ?, ?, ?)
+                """).execute(arguments: [
+                    conversationId, clientMessageId, userId, deviceId, type, body, clientTimestamp,
+                    quoted?.serverId, quoted?.localId, Self.jsonColumn(preview), root?.serverId, root?.localId,
+                ])
             let localId = db.lastInsertedRowID
             try db.cachedStatement(sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) VALUES (?, ?, ?)")
                 .execute(arguments: [localId, conversationId, clientMessageId])
-            return PigeonMessage(
-                localId: localId, conversationId: conversationId, clientMessageId: clientMessageId, serverId: nil, seq: nil,
-                senderId: userId, senderDeviceId: deviceId, type: type, body: body, clientTimestamp: clientTimestamp,
-                acceptedAt: nil, storedAt: nil, isOutgoing: true, status: .pending, deliveryPath: nil, recipientsOnline: nil, failure: nil)
+            guard let message = try self.message(db, localId: localId) else {
+                throw PigeonClientError(.localDatabase, "the message \(localId) was not saved")
+            }
+            return message
         }
+    }
+
+    /// A message a new one refers to (quotes, reacts to, or replies in the thread of): on this device, in the same
+    /// conversation, one of the app's (not a `pigeon.*` one), not deleted, and not one of this device's that failed.
+    func referencedMessage(_ db: Database, localId: Int64, conversationId: String?, purpose: String) throws -> PigeonMessage {
+        guard let target = try message(db, localId: localId) else {
+            throw PigeonClientError(.unknownMessage, "no message with local id \(localId)")
+        }
+        if let conversationId, target.conversationId != conversationId {
+            throw PigeonClientError.invalid("message \(localId) is in another conversation")
+        }
+        guard target.kind == .message else {
+            throw PigeonClientError.invalid("message \(localId) is a \(target.type) message: only the app's messages can be \(purpose)")
+        }
+        guard target.deletedAt == nil else { throw PigeonClientError.invalid("message \(localId) is deleted") }
+        if target.serverId == nil, target.status == .failed {
+            throw PigeonClientError.invalid("message \(localId) was not sent (⚠️): retry it first")
+        }
+        return target
     }
 
     /// The outbox as it was left (after a restart: the app may have been killed mid-send).
@@ -116,6 +156,8 @@ final class LocalStore: Sendable {
                     ? .failed(ErrorDetail(code: ErrorCode(rawValue: row[5] ?? "internal"), message: row[6] ?? "failed"))
                     : .queued(notBefore: nil)
                 return OutboxItem(localId: row[0], conversationId: row[1], clientMessageId: row[2], attempts: row[3], state: state)
+            } + Row.fetchAll(db, sql: "SELECT id, conversationId, clientMessageId, attempts FROM reactionOutbox ORDER BY id").map { row in
+                OutboxItem(localId: row[0], conversationId: row[1], clientMessageId: row[2], attempts: row[3], kind: .reaction)
             }
         }
     }
@@ -218,10 +260,21 @@ final class LocalStore: Sendable {
     /// per-member counts). An edit or deletion is then applied to its target; a message, the changes of it that
     /// arrived before its serverId was known here.
     func recordStored(_ db: Database, localId: Int64, seq: Int64, storedAt: Int64?, recipientsOnline: Int?, outcome: inout ApplyOutcome) throws {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT conversationId, type, serverId, status FROM messages WHERE localId = ?"), arguments: [localId]) else {
+        guard let row = try Row.fetchOne(
+            db.cachedStatement(sql: """
+                SELECT conversationId, type, serverId, status, seq, threadRoot, threadRootLocalId, senderId,
+                    coalesce(?, storedAt, acceptedAt, clientTimestamp), confirmedDeletedAt
+                FROM messages WHERE localId = ?
+                """),
+            arguments: [storedAt, localId])
+        else {
             return
         }
         let (conversationId, type, statusBefore): (String, String, String) = (row[0], row[1], row[3])
+        // A thread reply of this device, stored now: its root counts it.
+        if (row[4] as Int64?) == nil, (row[5] as String?) != nil || (row[6] as Int64?) != nil, (row[9] as Int64?) == nil {
+            try noteReply(db, rootServerId: row[5], rootLocalId: row[6], senderId: row[7], storedAt: row[8], outcome: &outcome)
+        }
         // A row already holding this seq (say, a copy fetched from history before the ack) is the same message.
         try db.cachedStatement(sql: "DELETE FROM messages WHERE conversationId = ? AND seq = ? AND localId != ?").execute(arguments: [conversationId, seq, localId])
         let path: String? = recipientsOnline.map { $0 > 0 ? DeliveryPath.direct.rawValue : DeliveryPath.mailbox.rawValue }
@@ -249,7 +302,8 @@ final class LocalStore: Sendable {
     static let messageColumns = """
         localId, conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
         acceptedAt, storedAt, isOutgoing, status, failureCode, failureMessage, deliveryPath, recipientsOnline,
-        editedAt, deletedAt, targetServerId, targetLocalId, recipientCount, deliveredCount, readCount
+        editedAt, deletedAt, targetServerId, targetLocalId, recipientCount, deliveredCount, readCount,
+        reactions, replyTo, replyToLocalId, replyPreview, threadRoot, threadRootLocalId, thread
         """
 
     static func message(from row: Row) -> PigeonMessage {
@@ -261,7 +315,27 @@ final class LocalStore: Sendable {
             deliveryPath: (row[16] as String?).flatMap(DeliveryPath.init(rawValue:)), recipientsOnline: row[17],
             failure: failureCode.map { ErrorDetail(code: ErrorCode(rawValue: $0), message: row[15] ?? "") },
             editedAt: row[18], deletedAt: row[19], targetServerId: row[20], targetLocalId: row[21],
-            recipients: (row[22] as Int?).map { RecipientCounts(members: $0, delivered: row[23] ?? 0, read: row[24] ?? 0) })
+            recipients: (row[22] as Int?).map { RecipientCounts(members: $0, delivered: row[23] ?? 0, read: row[24] ?? 0) },
+            reactions: decodeJSON([Reaction].self, row[25]) ?? [],
+            replyTo: reference(serverId: row[26], localId: row[27]),
+            replyPreview: decodeJSON(ReplyPreview.self, row[28]),
+            threadRoot: reference(serverId: row[29], localId: row[30]),
+            thread: decodeJSON(ThreadSummary.self, row[31]))
+    }
+
+    private static func reference(serverId: String?, localId: Int64?) -> PigeonMessage.MessageReference? {
+        serverId == nil && localId == nil ? nil : PigeonMessage.MessageReference(serverId: serverId, localId: localId)
+    }
+
+    /// A JSON column (`nil` when NULL or unreadable).
+    static func decodeJSON<T: Decodable>(_ type: T.Type, _ text: String?) -> T? {
+        guard let text else { return nil }
+        return try? JSONDecoder().decode(T.self, from: Data(text.utf8))
+    }
+
+    /// A value for a JSON column (NULL for `nil`).
+    static func jsonColumn(_ value: (some Encodable)?) -> String? {
+        value.map { json($0) }
     }
 
     func message(_ db: Database, localId: Int64) throws -> PigeonMessage? {

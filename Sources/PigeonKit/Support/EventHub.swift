@@ -75,6 +75,10 @@ final class EventHub: Sendable {
                 case .messageEdited(let message), .messageDeleted(let message): listener.onMessageChanged(message)
                 case .messageChangeFailed(let change, let message): listener.onMessageChangeFailed(change, message: message)
                 case .recipientsChanged(let message): listener.onRecipientsChanged(message)
+                case .reactionsChanged(let message): listener.onReactionsChanged(message)
+                case .reactionFailed(let message, let key, let action, let error):
+                    listener.onReactionFailed(message, key: key, action: action, error: error)
+                case .threadUpdated(let root): listener.onThreadUpdated(root)
                 }
             }
         }

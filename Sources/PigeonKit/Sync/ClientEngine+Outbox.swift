@@ -7,6 +7,15 @@ extension ClientEngine {
         outboxWake.notify()
     }
 
+    /// Takes a waiting item out of the outbox, unless it is on the wire (its answer is on the way): whether it was.
+    func cancelQueued(_ localId: Int64) -> Bool {
+        outbox.withLockedValue { queue in
+            guard let item = queue.items[localId], !item.isInFlight else { return false }
+            _ = queue.remove(localId)
+            return true
+        }
+    }
+
     /// Makes a failed item sendable again.
     func requeue(_ item: OutboxItem) {
         outbox.withLockedValue { queue in
@@ -25,10 +34,10 @@ extension ClientEngine {
                 let timedOut = outbox.withLockedValue { $0.timedOut(now: now) }
                 for localId in timedOut {
                     let jitter = self.jitter()
-                    let (action, attempts) = outbox.withLockedValue { queue in
-                        (queue.update(localId) { $0.ackTimedOut(now: now, policy: self.settings.retryPolicy, jitter: jitter) }, queue.items[localId]?.attempts ?? 0)
+                    let (action, item) = outbox.withLockedValue { queue in
+                        (queue.update(localId) { $0.ackTimedOut(now: now, policy: self.settings.retryPolicy, jitter: jitter) }, queue.items[localId])
                     }
-                    await perform(action, localId: localId, attempts: attempts)
+                    if let item { await perform(action, item) }
                 }
                 if let connection = onlineConnection {
                     let due = outbox.withLockedValue { $0.dispatchDue(now: now, policy: settings.retryPolicy) }
@@ -50,6 +59,13 @@ extension ClientEngine {
     /// Marks the message `sending` (announced before it leaves) and reads its request; `nil` when it is gone.
     private func prepareDispatch(_ item: OutboxItem) async -> OutboxRequest? {
         do {
+            if item.kind == .reaction {
+                guard let request = try await store.reactionRequest(id: item.localId) else {
+                    _ = outbox.withLockedValue { $0.remove(item.localId) }
+                    return nil
+                }
+                return request
+            }
             if let changed = try await store.applyEvidence(.dispatched, localId: item.localId) { hub.emit(.messageStatusChanged(changed)) }
             guard let request = try await store.outboxRequest(localId: item.localId) else {
                 _ = outbox.withLockedValue { $0.remove(item.localId) }
@@ -62,14 +78,14 @@ extension ClientEngine {
         }
     }
 
-    /// An edit or deletion whose target never reached the server (it failed, so it stepped out of the line ahead):
-    /// it fails too, and can be retried once the target is sent.
+    /// An edit, deletion, reply or reaction whose target never reached the server (it failed, so it stepped out of
+    /// the line ahead): it fails too (a message can be retried once the target is sent; a reaction is dropped).
     private func targetNotSent(_ item: OutboxItem) async {
-        let reason = ErrorDetail(code: .invalidRequest, message: "the message it changes was not sent: retry that message first")
-        let (action, attempts) = outbox.withLockedValue { queue in
-            (queue.update(item.localId) { $0.refused(reason) }, queue.items[item.localId]?.attempts ?? 0)
+        let reason = ErrorDetail(code: .invalidRequest, message: "the message it refers to was not sent: retry that message first")
+        let (action, current) = outbox.withLockedValue { queue in
+            (queue.update(item.localId) { $0.refused(reason) }, queue.items[item.localId])
         }
-        await perform(action, localId: item.localId, attempts: attempts)
+        await perform(action, current ?? item)
         outboxWake.notify()
     }
 
@@ -79,6 +95,7 @@ extension ClientEngine {
         case .send(let send): handover = await connection.send(send, to: item.conversationId)
         case .edit(let serverId, let edit): handover = await connection.edit(edit, of: serverId, in: item.conversationId)
         case .delete(let serverId, let delete): handover = await connection.delete(delete, of: serverId, in: item.conversationId)
+        case .react(let react): handover = await connection.react(react, in: item.conversationId)
         case .targetNotSent: return
         }
         switch handover {
@@ -86,6 +103,8 @@ extension ClientEngine {
             break
         case .accepted(let response):
             await accepted(clientMessageId: item.clientMessageId, response: response)
+        case .reacted(let response):
+            await reactionAnswered(item, reactions: response.reactions)
         case .failed(let error):
             await refusedOrTransient(clientMessageId: item.clientMessageId, error: error)
         case .connectionClosed:
@@ -98,6 +117,11 @@ extension ClientEngine {
         do {
             let localId: Int64?
             if let queued = outbox.withLockedValue({ $0.item(clientMessageId: clientMessageId) }) {
+                if queued.kind == .reaction {
+                    // A WebSocket `ack` of a reaction: applied, without the aggregate (the `reaction` event brings it).
+                    await reactionAnswered(queued, reactions: nil)
+                    return
+                }
                 localId = queued.localId
             } else {
                 localId = try await store.message(clientMessageId: clientMessageId)?.localId
@@ -120,7 +144,7 @@ extension ClientEngine {
         let now = clock.now
         let jitter = self.jitter()
         let detail = error.serverError ?? ErrorDetail(code: .internalError, message: error.message)
-        let (action, attempts) = outbox.withLockedValue { queue -> (OutboxItem.Action, Int) in
+        let (action, current) = outbox.withLockedValue { queue -> (OutboxItem.Action, OutboxItem?) in
             let action = queue.update(item.localId) { item in
                 if error.isTransient {
                     return item.transientFailure(
@@ -129,24 +153,45 @@ extension ClientEngine {
                 if detail.code == .unauthorized { return item.connectionLost() }
                 return item.refused(detail)
             }
-            return (action, queue.items[item.localId]?.attempts ?? 0)
+            return (action, queue.items[item.localId])
         }
-        await perform(action, localId: item.localId, attempts: attempts)
+        await perform(action, current ?? item)
         outboxWake.notify()
     }
 
-    private func perform(_ action: OutboxItem.Action, localId: Int64, attempts: Int) async {
+    /// The server applied one of this device's reactions: it leaves the outbox, and the message's aggregate is the
+    /// answer's (HTTP) or the known one with this change (a WebSocket `ack`).
+    private func reactionAnswered(_ item: OutboxItem, reactions: [Reaction]?) async {
         do {
-            switch action {
-            case .none, .send, .complete:
+            // Written first, then out of the line: the next reaction to the same key reads the new aggregate.
+            let outcome = try await store.reactionAnswered(id: item.localId, reactions: reactions)
+            _ = outbox.withLockedValue { $0.remove(item.localId) }
+            hub.emit(outcome)
+        } catch {
+            logger.error("recording a reaction's answer failed", metadata: ["id": "\(item.localId)", "error": "\(error)"])
+        }
+        outboxWake.notify()
+    }
+
+    /// A message item that failed stays (⚠️, for `retry`); a reaction that failed is dropped and undone.
+    private func perform(_ action: OutboxItem.Action, _ item: OutboxItem) async {
+        do {
+            switch (action, item.kind) {
+            case (.none, _), (.send, _), (.complete, _):
                 break
-            case .retryLater:
-                try await store.recordAttempts(localId: localId, attempts: attempts)
-            case .fail(let reason):
-                hub.emit(try await store.markFailed(localId: localId, reason: reason, attempts: attempts))
+            case (.retryLater, .message):
+                try await store.recordAttempts(localId: item.localId, attempts: item.attempts)
+            case (.retryLater, .reaction):
+                try await store.recordReactionAttempts(id: item.localId, attempts: item.attempts)
+            case (.fail(let reason), .message):
+                hub.emit(try await store.markFailed(localId: item.localId, reason: reason, attempts: item.attempts))
+            case (.fail(let reason), .reaction):
+                let outcome = try await store.dropReaction(id: item.localId, reason: reason)
+                _ = outbox.withLockedValue { $0.remove(item.localId) }
+                hub.emit(outcome)
             }
         } catch {
-            logger.error("recording an outbox change failed", metadata: ["localId": "\(localId)", "error": "\(error)"])
+            logger.error("recording an outbox change failed", metadata: ["localId": "\(item.localId)", "error": "\(error)"])
         }
     }
 }

@@ -97,6 +97,15 @@ final class ServerSentEventStream: EventStreamConnection {
         }
     }
 
+    func react(_ request: ReactRequest, in conversationId: String) async -> MessageHandover {
+        do {
+            return .reacted(try await operations.react(
+                conversationId: conversationId, serverId: request.serverId, key: request.key, action: request.action))
+        } catch {
+            return .failed(error as? PigeonClientError ?? PigeonClientError(.network, "\(error)"))
+        }
+    }
+
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
         _ = try await operations.postReceipt(conversationId: conversationId, request)
     }

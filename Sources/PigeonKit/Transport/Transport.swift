@@ -31,6 +31,9 @@ package protocol EventStreamConnection: Sendable {
     func edit(_ request: EditMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover
     /// Hands a deletion of the message `serverId` to the server, like a send.
     func delete(_ request: DeleteMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover
+    /// Hands this user's reaction to the server (API.md 1.2): on a WebSocket the answer is an `ack` or `error` frame;
+    /// over HTTP it is at once, the message's reactions after it (``MessageHandover/reacted(_:)``).
+    func react(_ request: ReactRequest, in conversationId: String) async -> MessageHandover
     /// Closes the connection; ``nextBatch()`` then returns `nil`.
     func close()
 }
@@ -47,6 +50,8 @@ package enum MessageHandover: Sendable {
     case failed(PigeonClientError)
     /// The connection was already closed: nothing left the device, so the try does not count.
     case connectionClosed
+    /// A reaction sent over HTTP and applied: the message's reactions after it, as this user sees them.
+    case reacted(ReactionsResponse)
 }
 
 /// How PigeonKit talks to the server: the REST calls of API.md and the event stream. ``HTTPTransport`` is the
@@ -82,4 +87,11 @@ package protocol PigeonTransport: Sendable {
     func editMessage(conversationId: String, serverId: String, _ request: EditMessageRequest) async throws -> SendMessageResponse
     /// `POST /v1/conversations/{id}/messages/{serverId}/delete`: the accept answer, as for a send.
     func deleteMessage(conversationId: String, serverId: String, _ request: DeleteMessageRequest) async throws -> SendMessageResponse
+    /// `PUT` (add) or `DELETE` (remove) `/v1/conversations/{id}/messages/{serverId}/reactions/{key}`: the message's
+    /// reactions after the change.
+    func react(conversationId: String, serverId: String, key: String, action: ReactionAction) async throws -> ReactionsResponse
+    /// `GET /v1/conversations/{id}/messages/{serverId}/reactions`: who reacted, a page at a time.
+    func reactionUsers(conversationId: String, serverId: String, key: String?, after: String?, limit: Int) async throws -> ReactionUsersPage
+    /// `GET /v1/conversations/{id}/threads/{serverId}/messages`: the thread's root and a page of its replies.
+    func threadPage(conversationId: String, rootServerId: String, after: Int64?, before: Int64?, limit: Int) async throws -> ThreadPage
 }

@@ -116,6 +116,15 @@ final class WebSocketEventStream: EventStreamConnection {
         }
     }
 
+    func react(_ request: ReactRequest, in conversationId: String) async -> MessageHandover {
+        do {
+            try write(.react(conversationId: conversationId, request))
+            return .queued
+        } catch {
+            return .connectionClosed
+        }
+    }
+
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
         try write(.receipt(conversationId: conversationId, request))
     }

@@ -141,7 +141,8 @@ actor ChatSession {
             return
         }
         do {
-            _ = try client.send(text.hasPrefix("//") ? String(text.dropFirst()) : text, to: conversationId)
+            let root = state.threadRoot.flatMap { try? client.message(localId: $0) }
+            _ = try client.send(text.hasPrefix("//") ? String(text.dropFirst()) : text, to: conversationId, threadRoot: root)
             state.scrollOffset = 0
             state.selected = nil
             if typingSent != nil {
@@ -180,11 +181,114 @@ actor ChatSession {
             change { try client.edit(localId: $0.localId, body: argument) }
         case "/delete":
             change { try client.delete(localId: $0.localId) }
+        case "/react", "/unreact":
+            let key = argument.trimmingCharacters(in: .whitespaces)
+            guard !key.isEmpty else {
+                notify("\(parts[0]) <emoji> \(parts[0] == "/react" ? "adds your reaction to" : "removes your reaction from") the selected message (↑ selects; default: the newest)", isError: true)
+                return
+            }
+            react(key, add: parts[0] == "/react")
+        case "/reply":
+            guard !argument.trimmingCharacters(in: .whitespaces).isEmpty else {
+                notify("/reply <text> answers the selected message, quoting it (↑ selects; default: the newest)", isError: true)
+                return
+            }
+            reply(argument)
+        case "/thread": openThread()
+        case "/back":
+            guard state.threadRoot != nil else {
+                notify("no thread is open (/thread opens the selected message's)", isError: true)
+                return
+            }
+            state.threadRoot = nil
+            state.selected = nil
+            state.scrollOffset = 0
+            reload()
         case "/quit", "/q", "/exit": quitting = true
         case "/help": notify(ChatScreen.help + " · //text sends a text that starts with /")
         default:
-            notify("unknown command \(parts[0]): /edit /delete /offline /online /retry /search /read /quit (//text sends \"/text\")", isError: true)
+            notify(
+                "unknown command \(parts[0]): /react /unreact /reply /thread /back /edit /delete /offline /online /retry /search /read /quit (//text sends \"/text\")",
+                isError: true)
         }
+    }
+
+    /// The message a command acts on: the selected one, else the newest app message in view (in a thread: its newest
+    /// reply, else the root).
+    private func target() -> PigeonMessage? {
+        if let selected = state.selected, let message = state.messages.first(where: { $0.localId == selected }) { return message }
+        return ChatScreen.visibleMessages(state).last { $0.kind == .message && $0.deletedAt == nil }
+    }
+
+    private func react(_ key: String, add: Bool) {
+        guard let message = target() else {
+            notify("no message to react to", isError: true)
+            return
+        }
+        do {
+            _ = add ? try client.react(key, to: message) : try client.unreact(key, from: message)
+            reload()
+        } catch {
+            notify("no reaction: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
+        }
+    }
+
+    private func reply(_ text: String) {
+        guard let quoted = target() else {
+            notify("no message to reply to", isError: true)
+            return
+        }
+        do {
+            let root = state.threadRoot.flatMap { try? client.message(localId: $0) }
+            _ = try client.send(text, to: conversationId, replyTo: quoted, threadRoot: root)
+            state.selected = nil
+            state.scrollOffset = 0
+            reload()
+        } catch {
+            notify("not saved: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
+        }
+    }
+
+    /// Opens the selected message's thread (a reply's: its root's): what this device has at once, then the server's
+    /// page when it answers.
+    private func openThread() {
+        guard var root = target() else {
+            notify("select a message first (↑ and ↓), then /thread", isError: true)
+            return
+        }
+        if let rootId = root.threadRoot?.localId ?? root.threadRoot?.serverId.flatMap({ serverId in
+            state.messages.first { $0.serverId == serverId }?.localId
+        }), let found = try? client.message(localId: rootId) {
+            root = found
+        }
+        guard root.threadRoot == nil else {
+            notify("this reply's thread is not on this device yet", isError: true)
+            return
+        }
+        state.threadRoot = root.localId
+        state.selected = nil
+        state.scrollOffset = 0
+        reload()
+        guard root.serverId != nil else { return }
+        let client = client
+        Task {
+            do {
+                _ = try await client.fetchThread(of: root, limit: 200)
+                self.threadFetched()
+            } catch {
+                self.threadFetchFailed(error)
+            }
+        }
+    }
+
+    private func threadFetched() {
+        reload()
+        draw()
+    }
+
+    private func threadFetchFailed(_ error: any Error) {
+        notify("showing this device's copy of the thread: \((error as? PigeonClientError)?.description ?? "\(error)")", isError: true)
+        draw()
     }
 
     /// Edits or deletes the selected message (one's own: the server refuses the others', and the change then shows ⚠️
@@ -205,7 +309,7 @@ actor ChatSession {
     }
 
     private func select(by step: Int) {
-        let ids = state.messages.map(\.localId)
+        let ids = ChatScreen.visibleMessages(state).map(\.localId)
         guard !ids.isEmpty else { return }
         guard let current = state.selected, let index = ids.firstIndex(of: current) else {
             if step < 0 { state.selected = ids.last }
@@ -304,6 +408,11 @@ actor ChatSession {
             guard message.conversationId == conversationId else { return }
             let what = change.type == ServerMessageType.delete ? "deletion" : "edit"
             notify("\(what) not saved: \(change.failure?.message ?? "refused"); the message reads as before (Ctrl-R retries it)", isError: true)
+        case .reactionsChanged(let message), .threadUpdated(let message):
+            guard message.conversationId == conversationId else { return }
+        case .reactionFailed(let message, let key, let action, let error):
+            guard message.conversationId == conversationId else { return }
+            notify("reaction \(key) not \(action == .add ? "added" : "removed"): \(error.message)", isError: true)
         }
         reload()
         draw()
@@ -330,9 +439,16 @@ actor ChatSession {
     /// Reads the conversation again from the local database; marks it read while the newest messages are in view.
     private func reload() {
         do {
-            let page = try client.messages(in: conversationId, limit: limit)
-            state.messages = page.messages
-            state.hasOlder = page.hasMore
+            if let rootId = state.threadRoot, let root = try client.message(localId: rootId) {
+                let page = try client.thread(of: root, limit: limit)
+                state.messages = [root] + page.messages
+                state.hasOlder = page.hasMore
+            } else {
+                state.threadRoot = nil
+                let page = try client.messages(in: conversationId, limit: limit)
+                state.messages = page.messages
+                state.hasOlder = page.hasMore
+            }
             if state.scrollOffset == 0, state.search == nil,
                 let conversation = try client.conversation(id: conversationId), conversation.unreadCount > 0
             {

@@ -30,6 +30,15 @@ struct MessageJSON: Encodable {
     var membersChange: MembersChange?
     /// An edit or deletion: the serverId of the message it changes.
     var targetServerId: String?
+    /// Its reactions (`me`: this user's), keys in order of first use.
+    var reactions: [Reaction]
+    /// A reply: the serverId of the message it quotes (`null` while that one waits to be sent) and the quote.
+    var replyTo: String?
+    var replyPreview: ReplyPreview?
+    /// A thread reply: its root's serverId.
+    var threadRoot: String?
+    /// A thread's root: its summary.
+    var thread: ThreadSummary?
 
     init(_ message: PigeonMessage) {
         localId = message.localId
@@ -54,6 +63,11 @@ struct MessageJSON: Encodable {
         recipients = message.recipients
         if case .membersChange(let change) = message.kind { membersChange = change }
         targetServerId = message.targetServerId
+        reactions = message.reactions
+        replyTo = message.replyTo?.serverId
+        replyPreview = message.replyPreview
+        threadRoot = message.threadRoot?.serverId
+        thread = message.thread
     }
 }
 

@@ -53,6 +53,9 @@ public struct ChatScreenState: Sendable, Equatable {
     public var isGroup = false
     /// This user was removed from the conversation or left it: read-only.
     public var hasLeft = false
+    /// Set while a thread is open (`/thread`): the root's local id. ``messages`` then holds the root first and its
+    /// replies after it; otherwise thread replies are left out of the conversation (their root says how many).
+    public var threadRoot: Int64?
 
     public init(userId: String, title: String) {
         self.userId = userId
@@ -79,7 +82,8 @@ public struct RenderedScreen: Sendable, Equatable {
 /// messages with times and live ticks, a status line (notices, typing, hints) and the input line.
 public enum ChatScreen {
     public static let offlineBanner = "No connection - messages will send when online"
-    static let help = "Enter send · ↑↓ select · /edit /delete · Ctrl-R retry · PgUp/PgDn scroll · Ctrl-F search · /quit"
+    static let help = "Enter send · ↑↓ select · /react /reply /thread /edit /delete · Ctrl-R retry · PgUp/PgDn · Ctrl-F search · /quit"
+    static let threadHelp = "In a thread: /back returns · Enter replies here · ↑↓ select · /react /reply /edit /delete"
 
     public static func render(_ state: ChatScreenState, width: Int, height: Int) -> RenderedScreen {
         let width = max(20, width)
@@ -140,12 +144,7 @@ public enum ChatScreen {
     /// Every loaded message as screen lines: a day line when the day changes, then "HH:mm name body", wrapped, with
     /// the tick of one's own messages at the right end of its last line; a failed message says why and how to retry.
     static func messageLines(_ state: ChatScreenState, width: Int) -> [StyledLine] {
-        let shown = state.messages.filter {
-            switch $0.kind {
-            case .message, .membersChange: true
-            case .edit, .delete, .unknownServerType: false
-            }
-        }
+        let shown = visibleMessages(state)
         let names = shown.map { MessageFormat.sender(of: $0, me: state.userId) }
         let nameWidth = min(12, max(3, names.map { TextWidth.of($0) }.max() ?? 3))
         let prefixWidth = 1 + 5 + 1 + nameWidth + 1
@@ -157,6 +156,9 @@ public enum ChatScreen {
         let tickWidth = max(2, ticks.compactMap { $0.map { TextWidth.of($0.0) } }.max() ?? 2)
         let bodyWidth = max(8, width - prefixWidth - 1 - tickWidth)
         var lines: [StyledLine] = []
+        if state.threadRoot != nil {
+            lines.append(StyledLine(" Thread · /back returns to the conversation", TextStyle(foreground: .yellow, bold: true)))
+        }
         if state.hasOlder { lines.append(StyledLine("  ↑ older messages: PgUp", TextStyle(foreground: .gray))) }
         var lastDay: DateComponents?
         for ((message, name), tick) in zip(zip(shown, names), ticks) {
@@ -179,6 +181,7 @@ public enum ChatScreen {
             }
             let own = message.senderId == state.userId
             let deleted = message.deletedAt != nil
+            if let quote = quoteLine(message, me: state.userId, indent: prefixWidth, width: prefixWidth + bodyWidth) { lines.append(quote) }
             let text = deleted ? MessageFormat.deletedText : TextWidth.sanitized(message.body, keepNewlines: true)
             var bodyLines = TextWidth.wrapped(text, width: bodyWidth)
             var editedMark = message.editedAt != nil && !deleted
@@ -212,6 +215,11 @@ public enum ChatScreen {
                 }
                 lines.append(line)
             }
+            if let reactions = reactionsLine(message, indent: prefixWidth) { lines.append(reactions) }
+            if state.threadRoot == nil, let thread = threadLine(message, me: state.userId, indent: prefixWidth) { lines.append(thread) }
+            if state.threadRoot == message.localId, state.messages.count > 1 {
+                lines.append(StyledLine(String(repeating: "┄", count: max(2, width - 2)), TextStyle(foreground: .gray)))
+            }
             if message.status == .failed, message.isOutgoing {
                 let reason = message.failure.map { ": \(TextWidth.sanitized($0.message))" } ?? ""
                 let hint = selected ? "Ctrl-R retries" : "↑ selects, Ctrl-R retries"
@@ -222,6 +230,47 @@ public enum ChatScreen {
             lines.append(StyledLine("  No messages yet. Type one below and press Enter.", TextStyle(foreground: .gray)))
         }
         return lines
+    }
+
+    /// The messages the screen lists: the app's and the member changes, not edits and deletions (applied in place);
+    /// outside a thread, not the thread replies (their root counts them).
+    public static func visibleMessages(_ state: ChatScreenState) -> [PigeonMessage] {
+        state.messages.filter {
+            switch $0.kind {
+            case .message: state.threadRoot != nil || $0.threadRoot == nil
+            case .membersChange: state.threadRoot == nil
+            case .edit, .delete, .unknownServerType: false
+            }
+        }
+    }
+
+    /// The quote above a reply: "↪ alice: see you at…", on one line (`nil` for a message that quotes none).
+    static func quoteLine(_ message: PigeonMessage, me: String, indent: Int, width: Int) -> StyledLine? {
+        guard let preview = message.replyPreview else { return nil }
+        let who = preview.senderId == me ? "you" : preview.senderId
+        let text = preview.deleted ? MessageFormat.deletedText : TextWidth.sanitized(preview.body).replacingOccurrences(of: "\n", with: " ")
+        let quote = TextWidth.truncated("↪ \(TextWidth.sanitized(who)): \(text)", to: max(8, width - indent))
+        return StyledLine(String(repeating: " ", count: indent) + quote, TextStyle(foreground: .gray))
+    }
+
+    /// A message's reactions under it: "👍 2  ❤️ 1", the viewer's own in inverse (`nil` when it has none).
+    static func reactionsLine(_ message: PigeonMessage, indent: Int) -> StyledLine? {
+        guard !message.reactions.isEmpty, message.deletedAt == nil else { return nil }
+        var line = StyledLine(String(repeating: " ", count: indent))
+        for (index, reaction) in message.reactions.enumerated() {
+            if index > 0 { line.append("  ") }
+            let label = "\(TextWidth.sanitized(reaction.key)) \(reaction.count)"
+            line.append(label, reaction.me ? TextStyle(foreground: .yellow, bold: true, inverse: true) : TextStyle(foreground: .gray))
+        }
+        return line
+    }
+
+    /// Under a thread's root: "💬 3 replies · bob, carol · /thread opens" (`nil` for a message without replies).
+    static func threadLine(_ message: PigeonMessage, me: String, indent: Int) -> StyledLine? {
+        guard let thread = message.thread, thread.replyCount > 0 else { return nil }
+        let senders = thread.lastReplySenders.map { $0 == me ? "you" : TextWidth.sanitized($0) }.joined(separator: ", ")
+        let count = "\(thread.replyCount) repl\(thread.replyCount == 1 ? "y" : "ies")"
+        return StyledLine(String(repeating: " ", count: indent) + "💬 \(count) · \(senders)", TextStyle(foreground: .cyan))
     }
 
     static func searchLines(_ state: ChatScreenState, results: [PigeonMessage], width: Int) -> [StyledLine] {
@@ -251,7 +300,7 @@ public enum ChatScreen {
         if linesBelow > 0 {
             return StyledLine(" ↓ \(linesBelow) more line\(linesBelow == 1 ? "" : "s") below · End jumps to the newest", TextStyle(foreground: .gray))
         }
-        return StyledLine(" " + (state.help ?? help), TextStyle(foreground: .gray))
+        return StyledLine(" " + (state.help ?? (state.threadRoot == nil ? help : threadHelp)), TextStyle(foreground: .gray))
     }
 
     static func inputLine(_ state: ChatScreenState, width: Int) -> (StyledLine, Int) {

@@ -117,6 +117,18 @@ final class FaultyTransport: PigeonTransport {
         try await base.deleteMessage(conversationId: conversationId, serverId: serverId, request)
     }
 
+    func react(conversationId: String, serverId: String, key: String, action: ReactionAction) async throws -> ReactionsResponse {
+        try await base.react(conversationId: conversationId, serverId: serverId, key: key, action: action)
+    }
+
+    func reactionUsers(conversationId: String, serverId: String, key: String?, after: String?, limit: Int) async throws -> ReactionUsersPage {
+        try await base.reactionUsers(conversationId: conversationId, serverId: serverId, key: key, after: after, limit: limit)
+    }
+
+    func threadPage(conversationId: String, rootServerId: String, after: Int64?, before: Int64?, limit: Int) async throws -> ThreadPage {
+        try await base.threadPage(conversationId: conversationId, rootServerId: rootServerId, after: after, before: before, limit: limit)
+    }
+
     func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {
         fetchCount.withLockedValue { $0 += 1 }
         let fail = failingFetches.withLockedValue { remaining -> Bool in
@@ -166,6 +178,12 @@ private final class FilteredConnection: EventStreamConnection {
         transport.record(.delete(conversationId: conversationId, serverId: serverId, request))
         if isDeaf { return .queued }
         return await base.delete(request, of: serverId, in: conversationId)
+    }
+
+    func react(_ request: ReactRequest, in conversationId: String) async -> MessageHandover {
+        transport.record(.react(conversationId: conversationId, request))
+        if isDeaf { return .queued }
+        return await base.react(request, in: conversationId)
     }
 
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
