@@ -131,9 +131,11 @@ import Testing
             let message = try await Self.store(first, Self.item(conversation, "carol"))
             for round in 0..<5 {
                 let key = "k\(round)"
-                async let phone = first.react(conversationId: conversation, serverId: message, userId: "alice", key: key, action: .add, at: 1)
-                async let laptop = second.react(conversationId: conversation, serverId: message, userId: "alice", key: key, action: .add, at: 2)
-                async let bob = second.react(conversationId: conversation, serverId: message, userId: "bob", key: key, action: .add, at: 3)
+                // Each round's key is first used after the previous round's, whichever device's add lands first.
+                let at = Int64(10 * round)
+                async let phone = first.react(conversationId: conversation, serverId: message, userId: "alice", key: key, action: .add, at: at + 1)
+                async let laptop = second.react(conversationId: conversation, serverId: message, userId: "alice", key: key, action: .add, at: at + 2)
+                async let bob = second.react(conversationId: conversation, serverId: message, userId: "bob", key: key, action: .add, at: at + 3)
                 _ = try await (phone, laptop, bob)
             }
             let page = try await second.messages(conversationId: conversation, after: 0, before: nil, limit: 1, visibleFrom: 0, reader: "alice")
@@ -278,6 +280,24 @@ import Testing
             #expect(summary.replyCount == 3 && afterDelete.root.deletedAt != nil)
             #expect(afterDelete.messages[0].replyPreview == ReplyPreview(serverId: root, senderId: "alice", type: "text", body: "", deleted: true))
             #expect(try await store.messageTarget(conversationId: conversation, serverId: replies[0])?.threadRoot == root)
+        }
+    }
+
+    /// A recount after a delete names the three newest distinct senders however many replies the newest one sent.
+    @Test(arguments: Kind.allCases) func aRecountedSummaryFindsSendersBehindALongRunOfOne(_ kind: Kind) async throws {
+        try await StoreContractTests.withStores(kind) { stores, _ in
+            let store = stores[0]
+            let conversation = try await store.createConversation(creator: "alice", members: ["bob", "carol"], name: "g").id
+            let root = try await Self.store(store, Self.item(conversation, "carol", body: "root"))
+            _ = try await store.process([Self.item(conversation, "carol", threadRoot: root), Self.item(conversation, "bob", threadRoot: root)])
+            let run = (0..<250).map { _ in Self.item(conversation, "alice", threadRoot: root) }
+            _ = try await store.process(run)
+            _ = try await Self.store(store, Self.item(conversation, "alice", deleting: run[249].entry.message.serverId))
+            let page = try #require(try await store.threadMessages(conversationId: conversation, root: root, after: nil, before: nil, limit: 2, visibleFrom: 0, reader: nil))
+            let summary = try #require(page.root.thread)
+            #expect(summary.replyCount == 251)
+            #expect(summary.lastReplySenders == ["alice", "bob", "carol"])
+            #expect(summary.lastReplyAt == page.messages.last?.storedAt)
         }
     }
 

@@ -124,15 +124,19 @@ extension SQLiteMessageStore {
         let count = try Int.fetchOne(
             db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND thread_root = ? AND deleted_at IS NULL"),
             arguments: [conversationId, root]) ?? 0
-        // The newest replies until three distinct senders are found (bounded: a thread's newest page).
-        let newest = try Row.fetchAll(
+        // The newest reply's time, and the senders of the newest replies, each once, newest first.
+        let lastAt = try Int64.fetchOne(
+            db.cachedStatement(
+                sql: "SELECT stored_at FROM messages WHERE conversation_id = ? AND thread_root = ? AND deleted_at IS NULL ORDER BY seq DESC LIMIT 1"),
+            arguments: [conversationId, root])
+        let senders = try String.fetchAll(
             db.cachedStatement(
                 sql: """
-                    SELECT sender_id, stored_at FROM messages WHERE conversation_id = ? AND thread_root = ? AND deleted_at IS NULL
-                    ORDER BY seq DESC LIMIT 200
+                    SELECT sender_id FROM messages WHERE conversation_id = ? AND thread_root = ? AND deleted_at IS NULL
+                    GROUP BY sender_id ORDER BY MAX(seq) DESC LIMIT ?
                     """),
-            arguments: [conversationId, root]
-        ).map { (senderId: $0[0] as String, storedAt: $0[1] as Int64) }
+            arguments: [conversationId, root, ThreadSummary.senderLimit])
+        let newest = lastAt.map { at in senders.map { (senderId: $0, storedAt: at) } } ?? []
         try writeSummary(db, root: root, ThreadSummary.of(newestFirst: newest, count: count))
     }
 
