@@ -8,69 +8,138 @@ import PostgresNIO
 extension PostgresMessageStore {
     // MARK: Reactions
 
-    /// One transaction: the reacting member's row (`FOR KEY SHARE`: it cannot leave meanwhile), then the message's row
-    /// `FOR UPDATE`, which serializes every reaction to the message on every node (and a delete of it, which takes its
-    /// reactions under the same lock), then the row and, when something changed, a `reaction` event for every member,
-    /// its payload stored once per group of members who see the same reactions (``ReactionRules/views(of:members:)``).
+    /// A reaction waiting for the next reaction transaction.
+    package struct PendingReaction {
+        package var conversationId: String
+        package var serverId: String
+        package var userId: String
+        package var key: String
+        package var action: ReactionAction
+        package var at: Int64
+        package var continuation: CheckedContinuation<[Reaction], any Error>
+    }
+
+    /// Reactions are written in groups, like receipts: a transaction that writes events holds its partition's row
+    /// through its commit, so one transaction per reaction would cap a conversation at one reaction per fsync. The
+    /// writer takes every reaction that arrived while the previous group was being committed.
     public func react(conversationId: String, serverId: String, userId: String, key: String, action: ReactionAction, at: Int64) async throws
         -> [Reaction]
     {
-        let part = partition(of: conversationId)
-        let (reactions, committed) = try await transaction { connection -> ([Reaction], [StoredEvent]) in
-            var joinedSeq: Int64?
-            for try await seq in try await connection.query(
-                "SELECT joined_seq FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId) FOR KEY SHARE", logger: logger
-            ).decode(Int64.self) {
-                joinedSeq = seq
+        try await withCheckedThrowingContinuation { continuation in
+            pendingReactions.withLockedValue {
+                $0.append(
+                    PendingReaction(
+                        conversationId: conversationId, serverId: serverId, userId: userId, key: key, action: action, at: at,
+                        continuation: continuation))
             }
-            guard let joinedSeq else { throw PigeonError.conversationNotFound }
-            let target = try await lockedTarget(conversationId: conversationId, serverId: serverId, connection)
-            if let refusal = ReactionRules.refusal(target: target, joinedSeq: joinedSeq) { throw refusal }
-            guard let seq = target?.seq else { throw PigeonError(.notFound, "message not found") }
-            var rows: [ReactionRow] = []
-            for try await (key, user, at) in try await connection.query(
-                "SELECT key, user_id, at FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq)", logger: logger
-            ).decode((String, String, Int64).self) {
-                rows.append(ReactionRow(key: key, userId: user, at: at))
-            }
-            let holds = rows.contains { $0.userId == userId && $0.key == key }
-            switch action {
-            case .add:
-                guard !holds else { return (ReactionRules.aggregate(rows, reader: userId), []) }
-                if let refusal = ReactionRules.limitRefusal(adding: key, by: userId, to: rows) { throw refusal }
-                try await connection.query(
-                    """
-                    INSERT INTO reactions(conversation_id, seq, key, user_id, at) VALUES (\(conversationId), \(seq), \(key), \(userId), \(at))
-                    """, logger: logger)
-                rows.append(ReactionRow(key: key, userId: userId, at: at))
-            case .remove:
-                guard holds else { return (ReactionRules.aggregate(rows, reader: userId), []) }
-                try await connection.query(
-                    """
-                    DELETE FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq) AND key = \(key) AND user_id = \(userId)
-                    """, logger: logger)
-                rows.removeAll { $0.userId == userId && $0.key == key }
-            }
-            var members: [String] = []
-            for try await member in try await connection.query(
-                "SELECT user_id FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
-            ).decode(String.self) {
-                members.append(member)
-            }
-            let payloads = EventPayload()
-            let now = WallClock.nowMillis()
-            var events = EventRows()
-            for view in ReactionRules.views(of: rows, members: members) {
-                let payload = payloads.reaction(
-                    ReactionEvent(
-                        conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: action, reactions: view.reactions,
-                        at: at))
-                events.append(type: "reaction", userIds: view.members, sharedPayload: payload, at: now, partition: part)
-            }
-            return (ReactionRules.aggregate(rows, reader: userId), try await insert(events, connection))
+            reactionWakeUp.notify()
         }
-        fanout.publish(committed)
-        return reactions
+    }
+
+    /// Writes the queued reactions, a group per transaction, until cancelled; then fails what is left.
+    package func writeReactions() async {
+        while true {
+            await reactionWakeUp.wait(timeout: .seconds(1))
+            let group = pendingReactions.withLockedValue { pending -> [PendingReaction] in
+                let group = Array(pending.prefix(500))
+                pending.removeFirst(group.count)
+                return group
+            }
+            if Task.isCancelled && group.isEmpty { break }
+            guard !group.isEmpty else { continue }
+            if pendingReactions.withLockedValue({ !$0.isEmpty }) { reactionWakeUp.notify() }
+            do {
+                let (outcomes, committed) = try await withDeadline(.seconds(10)) { try await self.writeReactionGroup(group) }
+                fanout.publish(committed)
+                for (reaction, outcome) in zip(group, outcomes) { reaction.continuation.resume(with: outcome) }
+            } catch {
+                for reaction in group { reaction.continuation.resume(throwing: error) }
+            }
+        }
+        let left = pendingReactions.withLockedValue { pending in
+            defer { pending = [] }
+            return pending
+        }
+        for reaction in left { reaction.continuation.resume(throwing: PigeonError.overloaded("the server is shutting down")) }
+    }
+
+    /// One transaction for a group: each reaction applied in turn (a refused one changes nothing and is answered its
+    /// error; the others go on), then every event of the group in one statement. Messages' rows are locked in
+    /// (conversation, serverId) order, whatever order the reactions came in, so that two nodes' groups cannot
+    /// deadlock; the reactions to one message keep their order.
+    private func writeReactionGroup(_ group: [PendingReaction]) async throws -> ([Result<[Reaction], any Error>], [StoredEvent]) {
+        let order = group.indices.sorted { (group[$0].conversationId, group[$0].serverId, $0) < (group[$1].conversationId, group[$1].serverId, $1) }
+        return try await transaction { connection -> ([Result<[Reaction], any Error>], [StoredEvent]) in
+            var outcomes = [Result<[Reaction], any Error>](repeating: .success([]), count: group.count)
+            var events = EventRows()
+            for index in order {
+                do {
+                    outcomes[index] = .success(try await self.apply(group[index], connection, into: &events))
+                } catch let refusal as PigeonError {
+                    outcomes[index] = .failure(refusal)
+                }
+            }
+            return (outcomes, events.types.isEmpty ? [] : try await self.insert(events, connection))
+        }
+    }
+
+    /// One reaction in the group's transaction: the reacting member's row (`FOR KEY SHARE`: it cannot leave
+    /// meanwhile), the message's row `FOR UPDATE` (every reaction to it on every node, and a delete of it, wait for
+    /// the commit), the rules, the row, and when something changed a `reaction` event for every member, its payload
+    /// stored once per group of members who see the same reactions (``ReactionRules/views(of:members:)``). Refusals are
+    /// decided before anything is written.
+    private func apply(_ reaction: PendingReaction, _ connection: PostgresConnection, into events: inout EventRows) async throws -> [Reaction] {
+        let (conversationId, serverId, userId, key, action, at) =
+            (reaction.conversationId, reaction.serverId, reaction.userId, reaction.key, reaction.action, reaction.at)
+        var joinedSeq: Int64?
+        for try await seq in try await connection.query(
+            "SELECT joined_seq FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId) FOR KEY SHARE", logger: logger
+        ).decode(Int64.self) {
+            joinedSeq = seq
+        }
+        guard let joinedSeq else { throw PigeonError.conversationNotFound }
+        let target = try await lockedTarget(conversationId: conversationId, serverId: serverId, connection)
+        if let refusal = ReactionRules.refusal(target: target, joinedSeq: joinedSeq) { throw refusal }
+        guard let seq = target?.seq else { throw PigeonError(.notFound, "message not found") }
+        var rows: [ReactionRow] = []
+        for try await (key, user, at) in try await connection.query(
+            "SELECT key, user_id, at FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq)", logger: logger
+        ).decode((String, String, Int64).self) {
+            rows.append(ReactionRow(key: key, userId: user, at: at))
+        }
+        let holds = rows.contains { $0.userId == userId && $0.key == key }
+        switch action {
+        case .add:
+            guard !holds else { return ReactionRules.aggregate(rows, reader: userId) }
+            if let refusal = ReactionRules.limitRefusal(adding: key, by: userId, to: rows) { throw refusal }
+            try await connection.query(
+                """
+                INSERT INTO reactions(conversation_id, seq, key, user_id, at) VALUES (\(conversationId), \(seq), \(key), \(userId), \(at))
+                """, logger: logger)
+            rows.append(ReactionRow(key: key, userId: userId, at: at))
+        case .remove:
+            guard holds else { return ReactionRules.aggregate(rows, reader: userId) }
+            try await connection.query(
+                """
+                DELETE FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq) AND key = \(key) AND user_id = \(userId)
+                """, logger: logger)
+            rows.removeAll { $0.userId == userId && $0.key == key }
+        }
+        var members: [String] = []
+        for try await member in try await connection.query(
+            "SELECT user_id FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
+        ).decode(String.self) {
+            members.append(member)
+        }
+        let payloads = EventPayload()
+        let now = WallClock.nowMillis()
+        for view in ReactionRules.views(of: rows, members: members) {
+            let payload = payloads.reaction(
+                ReactionEvent(
+                    conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: action, reactions: view.reactions, at: at))
+            events.append(type: "reaction", userIds: view.members, sharedPayload: payload, at: now, partition: partition(of: conversationId))
+        }
+        return ReactionRules.aggregate(rows, reader: userId)
     }
 
     /// The message `serverId` of the conversation as a reaction needs it, its row locked to the commit; nil when it is

@@ -40,6 +40,9 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// Receipts waiting for the next receipt transaction (``writeReceipts()``).
     package let pendingReceipts = NIOLockedValueBox([PendingReceipt]())
     package let receiptWakeUp = AsyncSignal()
+    /// Reactions waiting for the next reaction transaction (``writeReactions()``).
+    package let pendingReactions = NIOLockedValueBox([PendingReaction]())
+    package let reactionWakeUp = AsyncSignal()
 
     /// Connects, applies migrations and the event log's partition layout, and reads the store's identity; ``run()``
     /// must run for queries to be served. `local` is this node's own fan-out (its stream hub).
@@ -112,6 +115,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 await withTaskGroup(of: Void.self) { inner in
                     inner.addTask { try? await self.fanout.run() }
                     inner.addTask { await self.writeReceipts() }
+                    inner.addTask { await self.writeReactions() }
                     await inner.waitForAll()
                 }
             }
