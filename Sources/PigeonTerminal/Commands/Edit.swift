@@ -53,19 +53,8 @@ enum MessageChange {
         _ root: PigeonCommand, conversation: String, seq: Int64, wait: Double?, _ make: (PigeonClient, PigeonMessage) throws -> PigeonMessage
     ) async throws {
         let session = try DeviceSession(root.global)
-        let found = try await session.conversation(conversation, fetch: true)
-        func local() throws -> PigeonMessage? {
-            try session.client.messages(in: found.id, before: seq + 1, limit: 1).messages.first.flatMap { $0.seq == seq ? $0 : nil }
-        }
-        var target = try local()
-        if target == nil {
-            // Not here yet (or its seq not known yet, like a message sent without waiting for the server): sync first.
-            _ = try? await session.online { try await session.sync(timeout: seconds(wait ?? 10)) }
-            target = try local()
-        }
-        guard let target else {
-            throw CLIError("no message #\(seq) in \(found.id) on this device; `pigeon ls \(found.id.prefix(8))` lists them")
-        }
+        // Not here yet (or its seq not known yet, like a message sent without waiting for the server): synced first.
+        let (_, target) = try await MessageBySeq.find(session, conversation: conversation, seq: seq, wait: wait)
         let change: PigeonMessage
         do {
             change = try make(session.client, target)
