@@ -63,83 +63,121 @@ extension PostgresMessageStore {
         for reaction in left { reaction.continuation.resume(throwing: PigeonError.overloaded("the server is shutting down")) }
     }
 
-    /// One transaction for a group: each reaction applied in turn (a refused one changes nothing and is answered its
-    /// error; the others go on), then every event of the group in one statement. Messages' rows are locked in
-    /// (conversation, serverId) order, whatever order the reactions came in, so that two nodes' groups cannot
-    /// deadlock; the reactions to one message keep their order.
+    /// One transaction for a group: the reactions to one message are applied together (a refused one changes nothing
+    /// and is answered its error; the others go on), then every event of the group in one statement. Messages' rows
+    /// are locked in (conversation, serverId) order, whatever order the reactions came in, so that two nodes' groups
+    /// cannot deadlock; the reactions to one message keep their order.
     private func writeReactionGroup(_ group: [PendingReaction]) async throws -> ([Result<[Reaction], any Error>], [StoredEvent]) {
         let order = group.indices.sorted { (group[$0].conversationId, group[$0].serverId, $0) < (group[$1].conversationId, group[$1].serverId, $1) }
+        var runs: [[Int]] = []
+        for index in order {
+            if let last = runs.last?.last, group[last].conversationId == group[index].conversationId, group[last].serverId == group[index].serverId {
+                runs[runs.count - 1].append(index)
+            } else {
+                runs.append([index])
+            }
+        }
         return try await transaction { connection -> ([Result<[Reaction], any Error>], [StoredEvent]) in
             var outcomes = [Result<[Reaction], any Error>](repeating: .success([]), count: group.count)
             var events = EventRows()
-            for index in order {
-                do {
-                    outcomes[index] = .success(try await self.apply(group[index], connection, into: &events))
-                } catch let refusal as PigeonError {
-                    outcomes[index] = .failure(refusal)
-                }
+            for run in runs {
+                let answers = try await self.apply(run.map { group[$0] }, connection, into: &events)
+                for (index, answer) in zip(run, answers) { outcomes[index] = answer }
             }
             return (outcomes, events.types.isEmpty ? [] : try await self.insert(events, connection))
         }
     }
 
-    /// One reaction in the group's transaction: the reacting member's row (`FOR KEY SHARE`: it cannot leave
+    /// The reactions to one message, in their order, in the group's transaction, in a fixed number of statements
+    /// whatever their number: the conversation's member rows (`FOR KEY SHARE`: no reacting member can leave
     /// meanwhile), the message's row `FOR UPDATE` (every reaction to it on every node, and a delete of it, wait for
-    /// the commit), the rules, the row, and when something changed a `reaction` event for every member, its payload
-    /// stored once per group of members who see the same reactions (``ReactionRules/views(of:members:)``). Refusals are
-    /// decided before anything is written.
-    private func apply(_ reaction: PendingReaction, _ connection: PostgresConnection, into events: inout EventRows) async throws -> [Reaction] {
-        let (conversationId, serverId, userId, key, action, at) =
-            (reaction.conversationId, reaction.serverId, reaction.userId, reaction.key, reaction.action, reaction.at)
-        var joinedSeq: Int64?
-        for try await seq in try await connection.query(
-            "SELECT joined_seq FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId) FOR KEY SHARE", logger: logger
-        ).decode(Int64.self) {
-            joinedSeq = seq
-        }
-        guard let joinedSeq else { throw PigeonError.conversationNotFound }
-        let target = try await lockedTarget(conversationId: conversationId, serverId: serverId, connection)
-        if let refusal = ReactionRules.refusal(target: target, joinedSeq: joinedSeq) { throw refusal }
-        guard let seq = target?.seq else { throw PigeonError(.notFound, "message not found") }
-        var rows: [ReactionRow] = []
-        for try await (key, user, at) in try await connection.query(
-            "SELECT key, user_id, at FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq)", logger: logger
-        ).decode((String, String, Int64).self) {
-            rows.append(ReactionRow(key: key, userId: user, at: at))
-        }
-        let holds = rows.contains { $0.userId == userId && $0.key == key }
-        switch action {
-        case .add:
-            guard !holds else { return ReactionRules.aggregate(rows, reader: userId) }
-            if let refusal = ReactionRules.limitRefusal(adding: key, by: userId, to: rows) { throw refusal }
-            try await connection.query(
-                """
-                INSERT INTO reactions(conversation_id, seq, key, user_id, at) VALUES (\(conversationId), \(seq), \(key), \(userId), \(at))
-                """, logger: logger)
-            rows.append(ReactionRow(key: key, userId: userId, at: at))
-        case .remove:
-            guard holds else { return ReactionRules.aggregate(rows, reader: userId) }
-            try await connection.query(
-                """
-                DELETE FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq) AND key = \(key) AND user_id = \(userId)
-                """, logger: logger)
-            rows.removeAll { $0.userId == userId && $0.key == key }
-        }
+    /// the commit), its reaction rows; then each reaction is decided on those rows in memory (refusals before anything
+    /// changes), and what changed is written back in one delete and one insert. Every change makes a `reaction` event
+    /// for every member, its payload stored once per group of members who see the same reactions
+    /// (``ReactionRules/views(of:members:)``).
+    private func apply(_ reactions: [PendingReaction], _ connection: PostgresConnection, into events: inout EventRows) async throws
+        -> [Result<[Reaction], any Error>]
+    {
+        let (conversationId, serverId) = (reactions[0].conversationId, reactions[0].serverId)
+        var joined: [String: Int64] = [:]
         var members: [String] = []
-        for try await member in try await connection.query(
-            "SELECT user_id FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
-        ).decode(String.self) {
+        for try await (member, seq) in try await connection.query(
+            "SELECT user_id, joined_seq FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id FOR KEY SHARE", logger: logger
+        ).decode((String, Int64).self) {
+            joined[member] = seq
             members.append(member)
         }
+        guard !members.isEmpty else { return reactions.map { _ in .failure(PigeonError.conversationNotFound) } }
+        let target = try await lockedTarget(conversationId: conversationId, serverId: serverId, connection)
+        var initial: [ReactionRow] = []
+        if let seq = target?.seq {
+            for try await (key, user, at) in try await connection.query(
+                "SELECT key, user_id, at FROM reactions WHERE conversation_id = \(conversationId) AND seq = \(seq)", logger: logger
+            ).decode((String, String, Int64).self) {
+                initial.append(ReactionRow(key: key, userId: user, at: at))
+            }
+        }
+        var rows = initial
+        var answers: [Result<[Reaction], any Error>] = []
         let payloads = EventPayload()
         let now = WallClock.nowMillis()
-        for view in ReactionRules.views(of: rows, members: members) {
-            let payload = payloads.reaction(
-                ReactionEvent(
-                    conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: action, reactions: view.reactions, at: at))
-            events.append(type: "reaction", userIds: view.members, sharedPayload: payload, at: now, partition: partition(of: conversationId))
+        for reaction in reactions {
+            let (userId, key) = (reaction.userId, reaction.key)
+            guard let joinedSeq = joined[userId] else {
+                answers.append(.failure(PigeonError.conversationNotFound))
+                continue
+            }
+            if let refusal = ReactionRules.refusal(target: target, joinedSeq: joinedSeq) {
+                answers.append(.failure(refusal))
+                continue
+            }
+            let holds = rows.contains { $0.userId == userId && $0.key == key }
+            switch reaction.action {
+            case .add:
+                guard !holds else {
+                    answers.append(.success(ReactionRules.aggregate(rows, reader: userId)))
+                    continue
+                }
+                if let refusal = ReactionRules.limitRefusal(adding: key, by: userId, to: rows) {
+                    answers.append(.failure(refusal))
+                    continue
+                }
+                rows.append(ReactionRow(key: key, userId: userId, at: reaction.at))
+            case .remove:
+                guard holds else {
+                    answers.append(.success(ReactionRules.aggregate(rows, reader: userId)))
+                    continue
+                }
+                rows.removeAll { $0.userId == userId && $0.key == key }
+            }
+            for view in ReactionRules.views(of: rows, members: members) {
+                let payload = payloads.reaction(
+                    ReactionEvent(
+                        conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: reaction.action,
+                        reactions: view.reactions, at: reaction.at))
+                events.append(type: "reaction", userIds: view.members, sharedPayload: payload, at: now, partition: partition(of: conversationId))
+            }
+            answers.append(.success(ReactionRules.aggregate(rows, reader: userId)))
         }
-        return ReactionRules.aggregate(rows, reader: userId)
+        guard let seq = target?.seq else { return answers }
+        // Written back as a difference: a row removed and added again in the group is replaced (its `at` is new).
+        let removed = initial.filter { !rows.contains($0) }
+        let added = rows.filter { !initial.contains($0) }
+        if !removed.isEmpty {
+            try await connection.query(
+                """
+                DELETE FROM reactions r USING unnest(\(removed.map(\.key))::text[], \(removed.map(\.userId))::text[]) AS d(k, u)
+                WHERE r.conversation_id = \(conversationId) AND r.seq = \(seq) AND r.key = d.k AND r.user_id = d.u
+                """, logger: logger)
+        }
+        if !added.isEmpty {
+            try await connection.query(
+                """
+                INSERT INTO reactions(conversation_id, seq, key, user_id, at)
+                SELECT \(conversationId), \(seq), k, u, a FROM unnest(\(added.map(\.key))::text[], \(added.map(\.userId))::text[], \(added.map(\.at))::bigint[]) AS n(k, u, a)
+                """, logger: logger)
+        }
+        return answers
     }
 
     /// The message `serverId` of the conversation as a reaction needs it, its row locked to the commit; nil when it is
