@@ -61,6 +61,7 @@ let package = Package(
             dependencies: [
                 "PigeonProtocol",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

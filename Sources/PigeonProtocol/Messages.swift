@@ -12,8 +12,14 @@ public struct SendMessageRequest: Codable, Sendable, Equatable {
     public var replyTo: String?
     /// The serverId of the message whose thread this one is in (API.md 1.2); a thread root is never in a thread.
     public var threadRoot: String?
+    /// Uploads of the sender's user that the message carries, at most ``AttachmentLimits/perMessage`` (API.md 1.2).
+    public var attachments: [AttachmentReference]?
 
-    public init(clientMessageId: String, type: String, body: String, clientTimestamp: Int64, replyTo: String? = nil, threadRoot: String? = nil) {
+    public init(
+        clientMessageId: String, type: String, body: String, clientTimestamp: Int64, replyTo: String? = nil, threadRoot: String? = nil,
+        attachments: [AttachmentReference]? = nil
+    ) {
+        self.attachments = attachments
         self.clientMessageId = clientMessageId
         self.type = type
         self.body = body
@@ -78,13 +84,16 @@ public struct Message: Codable, Sendable, Equatable {
     public var threadRoot: String?
     /// On a message with replies in its thread: the thread's summary as of the read; else `nil`.
     public var thread: ThreadSummary?
+    /// The attachments it carries, in the sender's order (API.md 1.2); empty when none or on an older server.
+    public var attachments: [Attachment]
 
     public init(
         serverId: String, clientMessageId: String, conversationId: String, seq: Int64, senderId: String,
         senderDeviceId: String, type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, storedAt: Int64,
         editedAt: Int64? = nil, deletedAt: Int64? = nil, reactions: [Reaction] = [], replyTo: String? = nil,
-        replyPreview: ReplyPreview? = nil, threadRoot: String? = nil, thread: ThreadSummary? = nil
+        replyPreview: ReplyPreview? = nil, threadRoot: String? = nil, thread: ThreadSummary? = nil, attachments: [Attachment] = []
     ) {
+        self.attachments = attachments
         self.editedAt = editedAt
         self.deletedAt = deletedAt
         self.serverId = serverId
@@ -107,10 +116,10 @@ public struct Message: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case serverId, clientMessageId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
-            acceptedAt, storedAt, editedAt, deletedAt, reactions, replyTo, replyPreview, threadRoot, thread
+            acceptedAt, storedAt, editedAt, deletedAt, reactions, replyTo, replyPreview, threadRoot, thread, attachments
     }
 
-    /// The fields of API.md 1.2 may be absent (an older server): no reactions, no reply, no thread.
+    /// The fields of API.md 1.2 may be absent (an older server): no reactions, no reply, no thread, no attachments.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         serverId = try c.decode(String.self, forKey: .serverId)
@@ -131,6 +140,7 @@ public struct Message: Codable, Sendable, Equatable {
         replyPreview = try c.decodeIfPresent(ReplyPreview.self, forKey: .replyPreview)
         threadRoot = try c.decodeIfPresent(String.self, forKey: .threadRoot)
         thread = try c.decodeIfPresent(ThreadSummary.self, forKey: .thread)
+        attachments = try c.decodeIfPresent([Attachment].self, forKey: .attachments) ?? []
     }
 
     /// `editedAt` and `deletedAt` are left out when absent (as before API.md 1.2); the fields of 1.2 are always
@@ -155,6 +165,7 @@ public struct Message: Codable, Sendable, Equatable {
         try c.encode(NullEncoded(wrappedValue: replyPreview), forKey: .replyPreview)
         try c.encode(NullEncoded(wrappedValue: threadRoot), forKey: .threadRoot)
         try c.encode(NullEncoded(wrappedValue: thread), forKey: .thread)
+        try c.encode(attachments, forKey: .attachments)
     }
 }
 

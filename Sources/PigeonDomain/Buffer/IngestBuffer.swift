@@ -15,11 +15,16 @@ public struct BufferedMessage: Sendable, Equatable {
     public var replyTo: String?
     /// The serverId of the thread root it is in (API.md 1.2), checked at accept.
     public var threadRoot: String?
+    /// The attachments it carries (API.md 1.2), resolved at accept from the sender's user's uploads: the metadata
+    /// travels with the message, so that storing it reads nothing else.
+    public var attachments: [Attachment]
 
     public init(
         serverId: String, conversationId: String, senderId: String, senderDeviceId: String, clientMessageId: String,
-        type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, replyTo: String? = nil, threadRoot: String? = nil
+        type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, replyTo: String? = nil, threadRoot: String? = nil,
+        attachments: [Attachment] = []
     ) {
+        self.attachments = attachments
         self.replyTo = replyTo
         self.threadRoot = threadRoot
         self.serverId = serverId

@@ -121,6 +121,6 @@ package enum MessageEvents {
             serverId: message.serverId, clientMessageId: message.clientMessageId, conversationId: message.conversationId, seq: seq,
             senderId: message.senderId, senderDeviceId: message.senderDeviceId, type: message.type, body: message.body,
             clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt, storedAt: storedAt, replyTo: message.replyTo,
-            threadRoot: message.threadRoot)
+            threadRoot: message.threadRoot, attachments: message.attachments)
     }
 }

@@ -73,9 +73,29 @@ package struct EventPayload {
         } else {
             json.null()
         }
+        json.key("attachments")
+        Self.attachments(message.attachments, into: &json)
         json.endObject()
         json.endObject()
         return json.string
+    }
+
+    /// `[Attachment]` as the wire has it, every field present.
+    package static func attachments(_ attachments: [Attachment], into json: inout JSONText) {
+        json.beginArray()
+        for attachment in attachments {
+            json.beginObject()
+            json.member("id", attachment.id)
+            json.member("name", attachment.name)
+            json.member("size", attachment.size)
+            json.member("contentType", attachment.contentType)
+            json.member("sha256", attachment.sha256)
+            json.optionalMember("width", attachment.width.map(Int64.init))
+            json.optionalMember("height", attachment.height.map(Int64.init))
+            json.optionalMember("durationMs", attachment.durationMs)
+            json.endObject()
+        }
+        json.endArray()
     }
 
     private static func reactions(_ reactions: [Reaction], into json: inout JSONText) {

@@ -44,6 +44,10 @@ package struct JSONText {
         if let value { string(value) } else { null() }
     }
 
+    package mutating func optionalMember(_ key: StaticString, _ value: Int64?) {
+        if let value { member(key, value) } else { self.key(key); null() }
+    }
+
     /// Starts a member: `"key":`; the value follows.
     package mutating func key(_ key: StaticString) {
         separate()
