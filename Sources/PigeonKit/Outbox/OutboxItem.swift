@@ -9,6 +9,16 @@ import PigeonProtocol
 ///   │  └──connection lost─┘ (not a try: resent when online)
 ///   └──────retry────── failed ◀── 4xx refusal, or tries spent
 /// ```
+///
+/// A message with attachments is queued with its ``uploads`` to do first: it is not due (and holds its conversation's
+/// line) until they are done. Each attachment's upload has tries of its own, counted like a send's:
+///
+/// ```
+/// waiting ──startUpload──▶ running ──uploadsFinished──▶ done (the message may go)
+///   ▲  ▲                     │ transient error: tries < max → waiting(after backoff), else failed
+///   │  └──uploadInterrupted──┘ (the network went away: not a try)
+///   └─(retry)── failed ◀── refused for good (a 4xx other than 408 and 429), or tries spent
+/// ```
 package struct OutboxItem: Sendable, Equatable {
     package enum State: Sendable, Equatable {
         /// Waiting for its turn; not before `notBefore` (a backoff), when set.
@@ -32,6 +42,16 @@ package struct OutboxItem: Sendable, Equatable {
         case fail(ErrorDetail)
     }
 
+    /// Where the uploads of the message's attachments stand (API.md 1.2).
+    package enum Uploads: Sendable, Equatable {
+        /// Nothing (more) to upload: the message may go when its turn comes.
+        case done
+        /// Attachments wait to be uploaded; not before `notBefore` (a backoff), when set.
+        case waiting(notBefore: ElapsedClock.Instant?)
+        /// An upload is on its way.
+        case running
+    }
+
     /// What the item sends.
     package enum Kind: Sendable, Equatable {
         /// A message, an edit or a deletion (a row of the messages table).
@@ -48,10 +68,14 @@ package struct OutboxItem: Sendable, Equatable {
     /// Tries that ended without an accept answer.
     package private(set) var attempts: Int
     package private(set) var state: State
+    /// The attachments' uploads, which come before the message goes.
+    package private(set) var uploads: Uploads
+    /// Tries of the current attachment's upload that ended without an answer.
+    package private(set) var uploadAttempts = 0
 
     package init(
         localId: Int64, conversationId: String, clientMessageId: String, attempts: Int = 0, state: State = .queued(notBefore: nil),
-        kind: Kind = .message
+        kind: Kind = .message, uploadsPending: Bool = false
     ) {
         self.localId = localId
         self.conversationId = conversationId
@@ -59,6 +83,7 @@ package struct OutboxItem: Sendable, Equatable {
         self.kind = kind
         self.attempts = attempts
         self.state = state
+        self.uploads = uploadsPending ? .waiting(notBefore: nil) : .done
     }
 
     package var isInFlight: Bool {
@@ -71,10 +96,79 @@ package struct OutboxItem: Sendable, Equatable {
         return false
     }
 
-    /// Whether it may go on the wire at `now` (queued and past its backoff).
+    /// Whether it may go on the wire at `now` (queued, past its backoff, its attachments uploaded).
     package func isDue(at now: ElapsedClock.Instant) -> Bool {
+        guard uploads == .done else { return false }
         if case .queued(let notBefore) = state { return notBefore.map { $0 <= now } ?? true }
         return false
+    }
+
+    /// Whether an upload of its attachments may start at `now` (queued, uploads waiting and past their backoff).
+    package func isUploadDue(at now: ElapsedClock.Instant) -> Bool {
+        guard case .queued = state, case .waiting(let notBefore) = uploads else { return false }
+        return notBefore.map { $0 <= now } ?? true
+    }
+
+    package var isUploading: Bool { uploads == .running }
+
+    /// Starts uploading the attachments: true when it was due.
+    package mutating func startUpload(now: ElapsedClock.Instant) -> Bool {
+        guard isUploadDue(at: now) else { return false }
+        uploads = .running
+        return true
+    }
+
+    /// One attachment's upload was answered: the next one starts with fresh tries.
+    package mutating func attachmentUploaded() {
+        guard uploads == .running else { return }
+        uploadAttempts = 0
+    }
+
+    /// Every attachment is uploaded: the message may go.
+    package mutating func uploadsFinished() {
+        guard uploads == .running else { return }
+        uploads = .done
+        uploadAttempts = 0
+    }
+
+    /// The upload failed and may work later (a timeout, 408, 429, 5xx, no answer): the try counts; `retryAfter` is the
+    /// server's.
+    package mutating func uploadFailed(
+        _ reason: ErrorDetail, retryAfter: Duration?, now: ElapsedClock.Instant, policy: RetryPolicy, jitter: Double
+    ) -> Action {
+        guard uploads == .running else { return .none }
+        uploadAttempts += 1
+        if uploadAttempts >= policy.maxAttempts {
+            uploads = .waiting(notBefore: nil)
+            state = .failed(reason)
+            return .fail(reason)
+        }
+        let next = now + policy.delay(afterAttempt: uploadAttempts, jitter: jitter, retryAfter: retryAfter)
+        uploads = .waiting(notBefore: next)
+        return .retryLater(next)
+    }
+
+    /// The server refused the upload for good (too large, over the quota, a bad name): the message fails.
+    package mutating func uploadRefused(_ reason: ErrorDetail) -> Action {
+        guard uploads == .running else { return .none }
+        uploads = .waiting(notBefore: nil)
+        state = .failed(reason)
+        return .fail(reason)
+    }
+
+    /// Dispatched, but an attachment turned out not to be uploaded (the database says so): nothing left the device;
+    /// back to the queue, uploads first.
+    package mutating func awaitUploads() {
+        guard isInFlight else { return }
+        state = .queued(notBefore: nil)
+        uploads = .waiting(notBefore: nil)
+    }
+
+    /// The network went away during the upload (or the token was refused): it starts again when online, and the try
+    /// does not count.
+    package mutating func uploadInterrupted() {
+        guard uploads == .running else { return }
+        uploads = .waiting(notBefore: nil)
     }
 
     /// Hands the item to the transport: `.send` when it was due.
@@ -119,6 +213,8 @@ package struct OutboxItem: Sendable, Equatable {
     package mutating func retry() -> Bool {
         guard isFailed else { return false }
         attempts = 0
+        uploadAttempts = 0
+        if uploads != .done { uploads = .waiting(notBefore: nil) }
         state = .queued(notBefore: nil)
         return true
     }

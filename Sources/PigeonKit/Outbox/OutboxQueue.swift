@@ -2,7 +2,9 @@ import PigeonProtocol
 
 /// Every unsent item, in sending order, and which may go next: per conversation, messages go out in the order
 /// they were sent, one at a time (the next one waits for the previous one's accept answer, so a transient refusal
-/// of one message can never let a later one overtake it). Failed items step out of the line. Pure: no I/O, no clock.
+/// of one message can never let a later one overtake it). Failed items step out of the line. A message's
+/// attachments are uploaded before it goes, one message's at a time per conversation in the same order, and may be
+/// while the messages ahead of it are on the wire. Pure: no I/O, no clock.
 package struct OutboxQueue: Sendable {
     package private(set) var items: [Int64: OutboxItem] = [:]
     /// Local ids per conversation, in sending order (local ids grow with each send).
@@ -57,6 +59,21 @@ package struct OutboxQueue: Sendable {
         return out.sorted { $0.localId < $1.localId }
     }
 
+    /// Starts, in each conversation, the uploads of the first item of the line that has attachments to upload, when
+    /// it is due and no upload of that conversation is running; returns the items whose uploads to run.
+    package mutating func uploadsDue(now: ElapsedClock.Instant) -> [OutboxItem] {
+        var out: [OutboxItem] = []
+        for (_, line) in lines {
+            let waiting = line.compactMap { items[$0] }.filter { !$0.isFailed && $0.uploads != .done }
+            guard let first = waiting.first, !first.isUploading, var item = items[first.localId] else { continue }
+            if item.startUpload(now: now) {
+                items[item.localId] = item
+                out.append(item)
+            }
+        }
+        return out.sorted { $0.localId < $1.localId }
+    }
+
     /// Items whose ACK deadline passed by `now`.
     package func timedOut(now: ElapsedClock.Instant) -> [Int64] {
         items.values.compactMap { item in
@@ -77,10 +94,12 @@ package struct OutboxQueue: Sendable {
         var earliest: ElapsedClock.Instant?
         for item in items.values {
             let instant: ElapsedClock.Instant?
-            switch item.state {
-            case .queued(let notBefore): instant = notBefore
-            case .inFlight(_, let deadline): instant = deadline
-            case .failed: instant = nil
+            switch (item.state, item.uploads) {
+            case (.queued, .waiting(let notBefore)): instant = notBefore
+            case (.queued, .running): instant = nil
+            case (.queued(let notBefore), .done): instant = notBefore
+            case (.inFlight(_, let deadline), _): instant = deadline
+            case (.failed, _): instant = nil
             }
             if let instant, instant > now, earliest.map({ instant < $0 }) ?? true { earliest = instant }
         }
