@@ -66,6 +66,11 @@ extension PigeonClient {
         public var fetchPageSize = 500
         /// Largest message body `send` accepts, in UTF-8 bytes (the server's default limit).
         public var maxBodyBytes = 65_536
+        /// The most bytes of downloaded attachments kept on the device (200 MiB by default), in
+        /// `<databasePath>-attachments/cache/`: past it, the least recently used downloads are removed (and fetched
+        /// again when asked for). This device's copies of what it sent (in `…-attachments/sent/`) do not count: they
+        /// stay as long as their messages.
+        public var attachmentCacheLimit: Int64 = 200 * 1024 * 1024
         /// `true`: every local write is flushed to disk (survives a power loss; costs a disk flush per send).
         /// `false` (default): a write survives the app being killed or crashing, without a flush per send.
         public var flushEveryWrite = false

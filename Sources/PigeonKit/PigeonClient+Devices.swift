@@ -20,8 +20,8 @@ extension PigeonClient {
 
     /// Signs this device out: revokes it on the server, stops the client (what ``start()`` started; a caller that
     /// runs ``run()`` itself ends it), which reports ``ConnectionState/signedOut``, and with `wipeLocalData` deletes
-    /// the local database (and its `-wal` and `-shm` files), unsent messages included. The client cannot be used
-    /// afterwards.
+    /// the local database (and its `-wal` and `-shm` files), unsent messages included, and the attachments' files
+    /// beside it (this device's copies and the download cache). The client cannot be used afterwards.
     ///
     /// A token the server already refuses (revoked elsewhere) counts as signed out. Any other failure to reach the
     /// server throws, and then nothing changed: the device is still signed in and its data is kept.
@@ -43,6 +43,13 @@ extension PigeonClient {
             } catch {
                 throw PigeonClientError(.localDatabase, "the device signed out, but \(path) could not be deleted: \(error)")
             }
+        }
+        let attachments = store.files.root
+        guard FileManager.default.fileExists(atPath: attachments.path) else { return }
+        do {
+            try FileManager.default.removeItem(at: attachments)
+        } catch {
+            throw PigeonClientError(.localDatabase, "the device signed out, but \(attachments.path) could not be deleted: \(error)")
         }
     }
 

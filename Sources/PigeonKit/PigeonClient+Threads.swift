@@ -3,7 +3,7 @@ import PigeonProtocol
 
 /// Replies and threads (API.md 1.2).
 ///
-/// A reply (``send(_:type:to:replyTo:threadRoot:)`` with `replyTo`) quotes an earlier message of the conversation:
+/// A reply (``send(_:type:to:replyTo:threadRoot:attachments:)`` with `replyTo`) quotes an earlier message of the conversation:
 /// it carries the quoted message's reference and a preview to draw (``PigeonMessage/replyPreview``). A thread reply
 /// (with `threadRoot`) is an ordinary message of the conversation (it has its seq, its ticks, it counts as unread)
 /// that also names the thread it is in (``PigeonMessage/threadRoot``). Conversation pages

@@ -6,7 +6,7 @@ import ServiceLifecycle
 /// A Pigeon device: a local-first message store kept in sync with a Pigeon server.
 ///
 /// Every read (``conversations()``, ``messages(in:before:limit:)``, ``search(_:in:limit:)``) comes from the local
-/// database and works offline. ``send(_:type:to:)`` saves the message and its outbox entry in one transaction and
+/// database and works offline. ``send(_:type:to:replyTo:threadRoot:attachments:)`` saves the message and its outbox entry in one transaction and
 /// returns at once; the message goes out when the client is online, and its ``PigeonMessage/status`` moves
 /// forward only on evidence: ✓ on the server's accept answer, ✓✓ and blue ✓✓ on the other members' receipts.
 ///
@@ -26,6 +26,8 @@ public final class PigeonClient: Sendable, Service {
     let store: LocalStore
     let engine: ClientEngine
     let hub: EventHub
+    /// The attachments' downloads, bounded by ``Configuration-swift.struct/attachmentCacheLimit``.
+    let attachmentCache: AttachmentCache
     /// Who wants the network side running: the app (``start()`` until ``stop()``) and the push handlings in progress
     /// (``handlePush(_:deadline:)``), which share one ``run()`` task.
     struct RunSlot {
@@ -62,7 +64,10 @@ public final class PigeonClient: Sendable, Service {
         self.store = store
         self.hub = hub
         self.engine = try ClientEngine(store: store, transport: transport, hub: hub, settings: configuration, logger: configuration.logger)
+        self.attachmentCache = AttachmentCache(store: store, limit: configuration.attachmentCacheLimit)
         if store.recovery != nil { try store.setNeedsFullSync(true) }
+        // Copies that no message names: an app killed between copying a file and saving its message.
+        store.files.removeSent(try store.unreferencedCopies(among: store.files.sentFiles()))
     }
 
     deinit {
@@ -181,21 +186,33 @@ public final class PigeonClient: Sendable, Service {
     /// must be app messages of the same conversation on this device, not deleted; a thread's root must not itself be
     /// in a thread. Either may be a message of this device that still waits: the reply goes out after it.
     ///
+    /// `attachments` (at most 10; the body may then be empty) are copied into the client's storage before it returns,
+    /// and listed in the message's ``PigeonMessage/attachments`` with their ``PigeonAttachment/localPath`` at once.
+    /// When the client is online they are uploaded, in order, streamed from those copies
+    /// (``PigeonEvent/uploadProgress(localId:attachmentIndex:sent:total:)`` as they go), and the message goes once
+    /// every one has its id: it stays ⏰ until then. An upload cut by the network starts again when online; one the
+    /// app was killed during starts again with the next client opened on the database; one already answered is never
+    /// made again. An upload the server refuses (too large, over the user's quota) or whose tries run out fails the
+    /// message (⚠️, ``PigeonMessage/failure`` says why); ``retry(localId:)`` tries again.
+    ///
     /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
-    /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty or oversized body, U+0000,
-    /// a quote or root that cannot be one), ``PigeonClientError/Code-swift.struct/unknownConversation``,
+    /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty (without attachments) or
+    /// oversized body, U+0000, a quote or root that cannot be one, more than 10 attachments, a file that cannot be
+    /// read, a bad name, media type or dimension), ``PigeonClientError/Code-swift.struct/unknownConversation``,
     /// ``PigeonClientError/Code-swift.struct/unknownMessage`` (a quote or root not on this device),
     /// ``PigeonClientError/Code-swift.struct/notMember`` (this user was removed from the conversation, or left it), or
-    /// a database error.
+    /// a database error (also when a copy cannot be written).
     @discardableResult
     public func send(
-        _ body: String, type: String = "text", to conversationId: String, replyTo: PigeonMessage? = nil, threadRoot: PigeonMessage? = nil
+        _ body: String = "", type: String = "text", to conversationId: String, replyTo: PigeonMessage? = nil, threadRoot: PigeonMessage? = nil,
+        attachments: [PigeonAttachmentSource] = []
     ) throws -> PigeonMessage {
         guard Validation.isValidMessageType(type) else { throw PigeonClientError.invalid("type must be 1–32 characters of [a-z0-9._-]") }
         guard !Validation.isServerMessageType(type) else {
             throw PigeonClientError.invalid("types beginning with \"pigeon.\" are the server's; \"\(type)\" cannot be sent")
         }
-        guard !body.isEmpty else { throw PigeonClientError.invalid("the body is empty") }
+        guard !body.isEmpty || !attachments.isEmpty else { throw PigeonClientError.invalid("the body is empty") }
+        try Self.validate(attachments)
         guard body.utf8.count <= configuration.maxBodyBytes else {
             throw PigeonClientError.invalid("the body is \(body.utf8.count) bytes; the limit is \(configuration.maxBodyBytes)")
         }
@@ -203,11 +220,21 @@ public final class PigeonClient: Sendable, Service {
         guard let conversationId = Validation.canonicalUUID(conversationId) else {
             throw PigeonClientError.invalid("\"\(conversationId)\" is not a conversation id")
         }
-        let message = try store.insertOutgoing(
-            conversationId: conversationId, type: type, body: body, clientMessageId: UUID().uuidString.lowercased(),
-            clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000), replyToLocalId: replyTo?.localId, threadRootLocalId: threadRoot?.localId)
+        var copies: [LocalAttachment] = []
+        let message: PigeonMessage
+        do {
+            for source in attachments { copies.append(try store.files.saveCopy(of: source)) }
+            message = try store.insertOutgoing(
+                conversationId: conversationId, type: type, body: body, clientMessageId: UUID().uuidString.lowercased(),
+                clientTimestamp: Int64(Date().timeIntervalSince1970 * 1000), replyToLocalId: replyTo?.localId, threadRootLocalId: threadRoot?.localId,
+                attachments: copies)
+        } catch {
+            store.files.removeSent(copies.compactMap(\.file))
+            throw error
+        }
         hub.emit(.messageStatusChanged(message))
-        engine.enqueue(OutboxItem(localId: message.localId, conversationId: conversationId, clientMessageId: message.clientMessageId))
+        engine.enqueue(OutboxItem(
+            localId: message.localId, conversationId: conversationId, clientMessageId: message.clientMessageId, uploadsPending: !copies.isEmpty))
         return message
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
 @testable import PigeonKit
 import PigeonProtocol
 import PigeonTestSupport
@@ -87,6 +88,12 @@ import Testing
         func threadPage(conversationId: String, rootServerId: String, after: Int64?, before: Int64?, limit: Int) async throws -> ThreadPage {
             counted()
             return try await base.threadPage(conversationId: conversationId, rootServerId: rootServerId, after: after, before: before, limit: limit)
+        }
+        func uploadAttachment(
+            file path: String, size: Int64, name: String, contentType: String, onChunk: @escaping @Sendable (ByteBuffer) -> Void
+        ) async throws -> AttachmentUpload {
+            counted()
+            return try await base.uploadAttachment(file: path, size: size, name: name, contentType: contentType, onChunk: onChunk)
         }
     }
 

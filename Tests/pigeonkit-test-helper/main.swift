@@ -1,7 +1,11 @@
 // A PigeonKit app the tests kill with SIGKILL: it opens a client on the given database, starts it, sends
-// `--count` messages as fast as it can, reports each local save on stdout, then keeps running until killed.
+// `--count` messages as fast as it can, reports each local save on stdout, then keeps running until killed. With
+// `--attach PATH` the first message carries that file, and each progress of its upload is reported
+// ("upload <attachment> <sent>/<total>"). With `--go PATH` it says "online" once connected and sends only once that
+// file exists.
 //
 //   pigeonkit-test-helper --server URL --db PATH --user U --device D --token T --conversation C --count N [--prefix P]
+//                         [--attach PATH] [--go PATH]
 import Foundation
 import PigeonKit
 
@@ -28,9 +32,22 @@ func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").ut
 do {
     let client = try PigeonClient(
         configuration: .init(serverURL: server, databasePath: db, credentials: .init(userId: user, deviceId: device, token: token)))
+    let events = client.events()
+    let reporter = Task {
+        for await event in events {
+            if case .uploadProgress(_, let index, let sent, let total) = event { say("upload \(index) \(sent)/\(total)") }
+        }
+    }
+    defer { reporter.cancel() }
     client.start()
+    if let go = options["go"] {
+        while client.connectionState != .online { try await Task.sleep(for: .milliseconds(10)) }
+        say("online")
+        while !FileManager.default.fileExists(atPath: go) { try await Task.sleep(for: .milliseconds(10)) }
+    }
+    let attachment = options["attach"].map { PigeonAttachmentSource.file(URL(fileURLWithPath: $0)) }
     for index in 0..<count {
-        try client.send("\(prefix) \(index)", to: conversation)
+        try client.send("\(prefix) \(index)", to: conversation, attachments: index == 0 ? attachment.map { [$0] } ?? [] : [])
         say("saved \(index)")
     }
     say("all saved")

@@ -57,6 +57,14 @@ public enum PigeonEvent: Sendable, Equatable {
     /// A thread's root has a new summary (``PigeonMessage/thread``): a reply arrived or was deleted, or a read
     /// corrected it.
     case threadUpdated(PigeonMessage)
+
+    // Attachments (API.md 1.2).
+
+    /// An attachment of the message `localId`, saved on this device, is being uploaded: `sent` of its `total` bytes
+    /// are on their way (`attachmentIndex` is its place in ``PigeonMessage/attachments``). Sent as the bytes go, and
+    /// once with `sent == total` when all of them went; an upload tried again starts again from 0. The message stays
+    /// ⏰ until every attachment is uploaded and the server accepted the message.
+    case uploadProgress(localId: Int64, attachmentIndex: Int, sent: Int64, total: Int64)
 }
 
 /// Delegate-style observation (a listener with `onMessageReceived`-style callbacks). Methods are called after the local database write, in
@@ -91,6 +99,9 @@ public protocol PigeonListener: AnyObject, Sendable {
     func onReactionFailed(_ message: PigeonMessage, key: String, action: ReactionAction, error: ErrorDetail)
     /// ``PigeonEvent/threadUpdated(_:)``: a thread's root has a new summary.
     func onThreadUpdated(_ root: PigeonMessage)
+    /// ``PigeonEvent/uploadProgress(localId:attachmentIndex:sent:total:)``: an attachment of a message saved here is
+    /// being uploaded.
+    func onUploadProgress(localId: Int64, attachmentIndex: Int, sent: Int64, total: Int64)
 }
 
 extension PigeonListener {
@@ -120,6 +131,8 @@ extension PigeonListener {
     public func onReactionFailed(_ message: PigeonMessage, key: String, action: ReactionAction, error: ErrorDetail) {}
     /// Does nothing.
     public func onThreadUpdated(_ root: PigeonMessage) {}
+    /// Does nothing.
+    public func onUploadProgress(localId: Int64, attachmentIndex: Int, sent: Int64, total: Int64) {}
 }
 
 /// What happened when the local database could not be opened (corrupt, not a database, or from a newer version

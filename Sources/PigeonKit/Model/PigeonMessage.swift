@@ -76,7 +76,7 @@ public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     /// last heard (an answer, a `reaction` event, a read), with this device's reactions that the server has not
     /// answered yet on top (``PigeonClient/react(_:to:)``). ``Reaction/me`` is this user's. Empty on a deleted message.
     @EmptyIfAbsent public var reactions: [Reaction] = []
-    /// The message this one quotes (``PigeonClient/send(_:type:to:replyTo:threadRoot:)``), or `nil`. Its serverId is
+    /// The message this one quotes (``PigeonClient/send(_:type:to:replyTo:threadRoot:attachments:)``), or `nil`. Its serverId is
     /// `nil` while the quoted message, sent from this device, waits for the server's accept answer.
     public var replyTo: MessageReference? = nil
     /// The quote to draw, without reading the quoted message: its sender, type, the first 100 characters of its body
@@ -88,6 +88,10 @@ public struct PigeonMessage: Sendable, Equatable, Identifiable, Codable {
     /// none. Kept current from the stream as replies arrive and are deleted, and corrected by every read from the
     /// server (see ``PigeonClient/fetchThread(of:after:before:limit:)``).
     public var thread: ThreadSummary? = nil
+    /// The files it carries, in the sender's order (API.md 1.2); empty when none, and on a deleted message. On a
+    /// message this device sent, each has its ``PigeonAttachment/localPath`` from the moment it is saved, and its
+    /// ``PigeonAttachment/id`` once uploaded.
+    @EmptyIfAbsent public var attachments: [PigeonAttachment] = []
 
     /// ``localId``, for `Identifiable`.
     public var id: Int64 { localId }

@@ -183,6 +183,22 @@ enum LocalDatabase {
                 CREATE INDEX reactionOutbox_by_target ON reactionOutbox(targetLocalId, key);
                 """)
         }
+        // API.md 1.2's attachments.
+        // - messages: the attachments a message carries (JSON, NULL when none), for this device's own with the file
+        //   name of its copy and, until uploaded, no id: the outbox uploads those before the message goes.
+        // - attachmentCache: the downloads kept in the cache directory, with when each was last used (a counter: the
+        //   least recently used go first when the cache is over its limit).
+        migrator.registerMigration("v5") { db in
+            try db.execute(sql: """
+                ALTER TABLE messages ADD COLUMN attachments TEXT;
+                CREATE TABLE attachmentCache (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    size INTEGER NOT NULL,
+                    lastUsed INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                CREATE INDEX attachmentCache_by_use ON attachmentCache(lastUsed);
+                """)
+        }
         return migrator
     }
 
@@ -193,6 +209,8 @@ enum LocalDatabase {
         var type: String
         var body: String
         var clientTimestamp: Int64
+        /// Its attachments column (their copies stay in the `sent` directory, which the rebuild leaves alone).
+        var attachments: String?
     }
 
     /// Opens (creating or migrating) the database at `path`. A file that is not a readable Pigeon database
@@ -226,7 +244,7 @@ enum LocalDatabase {
             try migrator.migrate(pool)
             // Touch every table, so a damaged schema or root page shows now rather than at the first send.
             try pool.read { db in
-                for table in ["device", "conversations", "members", "messages", "outbox", "reactionOutbox"] {
+                for table in ["device", "conversations", "members", "messages", "outbox", "reactionOutbox", "attachmentCache"] {
                     _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(table)")
                 }
             }
@@ -251,20 +269,23 @@ enum LocalDatabase {
         defer { try? queue.close() }
         let total = try? queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM outbox") ?? 0 }
         // A message edited while it waited goes out with the text it was sent with (v3 keeps it in confirmedBody);
-        // its edit follows as an outbox item of its own.
-        let rows = (try? queue.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT m.conversationId, m.clientMessageId, m.type, coalesce(m.confirmedBody, m.body), m.clientTimestamp
-                FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId
-                """)
-        }) ?? (try? queue.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT m.conversationId, m.clientMessageId, m.type, m.body, m.clientTimestamp
-                FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId
-                """)
-        }) ?? []
+        // its edit follows as an outbox item of its own. A message's attachments (v5) go with it. The newest schema is
+        // tried first: an older database lacks the later columns.
+        let queries = [
+            "m.type, coalesce(m.confirmedBody, m.body), m.clientTimestamp, m.attachments",
+            "m.type, coalesce(m.confirmedBody, m.body), m.clientTimestamp, NULL",
+            "m.type, m.body, m.clientTimestamp, NULL",
+        ]
+        var rows: [Row] = []
+        for columns in queries {
+            let sql = "SELECT m.conversationId, m.clientMessageId, \(columns) FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId"
+            if let read = try? queue.read({ try Row.fetchAll($0, sql: sql) }) {
+                rows = read
+                break
+            }
+        }
         let items = rows.map {
-            SalvagedOutboxItem(conversationId: $0[0], clientMessageId: $0[1], type: $0[2], body: $0[3], clientTimestamp: $0[4])
+            SalvagedOutboxItem(conversationId: $0[0], clientMessageId: $0[1], type: $0[2], body: $0[3], clientTimestamp: $0[4], attachments: $0[5])
         }
         return (items, total.map { max($0 - items.count, 0) })
     }

@@ -258,9 +258,9 @@ extension LocalStore {
             INSERT INTO messages (conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
                 acceptedAt, storedAt, isOutgoing, status, editedAt, deletedAt, confirmedEditedAt, confirmedDeletedAt, changeSeq, targetServerId,
                 recipientCount, deliveredCount, readCount, reactions, confirmedReactions, replyTo, replyToLocalId, replyPreview, threadRoot,
-                threadRootLocalId, thread, threadAt)
+                threadRootLocalId, thread, threadAt, attachments)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT localId FROM messages WHERE serverId = ?), ?, ?,
-                (SELECT localId FROM messages WHERE serverId = ?), ?, ?)
+                (SELECT localId FROM messages WHERE serverId = ?), ?, ?, ?)
             ON CONFLICT DO NOTHING
             """).execute(arguments: [
                 message.conversationId, message.clientMessageId, message.serverId, message.seq, message.senderId, message.senderDeviceId,
@@ -268,7 +268,7 @@ extension LocalStore {
                 message.editedAt, message.deletedAt, message.editedAt, message.deletedAt, max(readAfter, message.seq), targetServerId,
                 counts?.members, counts?.delivered, counts?.read, reactions, reactions, message.replyTo, message.replyTo,
                 Self.jsonColumn(message.replyPreview), message.threadRoot, message.threadRoot, Self.jsonColumn(message.thread),
-                message.thread?.lastReplyAt ?? 0,
+                message.thread?.lastReplyAt ?? 0, Self.attachmentsColumn(message.attachments.map(LocalAttachment.init)),
             ])
         guard db.changesCount > 0 else {
             // Already here: a copy read from the server has its reactions, thread summary and quote as of the read (a
@@ -289,7 +289,7 @@ extension LocalStore {
             type: message.type, body: message.body, clientTimestamp: message.clientTimestamp, acceptedAt: message.acceptedAt,
             storedAt: message.storedAt, isOutgoing: isOutgoing, status: status, deliveryPath: nil, recipientsOnline: nil, failure: nil,
             editedAt: message.editedAt, deletedAt: message.deletedAt, targetServerId: targetServerId, recipients: counts)
-        if message.replyTo != nil || message.threadRoot != nil || message.thread != nil || !message.reactions.isEmpty {
+        if message.replyTo != nil || message.threadRoot != nil || message.thread != nil || !message.reactions.isEmpty || !message.attachments.isEmpty {
             received = try self.message(db, localId: localId) ?? received
         }
         switch received.kind {

@@ -189,9 +189,10 @@ extension LocalStore {
         outcome.changeFailures.append((changeLocalId, target))
     }
 
-    /// What to put on the wire for an outbox item: a send, or an edit or deletion of a message whose serverId is
-    /// known (then also written to the change, so a salvaged outbox keeps it); `.targetNotSent` when the target never
-    /// reached the server (it failed). `nil` when the message is gone.
+    /// What to put on the wire for an outbox item: a send (naming its uploaded attachments), or an edit or deletion of
+    /// a message whose serverId is known (then also written to the change, so a salvaged outbox keeps it);
+    /// `.targetNotSent` when the target never reached the server (it failed), `.uploadsPending` when an attachment has
+    /// no id yet. `nil` when the message is gone.
     func outboxRequest(localId: Int64) async throws -> OutboxRequest? {
         try await pool.write { db in
             guard let row = try Row.fetchOne(
@@ -200,11 +201,15 @@ extension LocalStore {
             else { return nil }
             let (clientMessageId, type, body, clientTimestamp): (String, String, String, Int64) = (row[0], row[1], row[2], row[3])
             guard type == ServerMessageType.edit || type == ServerMessageType.delete else {
-                let sent = try String.fetchOne(db.cachedStatement(sql: "SELECT coalesce(confirmedBody, body) FROM messages WHERE localId = ?"), arguments: [localId])
+                let sent = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT coalesce(confirmedBody, body), attachments FROM messages WHERE localId = ?"), arguments: [localId])
                 guard let references = try self.resolveReferences(db, localId: localId) else { return .targetNotSent }
+                let attachments = Self.decodeAttachments(sent.flatMap { $0[1] as String? })
+                let uploaded = attachments.compactMap(\.reference)
+                guard uploaded.count == attachments.count else { return .uploadsPending }
                 return .send(SendMessageRequest(
-                    clientMessageId: clientMessageId, type: type, body: sent ?? body, clientTimestamp: clientTimestamp,
-                    replyTo: references.replyTo, threadRoot: references.threadRoot))
+                    clientMessageId: clientMessageId, type: type, body: sent.flatMap { $0[0] as String? } ?? body, clientTimestamp: clientTimestamp,
+                    replyTo: references.replyTo, threadRoot: references.threadRoot, attachments: uploaded.isEmpty ? nil : uploaded))
             }
             var serverId: String? = row[4]
             if serverId == nil, let target = row[5] as Int64? {
@@ -290,4 +295,6 @@ enum OutboxRequest: Sendable {
     case react(ReactRequest)
     /// An edit, deletion, reply or reaction of a message that never reached the server (it failed): it cannot go.
     case targetNotSent
+    /// A message whose attachments are not all uploaded yet: it cannot go before they are.
+    case uploadsPending
 }

@@ -102,7 +102,7 @@ extension LocalStore {
                 let unsent = try Row.fetchAll(
                     db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE seq IS NULL AND \(inThread) ORDER BY localId DESC LIMIT ?"),
                     arguments: [rootLocalId, serverId, serverId, limit + 1]
-                ).map(Self.message(from:))
+                ).map(self.message(from:))
                 if unsent.count > limit { return (Array(unsent.prefix(limit).reversed()), true) }
                 page = unsent.reversed()
                 remaining -= unsent.count
@@ -110,7 +110,7 @@ extension LocalStore {
             let stored = try Row.fetchAll(
                 db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE seq IS NOT NULL AND seq < ? AND \(inThread) ORDER BY seq DESC LIMIT ?"),
                 arguments: [beforeSeq ?? Int64.max, rootLocalId, serverId, serverId, remaining + 1]
-            ).map(Self.message(from:))
+            ).map(self.message(from:))
             return (stored.prefix(remaining).reversed() + page, stored.count > remaining)
         }
     }
@@ -157,7 +157,7 @@ extension LocalStore {
         try await pool.read { db in
             try serverIds.compactMap { serverId in
                 try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE serverId = ?"), arguments: [serverId])
-                    .map(Self.message(from:))
+                    .map(self.message(from:))
             }
         }
     }

@@ -15,6 +15,8 @@ final class LocalStore: Sendable {
     let deviceId: String
     /// Set when the database had to be rebuilt at open.
     let recovery: LocalDatabaseRecovery?
+    /// The attachments' files beside the database: this device's copies of what it sent, and the download cache.
+    let files: AttachmentFiles
     /// A connection of its own for WAL checkpoints, so they never hold up the writer.
     private let checkpointer: DatabaseQueue
     private let walPath: String
@@ -26,6 +28,7 @@ final class LocalStore: Sendable {
         self.deviceId = deviceId
         self.recovery = recovery
         self.walPath = path + "-wal"
+        self.files = AttachmentFiles(databasePath: path)
         // GRDB sets up WAL on the writer after `prepareDatabase`, with `synchronous = NORMAL`: set what was asked
         // for afterwards. The writer never checkpoints inside a commit (that cost a `send` 3–12 ms every ~80 sends);
         // ``checkpoint()`` does it from a connection of its own, beside the writer.
@@ -51,10 +54,11 @@ final class LocalStore: Sendable {
                     arguments: [item.conversationId, item.clientTimestamp])
                 try db.execute(
                     sql: """
-                        INSERT OR IGNORE INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending')
+                        INSERT OR IGNORE INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status,
+                            attachments)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending', ?)
                         """,
-                    arguments: [item.conversationId, item.clientMessageId, userId, deviceId, item.type, item.body, item.clientTimestamp])
+                    arguments: [item.conversationId, item.clientMessageId, userId, deviceId, item.type, item.body, item.clientTimestamp, item.attachments])
                 if db.changesCount > 0 {
                     try db.execute(
                         sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) VALUES (?, ?, ?)",
@@ -86,9 +90,10 @@ final class LocalStore: Sendable {
 
     /// Saves an outgoing message and its outbox item in one transaction. A reply (`replyToLocalId`) gets its quote
     /// from this device's copy of the quoted message at once; a thread reply (`threadRootLocalId`) names its root.
+    /// `attachments` (their copies already in `sent/`) are uploaded before the message goes.
     func insertOutgoing(
         conversationId: String, type: String, body: String, clientMessageId: String, clientTimestamp: Int64,
-        replyToLocalId: Int64? = nil, threadRootLocalId: Int64? = nil
+        replyToLocalId: Int64? = nil, threadRootLocalId: Int64? = nil, attachments: [LocalAttachment] = []
     ) throws -> PigeonMessage {
         try pool.write { db in
             try self.requireMembership(db, conversationId: conversationId)
@@ -108,11 +113,12 @@ final class LocalStore: Sendable {
             try db.cachedStatement(sql: "UPDATE conversations SET lastActivityAt = ? WHERE id = ?").execute(arguments: [clientTimestamp, conversationId])
             try db.cachedStatement(sql: """
                 INSERT INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status,
-                    replyTo, replyToLocalId, replyPreview, threadRoot, threadRootLocalId)
-                VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending', ?, ?, ?, ?, ?)
+                    replyTo, replyToLocalId, replyPreview, threadRoot, threadRootLocalId, attachments)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'pending', ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: [
                     conversationId, clientMessageId, userId, deviceId, type, body, clientTimestamp,
                     quoted?.serverId, quoted?.localId, Self.jsonColumn(preview), root?.serverId, root?.localId,
+                    Self.attachmentsColumn(attachments),
                 ])
             let localId = db.lastInsertedRowID
             try db.cachedStatement(sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) VALUES (?, ?, ?)")
@@ -147,7 +153,7 @@ final class LocalStore: Sendable {
     func loadOutbox() throws -> [OutboxItem] {
         try pool.read { db in
             try Row.fetchAll(db, sql: """
-                SELECT o.localId, o.conversationId, o.clientMessageId, o.attempts, o.failed, m.failureCode, m.failureMessage
+                SELECT o.localId, o.conversationId, o.clientMessageId, o.attempts, o.failed, m.failureCode, m.failureMessage, m.attachments
                 FROM outbox o JOIN messages m ON m.localId = o.localId ORDER BY o.localId
                 """
             ).map { row in
@@ -155,7 +161,9 @@ final class LocalStore: Sendable {
                 let state: OutboxItem.State = failed
                     ? .failed(ErrorDetail(code: ErrorCode(rawValue: row[5] ?? "internal"), message: row[6] ?? "failed"))
                     : .queued(notBefore: nil)
-                return OutboxItem(localId: row[0], conversationId: row[1], clientMessageId: row[2], attempts: row[3], state: state)
+                return OutboxItem(
+                    localId: row[0], conversationId: row[1], clientMessageId: row[2], attempts: row[3], state: state,
+                    uploadsPending: Self.hasUploadsPending(row[7]))
             } + Row.fetchAll(db, sql: "SELECT id, conversationId, clientMessageId, attempts FROM reactionOutbox ORDER BY id").map { row in
                 OutboxItem(localId: row[0], conversationId: row[1], clientMessageId: row[2], attempts: row[3], kind: .reaction)
             }
@@ -234,7 +242,11 @@ final class LocalStore: Sendable {
             var outcome = ApplyOutcome()
             if let target = message.targetLocalId, message.isChange { try self.refreshShown(db, localId: target, outcome: &outcome) }
             try self.collectLifecycleEvents(db, &outcome)
-            return (updated, OutboxItem(localId: localId, conversationId: message.conversationId, clientMessageId: clientMessageId), outcome)
+            let attachments = try String.fetchOne(db, sql: "SELECT attachments FROM messages WHERE localId = ?", arguments: [localId])
+            let item = OutboxItem(
+                localId: localId, conversationId: message.conversationId, clientMessageId: clientMessageId,
+                uploadsPending: Self.hasUploadsPending(attachments))
+            return (updated, item, outcome)
         }
     }
 
@@ -303,24 +315,26 @@ final class LocalStore: Sendable {
         localId, conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
         acceptedAt, storedAt, isOutgoing, status, failureCode, failureMessage, deliveryPath, recipientsOnline,
         editedAt, deletedAt, targetServerId, targetLocalId, recipientCount, deliveredCount, readCount,
-        reactions, replyTo, replyToLocalId, replyPreview, threadRoot, threadRootLocalId, thread
+        reactions, replyTo, replyToLocalId, replyPreview, threadRoot, threadRootLocalId, thread, attachments
         """
 
-    static func message(from row: Row) -> PigeonMessage {
+    func message(from row: Row) -> PigeonMessage {
         let failureCode: String? = row[14]
+        let deletedAt: Int64? = row[19]
         return PigeonMessage(
             localId: row[0], conversationId: row[1], clientMessageId: row[2], serverId: row[3], seq: row[4], senderId: row[5],
             senderDeviceId: row[6], type: row[7], body: row[8], clientTimestamp: row[9], acceptedAt: row[10], storedAt: row[11],
             isOutgoing: row[12], status: MessageStatus(rawValue: row[13]) ?? .pending,
             deliveryPath: (row[16] as String?).flatMap(DeliveryPath.init(rawValue:)), recipientsOnline: row[17],
             failure: failureCode.map { ErrorDetail(code: ErrorCode(rawValue: $0), message: row[15] ?? "") },
-            editedAt: row[18], deletedAt: row[19], targetServerId: row[20], targetLocalId: row[21],
+            editedAt: row[18], deletedAt: deletedAt, targetServerId: row[20], targetLocalId: row[21],
             recipients: (row[22] as Int?).map { RecipientCounts(members: $0, delivered: row[23] ?? 0, read: row[24] ?? 0) },
-            reactions: decodeJSON([Reaction].self, row[25]) ?? [],
-            replyTo: reference(serverId: row[26], localId: row[27]),
-            replyPreview: decodeJSON(ReplyPreview.self, row[28]),
-            threadRoot: reference(serverId: row[29], localId: row[30]),
-            thread: decodeJSON(ThreadSummary.self, row[31]))
+            reactions: Self.decodeJSON([Reaction].self, row[25]) ?? [],
+            replyTo: Self.reference(serverId: row[26], localId: row[27]),
+            replyPreview: Self.decodeJSON(ReplyPreview.self, row[28]),
+            threadRoot: Self.reference(serverId: row[29], localId: row[30]),
+            thread: Self.decodeJSON(ThreadSummary.self, row[31]),
+            attachments: deletedAt != nil ? [] : Self.decodeAttachments(row[32]).map { $0.attachment(sentDirectory: files.sent) })
     }
 
     private static func reference(serverId: String?, localId: Int64?) -> PigeonMessage.MessageReference? {
@@ -339,7 +353,7 @@ final class LocalStore: Sendable {
     }
 
     func message(_ db: Database, localId: Int64) throws -> PigeonMessage? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE localId = ?"), arguments: [localId]).map(Self.message(from:))
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE localId = ?"), arguments: [localId]).map(self.message(from:))
     }
 
     func message(localId: Int64) throws -> PigeonMessage? {
@@ -350,7 +364,7 @@ final class LocalStore: Sendable {
         try await pool.read { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE senderDeviceId = ? AND clientMessageId = ?"),
                 arguments: [deviceId, clientMessageId]
-            ).map(Self.message(from:))
+            ).map(self.message(from:))
         }
     }
 
@@ -368,7 +382,7 @@ final class LocalStore: Sendable {
             if beforeSeq == nil {
                 let unsent = try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NULL AND \(Self.listed) ORDER BY localId DESC LIMIT ?"),
                     arguments: [conversationId, limit + 1]
-                ).map(Self.message(from:))
+                ).map(self.message(from:))
                 if unsent.count > limit { return (Array(unsent.prefix(limit).reversed()), true) }
                 page = unsent.reversed()
                 remaining -= unsent.count
@@ -378,7 +392,7 @@ final class LocalStore: Sendable {
                     ORDER BY seq DESC LIMIT ?
                     """),
                 arguments: [conversationId, beforeSeq ?? Int64.max, remaining + 1]
-            ).map(Self.message(from:))
+            ).map(self.message(from:))
             let hasMore = stored.count > remaining
             return (stored.prefix(remaining).reversed() + page, hasMore)
         }
@@ -402,7 +416,7 @@ final class LocalStore: Sendable {
             }
             sql += " ORDER BY m.localId DESC LIMIT ?"
             arguments += [limit]
-            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.message(from:))
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(self.message(from:))
         }
     }
 
@@ -434,12 +448,12 @@ final class LocalStore: Sendable {
                 ORDER BY seq IS NULL DESC, localId DESC LIMIT 1
                 """),
             arguments: [id]
-        ).map(Self.message(from:))
+        ).map(self.message(from:))
         let newest: PigeonMessage?
         if let last, last.seq != nil {
             newest = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND seq IS NOT NULL AND \(Self.listed) ORDER BY seq DESC LIMIT 1"),
                 arguments: [id]
-            ).map(Self.message(from:))
+            ).map(self.message(from:))
         } else {
             newest = last
         }

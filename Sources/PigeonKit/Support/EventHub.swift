@@ -79,6 +79,8 @@ final class EventHub: Sendable {
                 case .reactionFailed(let message, let key, let action, let error):
                     listener.onReactionFailed(message, key: key, action: action, error: error)
                 case .threadUpdated(let root): listener.onThreadUpdated(root)
+                case .uploadProgress(let localId, let index, let sent, let total):
+                    listener.onUploadProgress(localId: localId, attachmentIndex: index, sent: sent, total: total)
                 }
             }
         }

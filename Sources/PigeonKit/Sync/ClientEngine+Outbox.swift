@@ -25,8 +25,9 @@ extension ClientEngine {
         outboxWake.notify()
     }
 
-    /// Counts expired ACK deadlines as tries, hands the due items to the connection (per conversation one at a
-    /// time, in sending order), then sleeps until the next deadline or backoff ends, or until woken.
+    /// Counts expired ACK deadlines as tries, starts the due attachments' uploads and hands the due items to the
+    /// connection (per conversation one at a time, in sending order), then sleeps until the next deadline or backoff
+    /// ends, or until woken.
     func outboxLoop() async {
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled {
@@ -40,11 +41,18 @@ extension ClientEngine {
                     if let item { await perform(action, item) }
                 }
                 if let connection = onlineConnection {
+                    for item in outbox.withLockedValue({ $0.uploadsDue(now: now) }) {
+                        group.addTask { await self.upload(item) }
+                    }
                     let due = outbox.withLockedValue { $0.dispatchDue(now: now, policy: settings.retryPolicy) }
                     for item in due {
                         guard let request = await prepareDispatch(item) else { continue }
                         if case .targetNotSent = request {
                             await targetNotSent(item)
+                            continue
+                        }
+                        if case .uploadsPending = request {
+                            uploadsFound(item)
                             continue
                         }
                         // Over HTTP the answer takes a round trip: the loop does not wait for it.
@@ -66,11 +74,12 @@ extension ClientEngine {
                 }
                 return request
             }
-            if let changed = try await store.applyEvidence(.dispatched, localId: item.localId) { hub.emit(.messageStatusChanged(changed)) }
             guard let request = try await store.outboxRequest(localId: item.localId) else {
                 _ = outbox.withLockedValue { $0.remove(item.localId) }
                 return nil
             }
+            if case .uploadsPending = request { return request }
+            if let changed = try await store.applyEvidence(.dispatched, localId: item.localId) { hub.emit(.messageStatusChanged(changed)) }
             return request
         } catch {
             logger.error("outbox dispatch failed", metadata: ["localId": "\(item.localId)", "error": "\(error)"])
@@ -96,7 +105,7 @@ extension ClientEngine {
         case .edit(let serverId, let edit): handover = await connection.edit(edit, of: serverId, in: item.conversationId)
         case .delete(let serverId, let delete): handover = await connection.delete(delete, of: serverId, in: item.conversationId)
         case .react(let react): handover = await connection.react(react, in: item.conversationId)
-        case .targetNotSent: return
+        case .targetNotSent, .uploadsPending: return
         }
         switch handover {
         case .queued:
@@ -174,7 +183,7 @@ extension ClientEngine {
     }
 
     /// A message item that failed stays (⚠️, for `retry`); a reaction that failed is dropped and undone.
-    private func perform(_ action: OutboxItem.Action, _ item: OutboxItem) async {
+    func perform(_ action: OutboxItem.Action, _ item: OutboxItem) async {
         do {
             switch (action, item.kind) {
             case (.none, _), (.send, _), (.complete, _):

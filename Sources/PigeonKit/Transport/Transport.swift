@@ -1,3 +1,4 @@
+import NIOCore
 import PigeonProtocol
 
 /// Which kind of event stream a connection uses.
@@ -94,4 +95,10 @@ package protocol PigeonTransport: Sendable {
     func reactionUsers(conversationId: String, serverId: String, key: String?, after: String?, limit: Int) async throws -> ReactionUsersPage
     /// `GET /v1/conversations/{id}/threads/{serverId}/messages`: the thread's root and a page of its replies.
     func threadPage(conversationId: String, rootServerId: String, after: Int64?, before: Int64?, limit: Int) async throws -> ThreadPage
+    /// `POST /v1/attachments?name=` (API.md 1.2): the `size` bytes of the file at `path`, streamed from it, never read
+    /// whole; `onChunk` sees each chunk as it is handed to the connection. The server's answer once the upload is
+    /// durable. Throws the server's refusal or a network error.
+    func uploadAttachment(
+        file path: String, size: Int64, name: String, contentType: String, onChunk: @escaping @Sendable (ByteBuffer) -> Void
+    ) async throws -> AttachmentUpload
 }

@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
 import PigeonKit
 import PigeonProtocol
 import PigeonTestSupport
@@ -16,6 +17,8 @@ final class FaultyTransport: PigeonTransport {
     private let listingCount = NIOLockedValueBox(0)
     private let conversationFetchCount = NIOLockedValueBox(0)
     private let operationObserver = NIOLockedValueBox<@Sendable (ClientOperation) -> Void>({ _ in })
+    private let uploadFaults = NIOLockedValueBox<[String: [UploadFault]]>([:])
+    private let uploadCounts = NIOLockedValueBox<[String: Int]>([:])
 
     init(base: any PigeonTransport) {
         self.base = base
@@ -127,6 +130,44 @@ final class FaultyTransport: PigeonTransport {
 
     func threadPage(conversationId: String, rootServerId: String, after: Int64?, before: Int64?, limit: Int) async throws -> ThreadPage {
         try await base.threadPage(conversationId: conversationId, rootServerId: rootServerId, after: after, before: before, limit: limit)
+    }
+
+    /// What an upload of an attachment meets, in place of the server.
+    enum UploadFault: Sendable {
+        /// The connection breaks before the server answers (the upload is not made).
+        case networkError
+        /// The server answers with `status` and this error (`Retry-After: retryAfter` seconds, when given).
+        case refused(status: Int, ErrorDetail, retryAfter: Int? = nil)
+    }
+
+    /// The next uploads of the attachment named `name` meet `faults`, one each, before the real ones go through.
+    func failUploads(of name: String, _ faults: [UploadFault]) {
+        uploadFaults.withLockedValue { $0[name, default: []] += faults }
+    }
+
+    /// How many uploads of the attachment named `name` were started (faulted ones included).
+    func uploads(of name: String) -> Int {
+        uploadCounts.withLockedValue { $0[name] ?? 0 }
+    }
+
+    func uploadAttachment(
+        file path: String, size: Int64, name: String, contentType: String, onChunk: @escaping @Sendable (ByteBuffer) -> Void
+    ) async throws -> AttachmentUpload {
+        uploadCounts.withLockedValue { $0[name, default: 0] += 1 }
+        let fault = uploadFaults.withLockedValue { faults -> UploadFault? in
+            guard var pending = faults[name], !pending.isEmpty else { return nil }
+            let first = pending.removeFirst()
+            faults[name] = pending
+            return first
+        }
+        switch fault {
+        case .networkError?:
+            throw PigeonClientError(.network, "injected: the connection broke during the upload")
+        case .refused(let status, let error, let retryAfter)?:
+            throw PigeonClientError(.server, error.message, serverError: error, httpStatus: status, retryAfterSeconds: retryAfter)
+        case nil:
+            return try await base.uploadAttachment(file: path, size: size, name: name, contentType: contentType, onChunk: onChunk)
+        }
     }
 
     func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {
