@@ -18,7 +18,7 @@ public struct PigeonCommand: AsyncParsableCommand {
             75 not finished in time (what was asked is saved; the next run carries on).
             """,
         subcommands: [
-            Login.self, New.self, List.self, Send.self, Sync.self, Read.self, Chat.self, Members.self, Add.self, Remove.self, Leave.self,
+            Login.self, New.self, List.self, Send.self, Download.self, Sync.self, Read.self, Chat.self, Members.self, Add.self, Remove.self, Leave.self,
             Edit.self, Delete.self, React.self, Reply.self, ThreadCommand.self, Devices.self, Revoke.self, Logout.self, Push.self, Demo.self,
         ])
 

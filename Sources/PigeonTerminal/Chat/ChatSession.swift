@@ -194,6 +194,13 @@ actor ChatSession {
                 return
             }
             reply(argument)
+        case "/file":
+            let path = argument.trimmingCharacters(in: .whitespaces)
+            guard !path.isEmpty else {
+                notify("/file <path> sends that file (⏰ until it is uploaded and on the server)", isError: true)
+                return
+            }
+            sendFile(path)
         case "/thread": openThread()
         case "/back":
             guard state.threadRoot != nil else {
@@ -208,7 +215,7 @@ actor ChatSession {
         case "/help": notify(ChatScreen.help + " · //text sends a text that starts with /")
         default:
             notify(
-                "unknown command \(parts[0]): /react /unreact /reply /thread /back /edit /delete /offline /online /retry /search /read /quit (//text sends \"/text\")",
+                "unknown command \(parts[0]): /file /react /unreact /reply /thread /back /edit /delete /offline /online /retry /search /read /quit (//text sends \"/text\")",
                 isError: true)
         }
     }
@@ -230,6 +237,19 @@ actor ChatSession {
             reload()
         } catch {
             notify("no reaction: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
+        }
+    }
+
+    /// Sends the file at `path` (in a thread: as a reply there).
+    private func sendFile(_ path: String) {
+        do {
+            let root = state.threadRoot.flatMap { try? client.message(localId: $0) }
+            _ = try client.send(to: conversationId, threadRoot: root, attachments: [PigeonCommand.Send.attachment(path)])
+            state.scrollOffset = 0
+            state.selected = nil
+            reload()
+        } catch {
+            notify("not saved: \((error as? PigeonClientError)?.message ?? (error as? CLIError)?.message ?? "\(error)")", isError: true)
         }
     }
 
@@ -413,6 +433,12 @@ actor ChatSession {
         case .reactionFailed(let message, let key, let action, let error):
             guard message.conversationId == conversationId else { return }
             notify("reaction \(key) not \(action == .add ? "added" : "removed"): \(error.message)", isError: true)
+        case .uploadProgress(let localId, let index, let sent, let total):
+            guard let message = state.messages.first(where: { $0.localId == localId }), message.attachments.indices.contains(index) else { return }
+            let percent = total > 0 ? sent * 100 / total : 100
+            notify("Uploading \(message.attachments[index].name): \(percent)% of \(MessageFormat.size(total))")
+            draw()
+            return
         }
         reload()
         draw()

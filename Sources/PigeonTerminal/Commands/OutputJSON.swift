@@ -39,6 +39,8 @@ struct MessageJSON: Encodable {
     var threadRoot: String?
     /// A thread's root: its summary.
     var thread: ThreadSummary?
+    /// Its attachments, in order (`label`: "📎 name (size)", as `ls` shows it).
+    var attachments: [AttachmentJSON]
 
     init(_ message: PigeonMessage) {
         localId = message.localId
@@ -68,6 +70,36 @@ struct MessageJSON: Encodable {
         replyPreview = message.replyPreview
         threadRoot = message.threadRoot?.serverId
         thread = message.thread
+        attachments = message.attachments.map(AttachmentJSON.init)
+    }
+}
+
+/// An attachment as `--json` prints it: the message's metadata, this device's copy of what it sent (`localPath`), and
+/// the line `ls` shows (`label`).
+struct AttachmentJSON: Encodable {
+    /// `null` while this device has not uploaded it yet.
+    var id: String?
+    var name: String
+    var size: Int64
+    var contentType: String
+    var sha256: String?
+    var width: Int?
+    var height: Int?
+    var durationMs: Int64?
+    var localPath: String?
+    var label: String
+
+    init(_ attachment: PigeonAttachment) {
+        id = attachment.id
+        name = attachment.name
+        size = attachment.size
+        contentType = attachment.contentType
+        sha256 = attachment.sha256
+        width = attachment.width
+        height = attachment.height
+        durationMs = attachment.durationMs
+        localPath = attachment.localPath
+        label = MessageFormat.label(of: attachment)
     }
 }
 

@@ -9,18 +9,22 @@ extension PigeonCommand {
             abstract: "Save a message for sending and print it (⏰); with --wait, stay connected until it is on the server (✓).",
             discussion: """
                 Without --wait the message waits in the outbox for the next `pigeon sync`, `chat` or `send --wait`. \
-                With --wait, exit status 75 means the time ran out: the message stays queued for the next run.
+                With --wait, exit status 75 means the time ran out: the message stays queued for the next run. \
+                Each --file is copied at once and uploaded before the message goes (the text may then be left out); \
+                the message stays ⏰ until every file is on the server.
                 """)
 
         @ParentCommand var root: PigeonCommand
         @Argument(help: "A conversation id (or its first characters).") var conversation: String
-        @Argument(help: "The text (several words are joined with spaces; \"-\" reads it from stdin).") var text: [String]
+        @Argument(help: "The text (several words are joined with spaces; \"-\" reads it from stdin).") var text: [String] = []
+        @Option(name: .customLong("file"), help: ArgumentHelp("A file to attach (repeat for more, at most 10).", valueName: "path"))
+        var files: [String] = []
         @Option(help: "Seconds to stay connected until the message is ✓.") var wait: Double?
         @Flag(help: "Print the message as JSON.") var json = false
 
         func validate() throws {
             try validateWait(wait)
-            guard !text.isEmpty else { throw ValidationError("give the text to send") }
+            guard !text.isEmpty || !files.isEmpty else { throw ValidationError("give the text to send, or a --file") }
         }
 
         func run() async throws {
@@ -33,7 +37,7 @@ extension PigeonCommand {
             }
             var message: PigeonMessage
             do {
-                message = try session.client.send(body, to: found.id)
+                message = try session.client.send(body, to: found.id, attachments: try files.map(Self.attachment))
             } catch {
                 throw CLIError.from(error, server: session.server)
             }
@@ -70,9 +74,19 @@ extension PigeonCommand {
                 return
             }
             var line = StyledLine(Ticks.symbol(for: message.status) + " ", Ticks.style(for: message.status))
-            line.append(TextWidth.sanitized(message.body))
+            line.append(TextWidth.sanitized(MessageFormat.preview(of: message, me: message.senderId)))
             line.append("  (\(Ticks.label(for: message.status)))", TextStyle(foreground: .gray))
             printLine(line.ansi(colors: standardOutputIsColorTerminal))
+        }
+
+        /// A `--file` as PigeonKit attaches it (`~` is the home directory).
+        static func attachment(_ path: String) throws -> PigeonAttachmentSource {
+            let url = URL(fileURLWithPath: (path as NSString).expandingTildeInPath)
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), !isDirectory.boolValue else {
+                throw CLIError("\(path): no such file")
+            }
+            return .file(url)
         }
     }
 

@@ -82,7 +82,7 @@ public struct RenderedScreen: Sendable, Equatable {
 /// messages with times and live ticks, a status line (notices, typing, hints) and the input line.
 public enum ChatScreen {
     public static let offlineBanner = "No connection - messages will send when online"
-    static let help = "Enter send · ↑↓ select · /react /reply /thread /edit /delete · Ctrl-R retry · PgUp/PgDn · Ctrl-F search · /quit"
+    static let help = "Enter send · ↑↓ select · /react /reply /thread /edit /delete /file · Ctrl-R retry · PgUp/PgDn · Ctrl-F search · /quit"
     static let threadHelp = "In a thread: /back returns · Enter replies here · ↑↓ select · /react /reply /edit /delete"
 
     public static func render(_ state: ChatScreenState, width: Int, height: Int) -> RenderedScreen {
@@ -183,11 +183,14 @@ public enum ChatScreen {
             let deleted = message.deletedAt != nil
             if let quote = quoteLine(message, me: state.userId, indent: prefixWidth, width: prefixWidth + bodyWidth) { lines.append(quote) }
             let text = deleted ? MessageFormat.deletedText : TextWidth.sanitized(message.body, keepNewlines: true)
-            var bodyLines = TextWidth.wrapped(text, width: bodyWidth)
+            var bodyLines = text.isEmpty && !message.attachments.isEmpty ? [] : TextWidth.wrapped(text, width: bodyWidth)
             var editedMark = message.editedAt != nil && !deleted
             if editedMark, let last = bodyLines.last, TextWidth.of(last) + TextWidth.of(MessageFormat.editedMark) + 1 > bodyWidth {
                 bodyLines.append("")
             }
+            // Each attachment on a line of its own under the text: "📎 photo.jpg (1.2 MB)".
+            let textLineCount = bodyLines.count
+            bodyLines += message.attachments.map { TextWidth.truncated(MessageFormat.label(of: $0), to: bodyWidth) }
             for (index, part) in bodyLines.enumerated() {
                 var line = StyledLine(selected && index == 0 ? "›" : " ", TextStyle(foreground: .yellow, bold: true))
                 if index == 0 {
@@ -198,9 +201,15 @@ public enum ChatScreen {
                 } else {
                     line.append(String(repeating: " ", count: prefixWidth - 1))
                 }
-                let bodyStyle = deleted ? TextStyle(foreground: .gray, dim: true) : .plain
+                let bodyStyle = deleted ? TextStyle(foreground: .gray, dim: true) : index >= textLineCount ? TextStyle(foreground: .cyan) : .plain
                 line.append(part, selected ? TextStyle(foreground: bodyStyle.foreground, inverse: true) : bodyStyle)
                 var used = TextWidth.of(part)
+                if index == textLineCount - 1, editedMark {
+                    let mark = (part.isEmpty ? "" : " ") + MessageFormat.editedMark
+                    line.append(mark, TextStyle(foreground: .gray))
+                    used += TextWidth.of(mark)
+                    editedMark = false
+                }
                 if index == bodyLines.count - 1 {
                     if editedMark {
                         let mark = (part.isEmpty ? "" : " ") + MessageFormat.editedMark

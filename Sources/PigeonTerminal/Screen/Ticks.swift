@@ -117,14 +117,38 @@ public enum MessageFormat {
         }
     }
 
-    /// A message in one line of text, for a list: a member change described, a deleted message as such.
+    /// A message in one line of text, for a list: a member change described, a deleted message as such, the
+    /// attachments after the text.
     public static func preview(of message: PigeonMessage, me: String) -> String {
         switch message.kind {
         case .membersChange(let change): return describe(change, me: me)
         case .edit(_, let body): return "edit: \(body)"
         case .delete: return "deletion"
-        case .message, .unknownServerType: return message.deletedAt != nil ? deletedText : message.body
+        case .message, .unknownServerType:
+            guard message.deletedAt == nil else { return deletedText }
+            return ([message.body].filter { !$0.isEmpty } + message.attachments.map(label(of:))).joined(separator: " ")
         }
+    }
+
+    /// An attachment as a message shows it: "📎 photo.jpg (1.2 MB)".
+    public static func label(of attachment: PigeonAttachment) -> String {
+        "📎 \(TextWidth.sanitized(attachment.name)) (\(size(attachment.size)))"
+    }
+
+    /// A size for people, in decimal units: "532 B", "12.3 kB", "1.2 MB", "250 MB".
+    public static func size(_ bytes: Int64) -> String {
+        guard bytes >= 1000 else { return "\(max(0, bytes)) B" }
+        // One decimal below 100, none above; compared as shown: 999.96 kB is "1.0 MB", not "1000 kB".
+        func shown(_ value: Double) -> Double { value < 100 ? (value * 10).rounded() / 10 : value.rounded() }
+        var value = Double(bytes) / 1000
+        var unit = 0
+        let units = ["kB", "MB", "GB", "TB"]
+        while unit < units.count - 1, shown(value) >= 1000 {
+            value /= 1000
+            unit += 1
+        }
+        let rounded = shown(value)
+        return String(format: rounded < 100 ? "%.1f" : "%.0f", rounded) + " " + units[unit]
     }
 
     /// Who sent a message, as the viewer sees it.
