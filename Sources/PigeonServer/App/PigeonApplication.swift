@@ -53,7 +53,7 @@ public enum PigeonApplication {
         // Without an admin token the admin routes do not exist (404).
         if let adminToken = configuration.adminToken.map(OperatorToken.init) {
             AdminController(
-                store: core.store, buffer: core.accept, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
+                store: core.store, attachments: core.attachments, buffer: core.accept, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
                 nodeId: core.nodeId, nodeRosters: core.nodeRosters, startedAt: core.startedAt, logger: logger
             ).addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
             // The page itself is public; it asks for the token and calls the routes above with it.

@@ -261,4 +261,43 @@ import Testing
             #expect(try await Self.download(client, bob, kept.id).body == Data(shared))
         }
     }
+
+    /// The body is streamed into storage, never held: a 100 MiB upload (and its download) leave this process (server
+    /// and client together) within 24 MiB of where it started.
+    @Test func aHundredMebibyteUploadIsStreamedNotHeld() async throws {
+        try await withTestServer(configure: { $0.attachments.maxBytes = 128 << 20 }) { client in
+            let alice = try await client.register("alice")
+            let body = GeneratedBody(count: 100 << 20)
+            // A first small upload and download warm the paths up (buffers, pools, statements).
+            _ = try await streamUpload(client, alice, name: "warm.bin", GeneratedBody(count: 1 << 20))
+            let before = residentBytes()
+            var peak = before
+            let sampler = Task {
+                while !Task.isCancelled {
+                    peak = max(peak, residentBytes())
+                    try? await Task.sleep(for: .milliseconds(5))
+                }
+                return peak
+            }
+            let answer = try await streamUpload(client, alice, name: "big.bin", body)
+            let upload = try Self.uploaded(answer)
+            #expect(upload.size == 100 << 20 && upload.sha256 == body.sha256)
+            // Read back and hashed as it arrives.
+            var request = HTTPClientRequest(url: client.baseURL + "/v1/attachments/\(upload.id)")
+            request.headers.add(name: "Authorization", value: "Bearer \(alice.token)")
+            let response = try await client.http.execute(request, timeout: .seconds(120))
+            var hash = SHA256()
+            var received = 0
+            for try await chunk in response.body {
+                hash.update(data: Data(chunk.readableBytesView))
+                received += chunk.readableBytes
+            }
+            sampler.cancel()
+            let highest = await sampler.value
+            #expect(received == 100 << 20 && hash.finalize().map { String(format: "%02x", $0) }.joined() == upload.sha256)
+            let growth = highest - before
+            print("attachment memory: resident \(before >> 20) MiB before, peak \(highest >> 20) MiB during a 100 MiB upload and download (+\((growth) >> 20) MiB)")
+            #expect(growth < 24 << 20, "peak resident growth \(growth >> 20) MiB")
+        }
+    }
 }
