@@ -416,6 +416,11 @@ struct PigeonBench: AsyncParsableCommand {
                 let result = try await Relations(api: deployment.setupAPI, namePrefix: namePrefix + "-r").measure()
                 result.printLines()
                 results.relations = result
+            case .attachments:
+                print("\n== attachments: \(AttachmentsBench.files) × \(AttachmentsBench.fileBytes >> 20) MiB up and down, one at a time and all at once ==")
+                let result = try await AttachmentsBench(api: deployment.setupAPI, server: deployment.nodes[0], namePrefix: namePrefix + "-a").measure()
+                result.printLines()
+                results.attachments = result
             case .all, .mosquitto, .nats, .scaleOut:
                 continue
             }

@@ -21,13 +21,16 @@ enum Scenario: String, CaseIterable, Sendable, ExpressibleByArgument {
     /// History reads of a conversation whose every message carries reactions and a quarter of which are replies,
     /// against the same reads of a plain one (p50/p99), and how many reactions per second the server stores.
     case relations
+    /// Upload and download MiB/s of 24 MiB attachments, one at a time and eight at once, beside the disk's fsynced write
+    /// rate, and the server's resident memory during the parallel uploads.
+    case attachments
     /// 1, 2, 4 … production nodes, each confined to the same CPU share: how accepted/s and stored/s grow with the
     /// nodes (see ``ScaleOut``). Not part of `all`: it needs PostgreSQL, Redis and a writable cgroup cpu controller.
     case scaleOut = "scale-out"
 
     /// The order they run in. Idle streams come first so that their memory is measured against the freshly started
     /// server, before the load scenarios grow its caches.
-    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .relations, .scaleOut, .mosquitto, .nats]
+    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .relations, .attachments, .scaleOut, .mosquitto, .nats]
 
     /// Whether `all` runs it.
     var isInAll: Bool { self != .scaleOut }

@@ -69,6 +69,10 @@ package struct ContractRoute: Sendable {
             case json(String)
             /// Text of another media type (`text/event-stream`, Prometheus text, an HTML page).
             case text(mediaType: String)
+            /// Bytes of any media type (an attachment), with the headers that describe them.
+            case binary(headers: [(name: String, description: String)])
+            /// No body, these headers (a `304`).
+            case headersOnly([(name: String, description: String)])
         }
 
         package var status: Int
@@ -121,6 +125,8 @@ package struct ContractRoute: Sendable {
     package var parameters: [Parameter] = []
     /// The named schema of the JSON request body, if it takes one.
     package var request: String?
+    /// A body of raw bytes instead (an upload), described.
+    package var binaryRequest: String?
     package var answers: [Answer]
     /// The error answers beside `500 internal` and `503 overloaded`, which every route may give.
     package var refusals: [Refusal] = []
@@ -129,7 +135,8 @@ package struct ContractRoute: Sendable {
 /// The error answers of the contract (API.md's table and docs/API.md's "Errors beyond the table"), each a reusable
 /// response of the OpenAPI document.
 package enum ContractError: String, Sendable, CaseIterable {
-    case invalidRequest, unauthorized, forbidden, notFound, methodNotAllowed, conflict, payloadTooLarge, rateLimited, internalError, overloaded
+    case invalidRequest, unauthorized, forbidden, notFound, methodNotAllowed, conflict, payloadTooLarge, rangeNotSatisfiable, rateLimited,
+        internalError, overloaded
 
     package var code: ErrorCode {
         switch self {
@@ -140,6 +147,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .methodNotAllowed: .methodNotAllowed
         case .conflict: .conflict
         case .payloadTooLarge: .payloadTooLarge
+        case .rangeNotSatisfiable: .rangeNotSatisfiable
         case .rateLimited: .rateLimited
         case .internalError: .internalError
         case .overloaded: .overloaded
@@ -158,6 +166,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .methodNotAllowed: "MethodNotAllowed"
         case .conflict: "Conflict"
         case .payloadTooLarge: "PayloadTooLarge"
+        case .rangeNotSatisfiable: "RangeNotSatisfiable"
         case .rateLimited: "RateLimited"
         case .internalError: "Internal"
         case .overloaded: "Overloaded"
@@ -173,7 +182,9 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .methodNotAllowed: "A known path with a method it does not serve; `Allow` lists the path's methods. Answered before the token is looked at."
         case .conflict:
             "The action contradicts its target's state: a deleted message, one of the server's pigeon.* messages, a reaction limit reached."
-        case .payloadTooLarge: "The request or message body is over the limit."
+        case .payloadTooLarge:
+            "The request or message body is over the limit. Answered as soon as the limit is passed, with Connection: close (the connection carries no other request)."
+        case .rangeNotSatisfiable: "The Range starts past the attachment's end; Content-Range gives its size."
         case .rateLimited: "A rate limit; `Retry-After` says in how many seconds to try again."
         case .internalError: "A server fault; retry idempotently (sends are de-duplicated)."
         case .overloaded:
@@ -186,6 +197,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         switch self {
         case .rateLimited, .overloaded: [("Retry-After", Schema.integer(nil, minimum: 1), "Seconds to wait before trying again.")]
         case .methodNotAllowed: [("Allow", Schema.string(), "The path's methods, comma-separated (`GET, POST`).")]
+        case .rangeNotSatisfiable: [("Content-Range", Schema.string(), "`bytes */<size>`.")]
         default: []
         }
     }

@@ -4,7 +4,7 @@ import PigeonProtocol
 /// Every HTTP route of the server, in the order of the OpenAPI document. Adding a route to the server means adding
 /// its row here (the contract tests compare this table with the router and name what is missing on either side).
 extension ContractRoute {
-    package static let all: [ContractRoute] = devices + conversations + messages + reactions + streams + operations + admin + contract + pages
+    package static let all: [ContractRoute] = devices + conversations + messages + reactions + attachments + streams + operations + admin + contract + pages
 
     // MARK: Parameters
 
@@ -233,6 +233,56 @@ extension ContractRoute {
             ],
             answers: [.json(200, "ReactionUsersPage", "A page of users.")],
             refusals: [.invalid("A bad key, limit or after, or an id that is not a UUID."), .unauthorized(), reactionTarget]),
+    ]
+
+    // MARK: Attachments
+
+    private static let attachments: [ContractRoute] = [
+        ContractRoute(
+            method: .post, path: "/v1/attachments", operationId: "uploadAttachment", tag: "attachments", summary: "Upload an attachment",
+            description:
+                "The raw bytes as the body, with their Content-Type (application/octet-stream when none) and Content-Length (required; a chunked body is 400). Answered 201 only once the bytes are durable; an interrupted upload leaves nothing. Equal bytes are stored once. Until a message carries it, only its uploader's user reads it; an upload no message carries after 24 hours is deleted.",
+            security: .device,
+            parameters: [
+                Parameter(name: "name", location: .query, required: true, schema: ContractSchemas.attachmentName, description: "The file name."),
+                .header("Content-Length", Schema.integer(nil, minimum: 1), "The body's exact size in bytes.", required: true),
+            ],
+            binaryRequest: "The attachment's bytes, of any media type.",
+            answers: [.json(201, "AttachmentUpload", "Durable.")],
+            refusals: [
+                .invalid("No name or a bad one, no Content-Length, an empty body, a malformed Content-Type, or a body shorter than its Content-Length."),
+                .unauthorized(), .forbidden("The upload would pass the user's quota of stored bytes (--attachment-quota-bytes, 1 GiB)."),
+                Refusal(error: .payloadTooLarge, when: "Over --max-attachment-bytes (25 MiB), answered before the body is read."),
+                .rateLimited("Over --attachment-uploads-per-minute (30) of the device."),
+            ]),
+        ContractRoute(
+            method: .get, path: "/v1/attachments/{id}", operationId: "downloadAttachment", tag: "attachments", summary: "Read an attachment",
+            description:
+                "Streams the bytes to the uploader's user and to every member who can see a message carrying the attachment; anyone else gets the answer of an unknown id. Images of image/png|jpeg|gif|webp, audio/* and video/* are served inline under their type; everything else as application/octet-stream with Content-Disposition: attachment.",
+            security: .deviceOrAccessToken,
+            parameters: [
+                .path("id", ContractSchemas.uuid, "The attachment's id (anything else is an unknown id: 404)."),
+                .query("access_token", Schema.string(nil, minLength: 1), "The device token, for <img src> (instead of Authorization)."),
+                .header("Range", Schema.string(), "One range, bytes=a-b, bytes=a- or bytes=-n (several ranges: the whole)."),
+                .header("If-None-Match", Schema.string(), "The ETag held: 304 when it is this one."),
+                .header("If-Range", Schema.string(), "The ETag the range is for: the whole when it is another."),
+            ],
+            answers: [
+                ContractRoute.Answer(status: 200, description: "The bytes.", body: .binary(headers: attachmentHeaders)),
+                ContractRoute.Answer(
+                    status: 206, description: "The range asked.",
+                    body: .binary(headers: attachmentHeaders + [("Content-Range", "bytes a-b/size.")])),
+                ContractRoute.Answer(status: 304, description: "The client's copy is current.", body: .headersOnly([("ETag", "\"<sha256>\"")])),
+            ],
+            refusals: [
+                .unauthorized(), .notFound("Unknown, or not readable by the caller (never told apart)."),
+                Refusal(error: .rangeNotSatisfiable, when: "The range starts past the end."),
+            ]),
+    ]
+
+    private static let attachmentHeaders: [(name: String, description: String)] = [
+        ("ETag", "\"<sha256>\""), ("Cache-Control", "private, max-age=31536000, immutable"), ("X-Content-Type-Options", "nosniff"),
+        ("Content-Disposition", "inline or attachment, with filename*=UTF-8''<name>."), ("Accept-Ranges", "bytes"),
     ]
 
     // MARK: The device's event log

@@ -54,10 +54,17 @@ package enum ContractSchemas {
     private static func nullableServerId(_ description: String) -> JSONNode {
         Schema.nullable(Schema.string(description, format: "uuid", pattern: "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$"))
     }
+    package static let attachmentName = Schema.string(
+        "The file name given with the upload: 1-255 bytes of UTF-8, no control character, / or \\.", minLength: 1)
+    private static let sha256 = Schema.string("The bytes' SHA-256, lowercase hex; also the download's ETag.", pattern: "^[0-9a-f]{64}$")
     private static let replyTo = nullableServerId(
         "An earlier message of the conversation this one quotes, visible to the sender (404 otherwise; 409 when deleted or a pigeon.* message).")
     private static let threadRoot = nullableServerId(
         "The message whose thread this one goes in: of the conversation and visible to the sender (404 otherwise; 409 when deleted or a pigeon.* message; 400 when it is itself in a thread).")
+    /// The attachments a send names: uploads of the sender's user, each once.
+    private static let attachmentReferences = Schema.array(
+        Schema.ref("AttachmentReference"),
+        "Uploads of the sender's user that the message carries (400 for an id that is not one, or named twice).", maxItems: AttachmentLimits.perMessage)
     private static let reactions = Schema.array(
         Schema.ref("Reaction"), "As the reader sees them: keys in order of their first use, none with count 0; [] when none.")
 
@@ -196,11 +203,47 @@ package enum ContractSchemas {
                     ])
             ),
             (
+                "AttachmentUpload",
+                Schema.object(
+                    "An upload, durable: its id goes in a send's attachments.",
+                    required: ["id", "name", "size", "contentType", "sha256"],
+                    [
+                        ("id", uuid), ("name", attachmentName), ("size", Schema.integer("Bytes.", minimum: 1)),
+                        ("contentType", Schema.string("The media type given with the upload (type and subtype lowercased); application/octet-stream when none.")),
+                        ("sha256", sha256),
+                    ])
+            ),
+            (
+                "AttachmentReference",
+                Schema.object(
+                    "An upload a send carries, with the sender's dimensions (stored as given).",
+                    required: ["id"],
+                    [
+                        ("id", uuid),
+                        ("width", Schema.nullable(Schema.integer("Pixels.", minimum: 0, maximum: Int64(AttachmentLimits.maxDimension)))),
+                        ("height", Schema.nullable(Schema.integer("Pixels.", minimum: 0, maximum: Int64(AttachmentLimits.maxDimension)))),
+                        ("durationMs", Schema.nullable(Schema.integer("Milliseconds.", minimum: 0, maximum: AttachmentLimits.maxDurationMs))),
+                    ])
+            ),
+            (
+                "Attachment",
+                Schema.object(
+                    "An attachment as a message carries it: the upload's metadata and the sender's dimensions; GET /v1/attachments/{id} reads its bytes.",
+                    required: ["id", "name", "size", "contentType", "sha256", "width", "height", "durationMs"],
+                    [
+                        ("id", uuid), ("name", attachmentName), ("size", Schema.integer("Bytes.", minimum: 1)),
+                        ("contentType", Schema.string("The media type given with the upload.")), ("sha256", sha256),
+                        ("width", Schema.nullable(Schema.integer("Pixels, as the sender gave them.", minimum: 0))),
+                        ("height", Schema.nullable(Schema.integer("Pixels, as the sender gave them.", minimum: 0))),
+                        ("durationMs", Schema.nullable(Schema.integer("Milliseconds, as the sender gave them.", minimum: 0))),
+                    ])
+            ),
+            (
                 "Message",
                 Schema.object(
                     required: [
                         "serverId", "clientMessageId", "conversationId", "seq", "senderId", "senderDeviceId", "type", "body", "clientTimestamp",
-                        "acceptedAt", "storedAt", "reactions", "replyTo", "replyPreview", "threadRoot", "thread",
+                        "acceptedAt", "storedAt", "reactions", "replyTo", "replyPreview", "threadRoot", "thread", "attachments",
                     ],
                     [
                         ("serverId", uuid), ("clientMessageId", uuid), ("conversationId", uuid),
@@ -213,6 +256,7 @@ package enum ContractSchemas {
                         ("replyPreview", Schema.nullable(Schema.ref("ReplyPreview"))),
                         ("threadRoot", Schema.nullable(Schema.string("The serverId of the message whose thread it is in; null when in none.", format: "uuid"))),
                         ("thread", Schema.nullable(Schema.ref("ThreadSummary"))),
+                        ("attachments", Schema.array(Schema.ref("Attachment"), "In the sender's order; [] when none, and once deleted.")),
                     ])
             ),
             (
@@ -271,6 +315,7 @@ package enum ContractSchemas {
                     [
                         ("clientMessageId", Schema.described(uuid, "The sender's idempotency key, unique per device.")), ("type", clientMessageType),
                         ("body", messageBody), ("clientTimestamp", clientTimestamp), ("replyTo", replyTo), ("threadRoot", threadRoot),
+                        ("attachments", attachmentReferences),
                     ])
             ),
             ("MessageStatus", Schema.enumeration(["queued", "stored", "failed"])),
@@ -585,7 +630,7 @@ package enum ContractSchemas {
                 (["clientMessageId", "type", "body", "clientTimestamp"],
                  [
                     ("clientMessageId", uuid), ("type", clientMessageType), ("body", messageBody), ("clientTimestamp", clientTimestamp),
-                    ("replyTo", replyTo), ("threadRoot", threadRoot),
+                    ("replyTo", replyTo), ("threadRoot", threadRoot), ("attachments", attachmentReferences),
                  ])
             case .receipt: (["kind", "upToSeq"], [("kind", Schema.ref("ReceiptKind")), ("upToSeq", upToSeq)])
             case .typing: (["active"], [("active", Schema.boolean)])

@@ -45,6 +45,7 @@ package enum OpenAPIDocument {
         ("devices", "Registration, the user's devices, push registration."),
         ("conversations", "Conversations, members, roles and names."),
         ("messages", "Sending (replies and thread replies too), history, thread pages, edits and deletes, receipts, typing."),
+        ("attachments", "Uploads (photos, voice notes, files) that messages carry, and reading them back."),
         ("reactions", "Reactions to messages: adding, removing, who reacted."),
         ("events", "The device's event log: pulled (/v1/sync) or streamed (/v1/events, /v1/ws)."),
         ("operations", "Health, readiness, metrics."),
@@ -93,6 +94,9 @@ package enum OpenAPIDocument {
             (
                 "requestBody",
                 route.request.map { ["required": true, "content": ["application/json": ["schema": Schema.ref($0)]]] }
+                    ?? route.binaryRequest.map {
+                        ["required": true, "description": .string($0), "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
+                    }
             ),
             ("responses", .object(responses)),
         ])
@@ -117,6 +121,17 @@ package enum OpenAPIDocument {
         case .text(let mediaType):
             let schema: JSONNode = mediaType == "application/json" ? ["type": "object"] : ["type": "string"]
             return ["description": .string(answer.description), "content": [mediaType: ["schema": schema]]]
+        case .binary(let headers):
+            return .fields([
+                ("description", .string(answer.description)),
+                ("headers", headers.isEmpty ? nil : .object(headers.map { .init(key: $0.name, value: ["description": .string($0.description), "schema": ["type": "string"]]) })),
+                ("content", ["*/*": ["schema": ["type": "string", "format": "binary"]]]),
+            ])
+        case .headersOnly(let headers):
+            return .fields([
+                ("description", .string(answer.description)),
+                ("headers", .object(headers.map { .init(key: $0.name, value: ["description": .string($0.description), "schema": ["type": "string"]]) })),
+            ])
         }
     }
 

@@ -29,6 +29,8 @@ public struct ErrorCode: RawRepresentable, Codable, Sendable, Hashable, CustomSt
     public static let rejected = ErrorCode(rawValue: "rejected")
     /// 405: the path exists but not with this method.
     public static let methodNotAllowed = ErrorCode(rawValue: "method_not_allowed")
+    /// 416: a download's `Range` lies past the attachment's end (API.md 1.2); `Content-Range: bytes */<size>`.
+    public static let rangeNotSatisfiable = ErrorCode(rawValue: "range_not_satisfiable")
 
     /// The HTTP status that goes with this code.
     public var httpStatus: Int {
@@ -40,6 +42,7 @@ public struct ErrorCode: RawRepresentable, Codable, Sendable, Hashable, CustomSt
         case .notFound: 404
         case .methodNotAllowed: 405
         case .payloadTooLarge: 413
+        case .rangeNotSatisfiable: 416
         case .rateLimited: 429
         case .overloaded: 503
         default: 500

@@ -1,5 +1,6 @@
 import Logging
 import PigeonDomain
+import PigeonProtocol
 
 /// Everything a Pigeon server can be told. Defaults are the embedded development setup.
 public struct ServerConfiguration: Sendable {
@@ -39,6 +40,8 @@ public struct ServerConfiguration: Sendable {
 
     /// Largest request body or WebSocket message, in bytes.
     public var maxBodyBytes = 65_536
+    /// Attachments (API.md 1.2): upload size, per-user quota, and how often the sweep removes what no message carries.
+    public var attachments = AttachmentConfiguration()
     public var maxMembers = 1_000
     /// Open device registration (`POST /v1/devices` without credentials); `nil`: on only for the embedded
     /// store and buffer bound to a loopback address without a JWT key (see ``isOpenRegistrationEnabled``).
@@ -138,4 +141,19 @@ public struct ServerConfiguration: Sendable {
         let host = host.lowercased()
         return host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
     }
+}
+
+/// Limits and upkeep of attachments (API.md 1.2).
+public struct AttachmentConfiguration: Sendable {
+    /// Largest upload, in bytes (`413` as soon as a body passes it).
+    public var maxBytes: Int64 = AttachmentLimits.defaultMaxBytes
+    /// Bytes one user's uploads may take in storage (`403` past it).
+    public var quotaBytes: Int64 = AttachmentLimits.defaultQuotaBytes
+    /// Uploads one device may start per minute (`429`; 0: no limit).
+    public var uploadsPerMinute: Double = Double(AttachmentLimits.defaultUploadsPerMinute)
+    /// How often the sweep runs: unreferenced uploads older than 24 hours, and the uploads of messages deleted for
+    /// everyone, are erased at the next sweep.
+    public var sweepInterval: Duration = .seconds(60)
+
+    public init() {}
 }

@@ -18,6 +18,15 @@ struct AbuseOptions: ParsableArguments {
     @Option(name: .customLong("stored-bytes-per-minute"), help: "Bytes one user may make the server store per minute; 0 turns the limit off (default 67108864).")
     var storedBytesPerMinute: Int?
 
+    @Option(name: .customLong("max-attachment-bytes"), help: "Largest attachment upload in bytes (default 26214400, 25 MiB).")
+    var maxAttachmentBytes: Int64?
+
+    @Option(name: .customLong("attachment-quota-bytes"), help: "Bytes one user's attachments may take in storage (default 1073741824, 1 GiB).")
+    var attachmentQuotaBytes: Int64?
+
+    @Option(name: .customLong("attachment-uploads-per-minute"), help: "Attachment uploads one device may start per minute; 0 turns the limit off (default 30).")
+    var attachmentUploadsPerMinute: Double?
+
     @Option(name: .customLong("metrics-token"), help: "Bearer token /metrics asks for (better: PIGEON_METRICS_TOKEN); without it /metrics is open.")
     var metricsToken: String?
 
@@ -41,6 +50,18 @@ struct AbuseOptions: ParsableArguments {
         if let storedBytesPerMinute {
             guard storedBytesPerMinute >= 0 else { throw ValidationError("--stored-bytes-per-minute must be 0 or more") }
             configuration.abuseLimits.storedBytesPerMinute = storedBytesPerMinute
+        }
+        if let maxAttachmentBytes {
+            guard maxAttachmentBytes >= 1 else { throw ValidationError("--max-attachment-bytes must be at least 1") }
+            configuration.attachments.maxBytes = maxAttachmentBytes
+        }
+        if let attachmentQuotaBytes {
+            guard attachmentQuotaBytes >= 0 else { throw ValidationError("--attachment-quota-bytes must be 0 or more") }
+            configuration.attachments.quotaBytes = attachmentQuotaBytes
+        }
+        if let attachmentUploadsPerMinute {
+            guard attachmentUploadsPerMinute >= 0 else { throw ValidationError("--attachment-uploads-per-minute must be 0 or more") }
+            configuration.attachments.uploadsPerMinute = attachmentUploadsPerMinute
         }
         configuration.metricsToken = metricsToken ?? environment["PIGEON_METRICS_TOKEN"]
         if configuration.metricsToken?.isEmpty == true { throw ValidationError("the metrics token must not be empty") }

@@ -153,6 +153,7 @@ struct PigeonResults: Codable, Sendable {
     var httpThroughput: ThroughputResult?
     var latency: [LatencyResult] = []
     var relations: RelationsResult?
+    var attachments: AttachmentsResult?
 
     /// The nodes' highest resident set sizes over the load scenarios, in node order.
     var peakResidentBytes: [UInt64?] {

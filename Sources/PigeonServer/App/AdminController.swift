@@ -8,6 +8,8 @@ import PigeonProtocol
 /// Without an admin token configured the routes do not exist (404), nor does the page that calls them (`GET /admin`).
 struct AdminController: Sendable {
     let store: any ConversationStore & DeviceStore & DeadLetterStore
+    /// Attachment storage: bytes, count, orphans.
+    let attachments: any AttachmentStore
     let buffer: any AcceptPath
     let hub: StreamHub
     let fanout: any Presence
@@ -41,6 +43,7 @@ struct AdminController: Sendable {
         let latest = allSamples.last
         let samples = since.map { since in Array(allSamples.drop { $0.at <= since }) } ?? allSamples
         let deadLetters = try? await store.deadLetterCount()
+        let attachmentStats = try? await attachments.attachmentStats()
         let nodes = await knownNodes()
         let now = WallClock.nowMillis()
         return try JSONBody.response(
@@ -49,8 +52,8 @@ struct AdminController: Sendable {
                 rates: AdminStats.Rates(
                     accepted: latest?.accepted ?? 0, stored: latest?.stored ?? 0, delivered: latest?.delivered ?? 0,
                     deadLettered: latest?.deadLettered ?? 0),
-                bufferDepth: buffer.depth, openStreams: OpenStreams(hub.openStreams), deadLetters: deadLetters, nodes: nodes,
-                latency: sampler.recentLatency(), sampleIntervalSeconds: 1, samples: samples))
+                bufferDepth: buffer.depth, openStreams: OpenStreams(hub.openStreams), deadLetters: deadLetters,
+                attachments: attachmentStats, nodes: nodes, latency: sampler.recentLatency(), sampleIntervalSeconds: 1, samples: samples))
     }
 
     /// This node and every node a shared backend knows, each with its latest heartbeat (the newest any backend saw);
@@ -151,6 +154,9 @@ struct AdminStats: Codable, Sendable {
     var openStreams: OpenStreams
     /// Null when the store did not answer.
     @NullEncoded var deadLetters: Int? = nil
+    /// Attachment storage (uploads kept, the bytes they take, those no message carries); null when the store did not
+    /// answer.
+    @NullEncoded var attachments: AttachmentStats? = nil
     var nodes: [Node]
     var latency: RecentLatency
     var sampleIntervalSeconds: Int

@@ -39,6 +39,8 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     private let metrics: PigeonMetrics
     /// The answer the connection gets as soon as it is active instead of being served (the per-address limit).
     private var refusal: ConnectionRefusal?
+    /// The request under way is an upload: ``ConnectionLimits/bodyTimeout`` restarts at every read of its body.
+    private var bodyTimeoutIsSilence = false
     private var phase = Phase.idle
     private var timer: Scheduled<Void>?
     private var started = false
@@ -116,7 +118,14 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
             scanHead(context: context, data: data)
         case .head:
             scanHead(context: context, data: data)
-        case .exchange, .webSocket:
+        case .exchange:
+            if bodyTimeoutIsSilence, openRequests > 0 {
+                schedule(limits.bodyTimeout, context: context) { [unowned self] context in
+                    self.refuse(.bodyTimeout, context: context)
+                }
+            }
+            context.fireChannelRead(data)
+        case .webSocket:
             context.fireChannelRead(data)
         case .closing:
             break
@@ -160,7 +169,11 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     // MARK: What the exchange observer reports
 
-    func requestHeadReceived() {
+    /// `streamsBody`: the request is an upload, whose body (up to the attachment limit) may take longer than
+    /// `bodyTimeout` on a slow link: for it, `bodyTimeout` is the longest silence between two reads of the body
+    /// instead of the time for the whole body.
+    func requestHeadReceived(streamsBody: Bool = false) {
+        bodyTimeoutIsSilence = streamsBody
         sawRequest = true
         openRequests += 1
         unansweredRequests += 1
@@ -317,12 +330,19 @@ final class ConnectionExchangeObserver: ChannelDuplexHandler, RemovableChannelHa
                     connectionGuard.refuseWebSocket(origin: origin)
                     return
                 }
-                connectionGuard.requestHeadReceived()
+                connectionGuard.requestHeadReceived(streamsBody: Self.isUpload(head))
             case .body: break
             case .end: connectionGuard.requestEnded()
             }
         }
         context.fireChannelRead(data)
+    }
+
+    /// An attachment upload (`POST /v1/attachments`): its body may take as long as it keeps arriving.
+    private static func isUpload(_ head: HTTPRequestHead) -> Bool {
+        guard head.method == .POST else { return false }
+        let path = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        return path.split(separator: "/").elementsEqual(["v1", "attachments"])
     }
 
     /// The `Origin` of a request for `/v1/ws` that `cors` refuses, or `nil` (another path, no `Origin`, the server's

@@ -38,10 +38,13 @@ public enum PigeonApplication {
             maxBodyBytes: configuration.maxBodyBytes
         ).addRoutes(to: device)
         streams.addSyncRoutes(to: device)
-        // ...or, for the streams (a browser's EventSource cannot send a header), in `access_token`.
-        streams.addStreamRoutes(
-            to: v1.group().add(middleware: DeviceAuthenticationMiddleware(authenticator: core.authenticator, allowQuery: true))
-                .group(context: DeviceRequestContext.self))
+        // ...or, for the streams (a browser's EventSource cannot send a header) and attachment downloads (`<img src>`),
+        // in `access_token`.
+        let queryDevice = v1.group().add(middleware: DeviceAuthenticationMiddleware(authenticator: core.authenticator, allowQuery: true))
+            .group(context: DeviceRequestContext.self)
+        streams.addStreamRoutes(to: queryDevice)
+        AttachmentController(store: core.attachments, configuration: configuration.attachments, metrics: core.metrics, logger: logger)
+            .addRoutes(upload: device, download: queryDevice)
         OperationsController(
             store: core.store, buffer: core.accept, hub: core.hub, metrics: core.metrics,
             metricsToken: configuration.metricsToken.map(OperatorToken.init)
@@ -50,7 +53,7 @@ public enum PigeonApplication {
         // Without an admin token the admin routes do not exist (404).
         if let adminToken = configuration.adminToken.map(OperatorToken.init) {
             AdminController(
-                store: core.store, buffer: core.accept, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
+                store: core.store, attachments: core.attachments, buffer: core.accept, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
                 nodeId: core.nodeId, nodeRosters: core.nodeRosters, startedAt: core.startedAt, logger: logger
             ).addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
             // The page itself is public; it asks for the token and calls the routes above with it.
@@ -79,7 +82,7 @@ public enum PigeonApplication {
                     limits: limits, trustedProxies: configuration.trustedProxies, metrics: core.metrics, cors: cors)
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
-            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping]
+            services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.attachmentSweeper]
                 + [core.processor].compactMap { $0 } + [core.typing, core.sampler] + [core.pushDispatcher].compactMap { $0 },
             onServerRunning: { channel in
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }

@@ -20,6 +20,8 @@ final class PigeonCore: Sendable {
     /// How committed events, presence and typing reach the devices of every node.
     let fanout: any Fanout
     let store: any MessageStore
+    /// The uploads (API.md 1.2): beside the store, in the same database.
+    let attachments: any AttachmentStore
     /// The same store's push registrations and owed pushes.
     let pushStore: any PushStore
     /// Sends the pushes owed to devices with no stream open (nil without `--push-gateway`).
@@ -37,6 +39,8 @@ final class PigeonCore: Sendable {
     let processor: Processor?
     let typing: TypingTracker
     let housekeeping: Housekeeping
+    /// Erases the attachments no message carries.
+    let attachmentSweeper: AttachmentSweeper
     /// Background WAL checkpoints of the embedded files (nil when neither store nor buffer is embedded).
     let checkpointer: WALCheckpointer?
     /// Services of the production backends (connection pools, event tail, buffer heartbeats), to run before the
@@ -64,6 +68,7 @@ final class PigeonCore: Sendable {
         var nodeRosters: [any NodeRoster] = []
         let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
         let store: any MessageStore & PushStore
+        let attachments: any AttachmentStore
         let fanout: any Fanout
         var sqliteStore: SQLiteMessageStore?
         let local = LocalFanout(hub: hub)
@@ -74,11 +79,14 @@ final class PigeonCore: Sendable {
                 path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector)
             (store, fanout, sqliteStore) = (opened, local, opened)
             sqliteFiles.append(path)
+            attachments = try SQLiteAttachmentStore(
+                messageStore: opened, directory: dataDirectory.appendingPathComponent("attachments"), durable: configuration.durable, logger: logger)
         case .postgres(let url):
             let opened = try await PostgresMessageStore.open(
                 url: url, local: local, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
                 stageTimer: metrics.stageTimer, clock: configuration.clock)
             (store, fanout) = (opened, opened.fanout)
+            attachments = PostgresAttachmentStore(messageStore: opened, logger: logger)
             backendServices.append(opened)
             nodeRosters.append(opened.fanout)
         }
@@ -128,14 +136,14 @@ final class PigeonCore: Sendable {
             pushDispatcher = dispatcher
         }
         return PigeonCore(
-            configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, accept: accept, buffer: buffer,
-            authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices,
+            configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, attachments: attachments,
+            accept: accept, buffer: buffer, authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices,
             pushStore: store, pushDispatcher: pushDispatcher, nodeId: nodeId, nodeRosters: nodeRosters)
     }
 
     private init(
         configuration: ServerConfiguration, logger: Logger, metrics: PigeonMetrics, hub: StreamHub, fanout: any Fanout,
-        store: any MessageStore, accept: any AcceptPath, buffer: (any IngestBuffer)?, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
+        store: any MessageStore, attachments: any AttachmentStore, accept: any AcceptPath, buffer: (any IngestBuffer)?, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
         backendServices: [any Service], pushStore: any PushStore, pushDispatcher: PushDispatcher?, nodeId: String, nodeRosters: [any NodeRoster]
     ) {
         self.nodeId = nodeId
@@ -150,16 +158,19 @@ final class PigeonCore: Sendable {
         self.hub = hub
         self.fanout = fanout
         self.store = store
+        self.attachments = attachments
         self.accept = accept
         self.authenticator = authenticator
         self.activity = activity
         self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
-        self.ingest = Ingest(buffer: accept, store: store, metrics: metrics, abuse: abuse, configuration: configuration)
+        self.ingest = Ingest(buffer: accept, store: store, attachments: attachments, metrics: metrics, abuse: abuse, configuration: configuration)
         self.processor = buffer.map {
             Processor(buffer: $0, store: store, metrics: metrics, configuration: configuration, logger: logger, clock: configuration.clock)
         }
         self.typing = TypingTracker(fanout: fanout, timeout: configuration.typingTimeout, clock: configuration.clock)
         self.housekeeping = Housekeeping(store: store, configuration: configuration, logger: logger, clock: configuration.clock)
+        self.attachmentSweeper = AttachmentSweeper(
+            store: attachments, interval: configuration.attachments.sweepInterval, metrics: metrics, logger: logger, clock: configuration.clock)
         self.checkpointer = sqliteFiles.isEmpty ? nil : WALCheckpointer(paths: sqliteFiles, logger: logger)
         self.backendServices = backendServices
     }

@@ -14,13 +14,18 @@ final class Ingest: Sendable {
 
     private let buffer: any AcceptPath
     private let store: any ConversationStore & MessageHistory
+    private let attachments: any AttachmentStore
     private let metrics: PigeonMetrics
     private let abuse: AbuseGuard
     private let rateLimiter: RateLimiter?
     private let maxBuffered: Int
     private let maxBodyBytes: Int
 
-    init(buffer: any AcceptPath, store: any ConversationStore & MessageHistory, metrics: PigeonMetrics, abuse: AbuseGuard, configuration: ServerConfiguration) {
+    init(
+        buffer: any AcceptPath, store: any ConversationStore & MessageHistory, attachments: any AttachmentStore, metrics: PigeonMetrics,
+        abuse: AbuseGuard, configuration: ServerConfiguration
+    ) {
+        self.attachments = attachments
         self.buffer = buffer
         self.store = store
         self.metrics = metrics
@@ -41,8 +46,11 @@ final class Ingest: Sendable {
     /// Checks a send; throws (and nothing is appended) if it is refused. Cheap: membership comes from memory.
     func prepare(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Prepared {
         do {
-            let prepared = try await check(request, from: device, to: conversationId)
+            var prepared = try await check(request, from: device, to: conversationId)
             try await checkRelations(prepared.message, device: device)
+            if let references = request.attachments, !references.isEmpty {
+                prepared.message.attachments = try await resolve(references, of: prepared.message, device: device)
+            }
             return prepared
         } catch {
             metrics.messageRejected()
@@ -152,6 +160,42 @@ final class Ingest: Sendable {
             return
         }
         throw refusal
+    }
+
+    /// The attachments a send names (API.md 1.2): at most ``AttachmentLimits/perMessage``, each an upload of the
+    /// sender's user named once, its dimensions in range; `400` otherwise, the same for an unknown id and another
+    /// user's upload (the answer tells nothing of other users' uploads). The upload's metadata is copied into the
+    /// message. A resend of a message already stored is answered with it, even when an upload has gone since.
+    private func resolve(_ references: [AttachmentReference], of message: BufferedMessage, device: DeviceIdentity) async throws -> [Attachment] {
+        guard references.count <= AttachmentLimits.perMessage else {
+            throw PigeonError.invalid("a message carries at most \(AttachmentLimits.perMessage) attachments")
+        }
+        var ids: [String] = []
+        for reference in references {
+            guard let id = Validation.canonicalUUID(reference.id) else { throw PigeonError.invalid("attachments[].id must be an upload's id (a UUID)") }
+            guard !ids.contains(id) else { throw PigeonError.invalid("attachment \(id) is named twice") }
+            for (field, value) in [("width", reference.width), ("height", reference.height)] {
+                if let value, !(0...AttachmentLimits.maxDimension).contains(value) {
+                    throw PigeonError.invalid("attachments[].\(field) must be 0 to \(AttachmentLimits.maxDimension)")
+                }
+            }
+            if let duration = reference.durationMs, !(0...AttachmentLimits.maxDurationMs).contains(duration) {
+                throw PigeonError.invalid("attachments[].durationMs must be 0 to \(AttachmentLimits.maxDurationMs)")
+            }
+            ids.append(id)
+        }
+        let found = try await attachments.attachments(ids: ids)
+        var resolved: [Attachment] = []
+        for (id, reference) in zip(ids, references) {
+            guard let upload = found.first(where: { $0.id == id }), upload.ownerId == device.userId else {
+                if try await store.storedMessage(senderId: device.userId, deviceId: device.deviceId, clientMessageId: message.clientMessageId) != nil {
+                    return []
+                }
+                throw PigeonError.invalid("attachment \(id) is not an upload of \(device.userId)")
+            }
+            resolved.append(Attachment(upload.upload, reference))
+        }
+        return resolved
     }
 
     /// Prepares and appends an edit or a delete, answering once durable (like a send).

@@ -31,6 +31,11 @@ public final class PigeonMetrics: Sendable {
     let pushRejected: Counter
     /// Devices owed a push now.
     let pushPending: Gauge
+    /// Attachment uploads stored, their bytes, and what the sweep erased (`pigeon_attachment_*`).
+    let attachmentsUploaded: Counter
+    let attachmentBytesUploaded: Counter
+    let attachmentsSweptCounter: Counter
+    let attachmentBytesSwept: Counter
     /// This node's counts since it started, for the operator's page (`GET /v1/admin/stats`): the same events as the
     /// Prometheus counters above, readable without rendering the registry.
     let counts = MessageCounts()
@@ -72,6 +77,11 @@ public final class PigeonMetrics: Sendable {
         pushFailed = registry.makeCounter(descriptor: Self.name("push_failed_total", "Push notifications given up (refused for good, or failing past the retry window)"))
         pushRejected = registry.makeCounter(descriptor: Self.name("push_rejected_total", "Push notifications whose pushkey the gateway rejected (registration dropped)"))
         pushPending = registry.makeGauge(descriptor: Self.name("push_pending", "Devices owed a push notification"))
+        attachmentsUploaded = registry.makeCounter(descriptor: Self.name("attachment_uploads_total", "Attachment uploads stored durably"))
+        attachmentBytesUploaded = registry.makeCounter(descriptor: Self.name("attachment_upload_bytes_total", "Bytes of the attachment uploads stored"))
+        attachmentsSweptCounter = registry.makeCounter(
+            descriptor: Self.name("attachments_erased_total", "Attachments erased: deleted with their messages, or never sent within 24 hours"))
+        attachmentBytesSwept = registry.makeCounter(descriptor: Self.name("attachment_erased_bytes_total", "Stored bytes of the attachments erased"))
         let stageBuckets: [Duration] = [
             .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
             .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1), .seconds(5),
@@ -134,6 +144,16 @@ public final class PigeonMetrics: Sendable {
 
     /// Counts one request, connection or stream refused or closed by the limit `name` (docs/SECURITY.md lists
     /// the names): `pigeon_limit_hits_total{limit="<name>"}`.
+    func attachmentUploaded(bytes: Int64) {
+        attachmentsUploaded.increment()
+        attachmentBytesUploaded.increment(by: bytes)
+    }
+
+    func attachmentsSwept(count: Int, bytes: Int64) {
+        attachmentsSweptCounter.increment(by: Int64(count))
+        attachmentBytesSwept.increment(by: bytes)
+    }
+
     public func limitHit(_ name: String) {
         let counter = limitCounters.withLockedValue { counters -> Counter in
             if let counter = counters[name] { return counter }

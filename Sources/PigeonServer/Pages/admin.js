@@ -41,6 +41,15 @@
     element.textContent = text !== undefined ? text : (value === null || value === undefined ? "–" : String(value));
   }
 
+  function formatBytes(bytes) {
+    if (bytes < 1024) return bytes + " B";
+    const units = ["KiB", "MiB", "GiB", "TiB"];
+    let value = bytes / 1024;
+    let unit = 0;
+    while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+    return (value >= 100 ? Math.round(value) : Math.round(value * 10) / 10) + " " + units[unit];
+  }
+
   function formatRate(value) { return value >= 100 ? String(Math.round(value)) : String(Math.round(value * 10) / 10); }
 
   function formatAge(millis) {
@@ -122,6 +131,11 @@
     setNumber("streams-websocket", stats.openStreams.websocket);
     setNumber("streams-sse", stats.openStreams.sse);
     setNumber("dead-letter-count", stats.deadLetters, stats.deadLetters === null ? "?" : String(stats.deadLetters));
+    const attachments = stats.attachments;
+    setNumber("attachment-bytes", attachments ? attachments.bytes : null, attachments ? formatBytes(attachments.bytes) : "?");
+    setNumber("attachment-count", attachments ? attachments.count : null);
+    setNumber("attachment-orphans", attachments ? attachments.orphans : null);
+    setNumber("attachment-orphan-bytes", attachments ? attachments.orphanBytes : null, attachments ? formatBytes(attachments.orphanBytes) : "?");
     $("latency-window").textContent = "last " + stats.latency.windowSeconds + " s";
     for (const kind of ["acceptToStored", "storedToDelivered"]) {
       const quantiles = stats.latency[kind];
