@@ -108,12 +108,21 @@ package struct AttachmentFiles: Sendable {
         throw IOError(errnoCode: errno, reason: "unlink \(contentPath(sha256))")
     }
 
+    /// Creates `directory` and its `tmp/` if needed; with `durable`, makes `directory`'s own entry durable too, so that
+    /// the first content renamed into it cannot be lost with it.
+    func prepare() throws {
+        try FileManager.default.createDirectory(atPath: temporaryDirectory, withIntermediateDirectories: true)
+        if durable {
+            try Self.syncDirectory(directory.deletingLastPathComponent().path)
+            try Self.syncDirectory(directory.path)
+        }
+    }
+
     /// What a killed process can leave: every file in `tmp/` (an upload cut short), and the content files no row
     /// names (renamed into place, the process gone before the row's commit). `isNamed` tells the contents rows name.
     /// Answers how many files of each kind it removed.
     func removeLeftovers(isNamed: ([String]) throws -> Set<String>) throws -> (temporary: Int, unnamed: Int) {
         let manager = FileManager.default
-        try manager.createDirectory(atPath: temporaryDirectory, withIntermediateDirectories: true)
         var removed = (temporary: 0, unnamed: 0)
         for name in try manager.contentsOfDirectory(atPath: temporaryDirectory) {
             try manager.removeItem(atPath: temporaryDirectory + "/" + name)

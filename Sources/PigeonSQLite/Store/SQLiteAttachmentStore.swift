@@ -37,6 +37,7 @@ public final class SQLiteAttachmentStore: AttachmentStore {
         self.store = messageStore
         self.files = AttachmentFiles(directory: directory, durable: durable, pool: .singleton)
         self.logger = logger
+        try files.prepare()
         let pool = messageStore.pool
         let removed = try files.removeLeftovers { contents in
             try pool.read { db in
