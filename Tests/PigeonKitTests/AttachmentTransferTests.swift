@@ -172,7 +172,7 @@ struct AttachmentTransferTests {
             let busy = FaultyTransport.UploadFault.refused(status: 503, ErrorDetail(code: .overloaded, message: "busy"), retryAfter: nil)
             faulty.failUploads(of: "doc.pdf", [busy, busy, busy])
             let message = try alice.client.send(to: conversation, attachments: [.data(Self.bytes(1000, seed: 6), name: "doc.pdf")])
-            try await waitUntil("the message failed") { try alice.message(message.localId).status == .failed }
+            try await waitUntil("the message failed") { alice.statusHistory(localId: message.localId).last == .failed }
             let failed = try alice.message(message.localId)
             #expect(failed.failure?.code == .overloaded && failed.failure?.message == "doc.pdf: busy", "\(String(describing: failed.failure))")
             #expect(alice.statusHistory(localId: message.localId) == [.pending, .failed], "never ✓")
@@ -195,7 +195,7 @@ struct AttachmentTransferTests {
             try await startAll(alice, bob)
             let conversation = try await makeConversation([alice, bob])
             let message = try alice.client.send("too big", to: conversation, attachments: [.data(Self.bytes(200_000, seed: 8), name: "big.bin")])
-            try await waitUntil("the message failed") { try alice.message(message.localId).status == .failed }
+            try await waitUntil("the message failed") { alice.statusHistory(localId: message.localId).last == .failed }
             let failed = try alice.message(message.localId)
             #expect(failed.failure?.code == .payloadTooLarge, "\(String(describing: failed.failure))")
             #expect(failed.failure?.message.hasPrefix("big.bin: ") == true, "\(String(describing: failed.failure))")
