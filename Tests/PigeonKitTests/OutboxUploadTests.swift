@@ -116,6 +116,26 @@ import Testing
         #expect(!item.isFailed)
     }
 
+    @Test func breaksWhileOnlineAreNotTriesButSpaceTheNextStart() {
+        var item = Self.item(1, uploads: true)
+        var now = t0
+        for interruption in 1...(policy.maxAttempts + 3) {
+            let started = item.startUpload(now: now)
+            #expect(started)
+            let action = item.uploadInterrupted(backoff: (now, policy, 0))
+            let next = now + policy.delay(afterAttempt: interruption, jitter: 0)
+            #expect(action == .retryLater(next))
+            let early = item.startUpload(now: next - .milliseconds(1))
+            #expect(!early)
+            now = next
+        }
+        #expect(!item.isFailed, "the connection breaking never fails the message")
+        #expect(item.uploadAttempts == 0)
+        _ = item.startUpload(now: now)
+        item.attachmentUploaded()
+        #expect(item.uploadInterruptions == 0, "the next attachment starts without a backoff")
+    }
+
     @Test func answersToAnUploadThatIsNotRunningChangeNothing() {
         var item = Self.item(1, uploads: true)
         let before = item

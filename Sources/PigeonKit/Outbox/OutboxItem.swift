@@ -16,7 +16,7 @@ import PigeonProtocol
 /// ```
 /// waiting ──startUpload──▶ running ──uploadsFinished──▶ done (the message may go)
 ///   ▲  ▲                     │ transient error: tries < max → waiting(after backoff), else failed
-///   │  └──uploadInterrupted──┘ (the network went away: not a try)
+///   │  └──uploadInterrupted──┘ (the connection broke: not a try, never fails the message)
 ///   └─(retry)── failed ◀── refused for good (a 4xx other than 408 and 429), or tries spent
 /// ```
 package struct OutboxItem: Sendable, Equatable {
@@ -72,6 +72,9 @@ package struct OutboxItem: Sendable, Equatable {
     package private(set) var uploads: Uploads
     /// Tries of the current attachment's upload that ended without an answer.
     package private(set) var uploadAttempts = 0
+    /// Uploads of the current attachment the connection broke in a row while the client seemed online (not tries: they
+    /// only space the next start).
+    package private(set) var uploadInterruptions = 0
 
     package init(
         localId: Int64, conversationId: String, clientMessageId: String, attempts: Int = 0, state: State = .queued(notBefore: nil),
@@ -122,6 +125,7 @@ package struct OutboxItem: Sendable, Equatable {
     package mutating func attachmentUploaded() {
         guard uploads == .running else { return }
         uploadAttempts = 0
+        uploadInterruptions = 0
     }
 
     /// Every attachment is uploaded: the message may go.
@@ -129,6 +133,7 @@ package struct OutboxItem: Sendable, Equatable {
         guard uploads == .running else { return }
         uploads = .done
         uploadAttempts = 0
+        uploadInterruptions = 0
     }
 
     /// The upload failed and may work later (a timeout, 408, 429, 5xx, no answer): the try counts; `retryAfter` is the
@@ -164,11 +169,21 @@ package struct OutboxItem: Sendable, Equatable {
         uploads = .waiting(notBefore: nil)
     }
 
-    /// The network went away during the upload (or the token was refused): it starts again when online, and the try
-    /// does not count.
-    package mutating func uploadInterrupted() {
-        guard uploads == .running else { return }
-        uploads = .waiting(notBefore: nil)
+    /// The connection broke during the upload (or the client stopped, or the token was refused): it starts again, and
+    /// the try does not count, however often it happens. Without `backoff` it may start as soon as the client is
+    /// online; with it (the client seemed online all along: the stream had not noticed the loss yet, or only uploads
+    /// break), after a backoff that grows with each break in a row.
+    @discardableResult
+    package mutating func uploadInterrupted(backoff: (now: ElapsedClock.Instant, policy: RetryPolicy, jitter: Double)? = nil) -> Action {
+        guard uploads == .running else { return .none }
+        guard let backoff else {
+            uploads = .waiting(notBefore: nil)
+            return .none
+        }
+        uploadInterruptions += 1
+        let next = backoff.now + backoff.policy.delay(afterAttempt: uploadInterruptions, jitter: backoff.jitter)
+        uploads = .waiting(notBefore: next)
+        return .retryLater(next)
     }
 
     /// Hands the item to the transport: `.send` when it was due.
@@ -214,6 +229,7 @@ package struct OutboxItem: Sendable, Equatable {
         guard isFailed else { return false }
         attempts = 0
         uploadAttempts = 0
+        uploadInterruptions = 0
         if uploads != .done { uploads = .waiting(notBefore: nil) }
         state = .queued(notBefore: nil)
         return true

@@ -54,20 +54,20 @@ extension ClientEngine {
         let sha256 = progress.withLockedValue { $0.digest() }
         guard answer.size == total, answer.sha256.lowercased() == sha256 else {
             throw PigeonClientError(
-                .network, "the server stored \(answer.size) bytes with SHA-256 \(answer.sha256); \(total) bytes with SHA-256 \(sha256) were sent")
+                .server, "the server stored \(answer.size) bytes with SHA-256 \(answer.sha256); \(total) bytes with SHA-256 \(sha256) were sent")
         }
         return answer
     }
 
-    /// An upload ended without an answer to keep. Cut by the network (the stream went too), cancelled (the client
-    /// stopped) or refused the token: started again when online, not a try. The server's 408, 429, 5xx, a timeout or
-    /// a broken connection while online: a try, retried after a backoff until they are spent. Any other refusal (too
-    /// large, over the quota, a bad name): the message fails, with the server's reason.
+    /// An upload ended without an answer to keep. A broken connection is never a try: when the stream went too (or
+    /// the client stopped, or the token was refused) the upload starts again once online; while the stream stays up,
+    /// after a backoff. The server's 408, 429, 5xx or no answer in time: a try, retried after a backoff until they are
+    /// spent. Any other refusal (too large, over the quota, a bad name): the message fails, with the server's reason.
     private func uploadFailed(_ item: OutboxItem, attachment name: String?, error: any Error, connectionGeneration generation: Int) async {
         let error = error as? PigeonClientError ?? PigeonClientError(.localDatabase, "\(error)")
-        let cancelled = Task.isCancelled
-        let networkLost = connectionGeneration != generation || connectionState != .online || !isNetworkEnabled
-        let interrupted = cancelled || error.refusesToken || (networkLost && (error.code == .network || error.code == .timeout))
+        let stopped = Task.isCancelled || error.refusesToken
+        let offline = stopped || connectionGeneration != generation || connectionState != .online || !isNetworkEnabled
+        let interrupted = stopped || error.code == .network || (offline && error.code == .timeout)
         let transient = error.httpStatus.map { $0 == 408 || $0 == 429 || $0 >= 500 } ?? (error.isTransient || error.code == .localDatabase)
         let server = error.serverError ?? ErrorDetail(code: transient ? .internalError : .invalidRequest, message: error.message)
         let reason = ErrorDetail(code: server.code, message: name.map { "\($0): \(server.message)" } ?? server.message)
@@ -79,8 +79,7 @@ extension ClientEngine {
         let (action, current) = outbox.withLockedValue { queue -> (OutboxItem.Action, OutboxItem?) in
             let action = queue.update(item.localId) { item -> OutboxItem.Action in
                 if interrupted {
-                    item.uploadInterrupted()
-                    return .none
+                    return item.uploadInterrupted(backoff: offline ? nil : (now, self.settings.retryPolicy, jitter))
                 }
                 if transient {
                     return item.uploadFailed(
