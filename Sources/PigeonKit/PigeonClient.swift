@@ -67,7 +67,7 @@ public final class PigeonClient: Sendable, Service {
         self.attachmentCache = AttachmentCache(store: store, limit: configuration.attachmentCacheLimit)
         if store.recovery != nil { try store.setNeedsFullSync(true) }
         // Copies that no message names: an app killed between copying a file and saving its message.
-        store.files.removeSent(try store.unreferencedCopies(among: store.files.sentFiles()))
+        store.files.removeSent(try store.unreferencedCopies(among: store.files.sentFiles(before: Date() - 3600)))
     }
 
     deinit {

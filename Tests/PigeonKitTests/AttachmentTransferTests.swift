@@ -227,7 +227,7 @@ struct AttachmentTransferTests {
             let attachment = try Self.file("clip.mp4", large)
             let credentials = alice.credentials
             let directory = makeTemporaryDirectory()
-            let output = directory + "/helper.log"
+            let output = directory + "/app.log"
             let go = directory + "/go"
             let pid = try Command.spawn([
                 CrashAndPersistenceTests.helperPath, "--server", "http://127.0.0.1:\(proxy.port)", "--db", alice.databasePath,
@@ -235,7 +235,7 @@ struct AttachmentTransferTests {
                 "--count", "1", "--prefix", "clip", "--attach", attachment.path, "--go", go,
             ], outputPath: output)
             func log() -> String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
-            try await waitUntil("the helper is online", timeout: .seconds(30), describe: log) { log().contains("online") }
+            try await waitUntil("the app is online", timeout: .seconds(30), describe: log) { log().contains("online") }
             // From now on nothing reaches the server: the upload leaves the app and is never answered.
             proxy.setMode(.stall)
             _ = FileManager.default.createFile(atPath: go, contents: nil)

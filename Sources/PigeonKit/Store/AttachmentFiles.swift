@@ -60,9 +60,14 @@ struct AttachmentFiles: Sendable {
         for file in files { try? FileManager.default.removeItem(at: sent.appendingPathComponent(file)) }
     }
 
-    /// The files in `sent/` (names), for removing those no message names any more.
-    func sentFiles() -> [String] {
-        (try? FileManager.default.contentsOfDirectory(atPath: sent.path)) ?? []
+    /// The files in `sent/` (names) last written before `date`, for removing those no message names any more (a newer
+    /// one may be the copy of a send another client on the same database is saving right now).
+    func sentFiles(before date: Date) -> [String] {
+        let fileManager = FileManager.default
+        return ((try? fileManager.contentsOfDirectory(atPath: sent.path)) ?? []).filter { name in
+            let modified = (try? fileManager.attributesOfItem(atPath: sent.appendingPathComponent(name).path))?[.modificationDate] as? Date
+            return modified.map { $0 < date } ?? false
+        }
     }
 
     /// Where the download of the attachment `id` is kept in the cache.
