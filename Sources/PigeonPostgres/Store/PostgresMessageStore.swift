@@ -338,22 +338,25 @@ public final class PostgresMessageStore: MessageStore, Service {
     package static let messageColumnNames = [
         "server_id", "client_message_id", "conversation_id", "seq", "sender_id", "sender_device_id", "type", "body", "client_timestamp",
         "accepted_at", "stored_at", "edited_at", "deleted_at", "reply_to", "thread_root", "thread_count", "thread_last_at", "thread_senders",
+        "attachments",
     ]
 
     /// A message row's columns, in ``MessageTuple``'s order.
     package static let messageColumns = messageColumnNames.joined(separator: ", ")
 
     package typealias MessageTuple = (
-        String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?, String?, String?, Int32, Int64?, String?
+        String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?, String?, String?, Int32, Int64?, String?,
+        String?
     )
 
-    /// The message of a row as it is stored: its thread summary from the root's columns, without its reactions and
-    /// reply preview (``decorate(_:reader:)`` adds them).
+    /// The message of a row as it is stored: its thread summary from the root's columns, its attachments from their
+    /// column, without its reactions and reply preview (``decorate(_:reader:)`` adds them).
     package static func message(_ t: MessageTuple) -> Message {
         Message(
             serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6, body: t.7,
             clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10, editedAt: t.11, deletedAt: t.12, replyTo: t.13, threadRoot: t.14,
-            thread: t.15 > 0 ? ThreadSummary(replyCount: Int(t.15), lastReplyAt: t.16 ?? 0, lastReplySenders: ReplyRules.senders(t.17)) : nil)
+            thread: t.15 > 0 ? ThreadSummary(replyCount: Int(t.15), lastReplyAt: t.16 ?? 0, lastReplySenders: ReplyRules.senders(t.17)) : nil,
+            attachments: AttachmentColumn.decode(t.18))
     }
 
     /// Adds to `messages` their reactions as `reader` sees them and their reply previews, as of now.
@@ -462,14 +465,16 @@ public final class PostgresMessageStore: MessageStore, Service {
         for try await t in try await client.query(
             """
             SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
-                accepted_at, failed_at, error_code, error_message, reply_to, thread_root FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
+                accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments
+            FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
             """, logger: logger
-        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String, String?, String?).self) {
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String, String?, String?, String?).self) {
             letters.append(
                 DeadLetter(
                     message: Message(
                         serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: 0, senderId: t.3, senderDeviceId: t.4, type: t.5,
-                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0, replyTo: t.12, threadRoot: t.13),
+                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0, replyTo: t.12, threadRoot: t.13,
+                        attachments: AttachmentColumn.decode(t.14)),
                     failedAt: t.9, error: ErrorDetail(code: ErrorCode(rawValue: t.10), message: t.11)))
         }
         return letters
@@ -479,13 +484,13 @@ public final class PostgresMessageStore: MessageStore, Service {
         for try await t in try await client.query(
             """
             SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp, accepted_at,
-                reply_to, thread_root
+                reply_to, thread_root, attachments
             FROM dead_letters WHERE server_id = \(serverId)
             """, logger: logger
-        ).decode((String, String, String, String, String, String, String, Int64, Int64, String?, String?).self) {
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, String?, String?, String?).self) {
             return BufferedMessage(
                 serverId: t.0, conversationId: t.1, senderId: t.2, senderDeviceId: t.3, clientMessageId: t.4, type: t.5, body: t.6,
-                clientTimestamp: t.7, acceptedAt: t.8, replyTo: t.9, threadRoot: t.10)
+                clientTimestamp: t.7, acceptedAt: t.8, replyTo: t.9, threadRoot: t.10, attachments: AttachmentColumn.decode(t.11))
         }
         return nil
     }
