@@ -140,6 +140,58 @@ import Testing
         }
     }
 
+    /// A processing item of alice carrying `uploads`.
+    static func item(_ conversation: String, carrying uploads: [StoredAttachment]) -> ProcessingItem {
+        var item = StoreContractTests.item(conversation: conversation)
+        item.entry.message.attachments = uploads.map { PigeonProtocol.Attachment($0.upload, AttachmentReference(id: $0.id)) }
+        return item
+    }
+
+    /// The (upload, seq) links of the conversation.
+    static func links(_ store: PostgresMessageStore, _ conversation: String) async throws -> [String] {
+        var links: [String] = []
+        for try await (id, seq) in try await store.client.query(
+            "SELECT attachment_id, seq FROM message_attachments WHERE conversation_id = \(conversation) ORDER BY seq, attachment_id"
+        ).decode((String, Int64).self) {
+            links.append("\(id)@\(seq)")
+        }
+        return links
+    }
+
+    /// A message's uploads are linked whichever way its batch is stored: in one statement planned on the last seq this
+    /// node cached, under the conversation's lock on a node without it, or under the lock after the one statement found
+    /// the seq moved; a message deleted by a later one of its own batch carries nothing and links nothing.
+    @Test func everyProcessingPathLinksTheUploads() async throws {
+        try await StoreContractTests.withPostgresAttachmentBackends(nodes: 2) { messageStores, stores in
+            var uploads: [StoredAttachment] = []
+            for index in 0..<5 {
+                let body = GeneratedBody(count: 1, size: 1000 + index)
+                uploads.append(try await stores[0].upload(Self.request("alice", length: body.length), body: body))
+            }
+            let conversation = try await messageStores[0].createConversation(creator: "alice", members: ["bob"], name: nil).id
+            #expect(StoreContractTests.seqs(try await messageStores[0].process([StoreContractTests.item(conversation: conversation)])) == [1])
+            #expect(messageStores[0].lastSeqCache.withLockedValue { $0[conversation] } == 1, "node 0 plans its next batch on its cache")
+            #expect(StoreContractTests.seqs(try await messageStores[0].process([Self.item(conversation, carrying: [uploads[0]])])) == [2])
+            #expect(StoreContractTests.seqs(try await messageStores[1].process([Self.item(conversation, carrying: [uploads[1], uploads[2]])])) == [3])
+            #expect(StoreContractTests.seqs(try await messageStores[0].process([Self.item(conversation, carrying: [uploads[2]])])) == [4])
+            let deleted = Self.item(conversation, carrying: [uploads[3]])
+            let delete = GroupStoreContractTests.change(deleted.entry.message.serverId, in: conversation, newBody: nil)
+            #expect(StoreContractTests.seqs(try await messageStores[1].process([deleted, delete])) == [5, 6])
+            #expect(
+                try await Self.links(messageStores[0], conversation)
+                    == ["\(uploads[0].id)@2", "\(uploads[1].id)@3", "\(uploads[2].id)@3", "\(uploads[2].id)@4"])
+            let page = try await messageStores[1].messages(conversationId: conversation, after: 0, before: nil, limit: 10)
+            #expect(page.messages.map { $0.attachments.map(\.id) } == [[], [uploads[0].id], [uploads[1].id, uploads[2].id], [uploads[2].id], [], []])
+            for upload in uploads.prefix(3) {
+                #expect(try await stores[1].readable(id: upload.id, by: "bob")?.linked == true)
+            }
+            #expect(try await stores[1].readable(id: uploads[3].id, by: "bob") == nil)
+            #expect(try await stores[0].attachments(ids: [uploads[3].id, uploads[4].id]).map(\.linked).sorted { !$0 && $1 } == [false, true])
+            // The upload of the deleted message goes at once, the one never sent waits for its day.
+            #expect(try await stores[1].sweep(now: WallClock.nowMillis()) == AttachmentSweep(attachments: 1, bytes: 1003))
+        }
+    }
+
     @Test func twoNodesUploadingEqualBytesAtOnceStoreTwoRowsAndTheBytesOnce() async throws {
         try await StoreContractTests.withPostgresAttachmentBackends(nodes: 2) { messageStores, stores in
             let gate = NIOLockedValueBox(false)
