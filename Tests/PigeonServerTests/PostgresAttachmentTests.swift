@@ -72,7 +72,7 @@ import Testing
                 left -= count
                 start = 0
             }
-            withUnsafeBytes(of: UInt64(index).littleEndian) { bytes in
+            _ = withUnsafeBytes(of: UInt64(index).littleEndian) { bytes in
                 buffer.setBytes(bytes.prefix(Swift.min(8, size)), at: buffer.readerIndex)
             }
             return buffer
