@@ -59,15 +59,15 @@ extension ClientEngine {
         return answer
     }
 
-    /// An upload ended without an answer to keep. A broken connection is never a try: when the stream went too (or
-    /// the client stopped, or the token was refused) the upload starts again once online; while the stream stays up,
-    /// after a backoff. The server's 408, 429, 5xx or no answer in time: a try, retried after a backoff until they are
+    /// An upload ended without an answer to keep. A broken connection (or a refused token: the stream's own refusal
+    /// signs the client out) is never a try: when the stream went too, or the client stopped, the upload starts again
+    /// once online; while the stream stays up, after a backoff. The server's 408, 429, 5xx or no answer in time: a try, retried after a backoff until they are
     /// spent. Any other refusal (too large, over the quota, a bad name): the message fails, with the server's reason.
     private func uploadFailed(_ item: OutboxItem, attachment name: String?, error: any Error, connectionGeneration generation: Int) async {
         let error = error as? PigeonClientError ?? PigeonClientError(.localDatabase, "\(error)")
-        let stopped = Task.isCancelled || error.refusesToken
-        let offline = stopped || connectionGeneration != generation || connectionState != .online || !isNetworkEnabled
-        let interrupted = stopped || error.code == .network || (offline && error.code == .timeout)
+        let cancelled = Task.isCancelled
+        let offline = cancelled || connectionGeneration != generation || connectionState != .online || !isNetworkEnabled
+        let interrupted = cancelled || error.refusesToken || error.code == .network || (offline && error.code == .timeout)
         let transient = error.httpStatus.map { $0 == 408 || $0 == 429 || $0 >= 500 } ?? (error.isTransient || error.code == .localDatabase)
         let server = error.serverError ?? ErrorDetail(code: transient ? .internalError : .invalidRequest, message: error.message)
         let reason = ErrorDetail(code: server.code, message: name.map { "\($0): \(server.message)" } ?? server.message)
