@@ -1,5 +1,6 @@
 import Foundation
-import PigeonKit
+import GRDB
+@testable import PigeonKit
 import PigeonProtocol
 import PigeonTestSupport
 import Testing
@@ -308,6 +309,45 @@ struct AttachmentTransferTests {
             #expect(Set(try cachedFiles().keys) == [ids[3], ids[1]], "larger than the whole cache: not kept, nothing pushed out")
             #expect(try cachedFiles().values.reduce(0, +) <= 250_000)
             #expect(try await bob.client.attachmentCacheBytes() <= 250_000)
+            await alice.client.stop()
+            await bob.client.stop()
+        }
+    }
+
+    /// A database written before attachments (schema v4) with a message waiting in its outbox: opened, it is migrated
+    /// in place, the message goes (without attachments), and a message with a file can be sent from it.
+    @Test func aDatabaseFromBeforeAttachmentsIsMigratedInPlace() async throws {
+        try await withKitTestServer { server in
+            let bob = try await TestDevice.register("bob", on: server.url)
+            let credentials = try await PigeonClient.registerDevice(serverURL: server.url, userId: "alice")
+            try await startAll(bob)
+            let conversation = try await bob.client.createConversation(members: ["alice"]).id
+            let path = makeTemporaryDirectory() + "/pigeon.sqlite"
+            let queue = try DatabaseQueue(path: path)
+            try LocalDatabase.migrator.migrate(queue, upTo: "v4")
+            try await queue.write { db in
+                try db.execute(sql: "INSERT INTO device (id, userId, deviceId) VALUES (1, ?, ?)", arguments: [credentials.userId, credentials.deviceId])
+                try db.execute(sql: "INSERT INTO conversations (id, createdAt, lastActivityAt) VALUES (?, 0, 0)", arguments: [conversation])
+                try db.execute(
+                    sql: """
+                        INSERT INTO messages (conversationId, clientMessageId, senderId, senderDeviceId, type, body, clientTimestamp, isOutgoing, status)
+                        VALUES (?, ?, ?, ?, 'text', 'written by v4', 1763700000000, 1, 'pending')
+                        """,
+                    arguments: [conversation, UUID().uuidString.lowercased(), credentials.userId, credentials.deviceId])
+                try db.execute(sql: "INSERT INTO outbox (localId, conversationId, clientMessageId) SELECT localId, conversationId, clientMessageId FROM messages")
+            }
+            try queue.close()
+
+            let alice = try TestDevice.open(credentials: credentials, serverURL: server.url, databasePath: path)
+            let waiting = try #require(try alice.client.unsentMessages().first)
+            #expect(waiting.body == "written by v4" && waiting.attachments.isEmpty)
+            try await startAll(alice)
+            try await alice.waitForStatus(waiting.localId, atLeast: .stored)
+            let photo = Self.bytes(20_000, seed: 30)
+            let message = try alice.client.send("after the upgrade", to: conversation, attachments: [.data(photo, name: "p.png")])
+            try await alice.waitForStatus(message.localId, atLeast: .stored)
+            let got = try await Self.received("after the upgrade", on: bob)
+            #expect(try await bob.client.attachmentData(id: try #require(got.attachments.first?.id)) == photo)
             await alice.client.stop()
             await bob.client.stop()
         }
