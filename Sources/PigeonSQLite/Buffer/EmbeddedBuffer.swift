@@ -80,6 +80,10 @@ public final class EmbeddedBuffer: IngestBuffer {
         migrator.registerMigration("v3") { db in
             try db.execute(sql: "ALTER TABLE entries ADD COLUMN reply_to TEXT; ALTER TABLE entries ADD COLUMN thread_root TEXT;")
         }
+        // v4 (API.md 1.2): a message may carry attachments, their metadata resolved at accept (wire JSON, NULL: none).
+        migrator.registerMigration("v4") { db in
+            try db.execute(sql: "ALTER TABLE entries ADD COLUMN attachments TEXT")
+        }
         return migrator
     }
 
@@ -162,12 +166,12 @@ public final class EmbeddedBuffer: IngestBuffer {
         try db.cachedStatement(
             sql: """
                 INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,
-                    type, body, client_timestamp, accepted_at, reply_to, thread_root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    type, body, client_timestamp, accepted_at, reply_to, thread_root, attachments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
             message.serverId, message.conversationId, message.senderId, message.senderDeviceId,
             message.clientMessageId, message.type, message.body, message.clientTimestamp, message.acceptedAt,
-            message.replyTo, message.threadRoot,
+            message.replyTo, message.threadRoot, AttachmentColumn.encode(message.attachments),
         ])
     }
 
@@ -194,7 +198,7 @@ public final class EmbeddedBuffer: IngestBuffer {
                 db.cachedStatement(
                     sql: """
                         SELECT id, attempts, server_id, conversation_id, sender_id, sender_device_id, client_message_id,
-                            type, body, client_timestamp, accepted_at, reply_to, thread_root
+                            type, body, client_timestamp, accepted_at, reply_to, thread_root, attachments
                         FROM entries WHERE id > ? ORDER BY id LIMIT ?
                         """),
                 arguments: [after, max]
@@ -204,7 +208,7 @@ public final class EmbeddedBuffer: IngestBuffer {
                     message: BufferedMessage(
                         serverId: row[2], conversationId: row[3], senderId: row[4], senderDeviceId: row[5],
                         clientMessageId: row[6], type: row[7], body: row[8], clientTimestamp: row[9], acceptedAt: row[10],
-                        replyTo: row[11], threadRoot: row[12]),
+                        replyTo: row[11], threadRoot: row[12], attachments: AttachmentColumn.decode(row[13])),
                     attempts: row[1])
             }
         }

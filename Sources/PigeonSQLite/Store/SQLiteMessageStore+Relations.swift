@@ -115,11 +115,17 @@ extension SQLiteMessageStore {
             ])
     }
 
-    /// What a delete changes besides the text: the message's reactions are gone, and when it was a thread reply its
-    /// root's summary is counted again from the replies left (a root keeps its thread).
+    /// What a delete changes besides the text: the message's reactions are gone, so are its attachments (their
+    /// metadata, and its links to the uploads: no member reads them through it any more, and the sweep removes an
+    /// upload no message carries then), and when it was a thread reply its root's summary is counted again from the
+    /// replies left (a root keeps its thread).
     static func forgetDeleted(_ db: Database, conversationId: String, serverId: String) throws {
         guard let target = try target(db, conversationId: conversationId, serverId: serverId) else { return }
         try db.cachedStatement(sql: "DELETE FROM reactions WHERE conversation_id = ? AND seq = ?").execute(arguments: [conversationId, target.seq])
+        try db.cachedStatement(sql: "DELETE FROM message_attachments WHERE conversation_id = ? AND seq = ?")
+            .execute(arguments: [conversationId, target.seq])
+        try db.cachedStatement(sql: "UPDATE messages SET attachments = NULL WHERE conversation_id = ? AND seq = ? AND attachments IS NOT NULL")
+            .execute(arguments: [conversationId, target.seq])
         guard let root = target.threadRoot else { return }
         let count = try Int.fetchOne(
             db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND thread_root = ? AND deleted_at IS NULL"),

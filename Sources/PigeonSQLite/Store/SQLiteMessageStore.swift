@@ -422,6 +422,7 @@ public final class SQLiteMessageStore: MessageStore {
             }
             return .alreadyStored(seq: storedSeq)
         }
+        try Self.linkAttachments(db, stored)
         if let lifecycle {
             try Self.applyLifecycle(db, targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now)
             if lifecycle.newBody == nil { try Self.forgetDeleted(db, conversationId: message.conversationId, serverId: lifecycle.serverId) }
@@ -458,27 +459,43 @@ public final class SQLiteMessageStore: MessageStore {
         try db.cachedStatement(
             sql: """
                 INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, stored_at, target_id, reply_to, thread_root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    client_timestamp, accepted_at, stored_at, target_id, reply_to, thread_root, attachments)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT DO NOTHING
                 """
         ).execute(arguments: [
             message.conversationId, message.seq, message.serverId, message.clientMessageId, message.senderId, message.senderDeviceId,
             message.type, message.body, message.clientTimestamp, message.acceptedAt, message.storedAt, targetId, message.replyTo,
-            message.threadRoot,
+            message.threadRoot, AttachmentColumn.encode(message.attachments),
         ])
+    }
+
+    /// Links a message just stored to the uploads it carries, in its own transaction: from then on its conversation's
+    /// members may read them and the sweep keeps them while it is not deleted. An upload swept since the send was
+    /// accepted has no row left to link: the message keeps its metadata, and its bytes are gone.
+    private static func linkAttachments(_ db: Database, _ message: Message) throws {
+        for attachment in message.attachments {
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO message_attachments(attachment_id, conversation_id, seq) SELECT id, ?, ? FROM attachments WHERE id = ?
+                    ON CONFLICT DO NOTHING
+                    """
+            ).execute(arguments: [message.conversationId, message.seq, attachment.id])
+            try db.cachedStatement(sql: "UPDATE attachments SET linked = 1 WHERE id = ?").execute(arguments: [attachment.id])
+        }
     }
 
     private func deadLetter(_ message: BufferedMessage, detail: ErrorDetail, now: Int64, payloads: EventPayload, _ db: Database) throws -> StoredEvent {
         try db.cachedStatement(
             sql: """
                 INSERT OR REPLACE INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
             message.serverId, message.conversationId, message.clientMessageId, message.senderId, message.senderDeviceId, message.type,
             message.body, message.clientTimestamp, message.acceptedAt, now, detail.code.rawValue, detail.message, message.replyTo,
-            message.threadRoot,
+            message.threadRoot, AttachmentColumn.encode(message.attachments),
         ])
         let payload = try payloads.messageFailed(MessageEvents.failed(message, error: detail))
         return try Self.insertEvent(
@@ -529,7 +546,7 @@ public final class SQLiteMessageStore: MessageStore {
 
     static let messageColumns = """
         server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at,
-        edited_at, deleted_at, reply_to, thread_root, thread_count, thread_last_at, thread_senders
+        edited_at, deleted_at, reply_to, thread_root, thread_count, thread_last_at, thread_senders, attachments
         """
 
     static let joinedMessageColumns = messageColumns.split(separator: ",")
@@ -546,7 +563,8 @@ public final class SQLiteMessageStore: MessageStore {
             senderId: row[column + 4], senderDeviceId: row[column + 5], type: row[column + 6], body: row[column + 7],
             clientTimestamp: row[column + 8], acceptedAt: row[column + 9], storedAt: row[column + 10], editedAt: row[column + 11],
             deletedAt: row[column + 12], replyTo: row[column + 13], threadRoot: row[column + 14],
-            thread: Self.threadSummary(count: row[column + 15], lastAt: row[column + 16], senders: row[column + 17]))
+            thread: Self.threadSummary(count: row[column + 15], lastAt: row[column + 16], senders: row[column + 17]),
+            attachments: AttachmentColumn.decode(row[column + 18]))
     }
 
     public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?) async throws
@@ -734,7 +752,8 @@ public final class SQLiteMessageStore: MessageStore {
                 db,
                 sql: """
                     SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
-                        accepted_at, failed_at, error_code, error_message, reply_to, thread_root FROM dead_letters ORDER BY failed_at LIMIT ?
+                        accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments
+                    FROM dead_letters ORDER BY failed_at LIMIT ?
                     """,
                 arguments: [limit]
             ).map { row in
@@ -742,7 +761,7 @@ public final class SQLiteMessageStore: MessageStore {
                     message: Message(
                         serverId: row[0], clientMessageId: row[1], conversationId: row[2], seq: 0, senderId: row[3], senderDeviceId: row[4],
                         type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8], storedAt: 0, replyTo: row[12],
-                        threadRoot: row[13]),
+                        threadRoot: row[13], attachments: AttachmentColumn.decode(row[14])),
                     failedAt: row[9], error: ErrorDetail(code: ErrorCode(rawValue: row[10]), message: row[11]))
             }
         }
@@ -754,13 +773,14 @@ public final class SQLiteMessageStore: MessageStore {
                 db,
                 sql: """
                     SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp,
-                        accepted_at, reply_to, thread_root FROM dead_letters WHERE server_id = ?
+                        accepted_at, reply_to, thread_root, attachments FROM dead_letters WHERE server_id = ?
                     """,
                 arguments: [serverId]
             ).map { row in
                 BufferedMessage(
                     serverId: row[0], conversationId: row[1], senderId: row[2], senderDeviceId: row[3], clientMessageId: row[4],
-                    type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8], replyTo: row[9], threadRoot: row[10])
+                    type: row[5], body: row[6], clientTimestamp: row[7], acceptedAt: row[8], replyTo: row[9], threadRoot: row[10],
+                    attachments: AttachmentColumn.decode(row[11]))
             }
         }
     }

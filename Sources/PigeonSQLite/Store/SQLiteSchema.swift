@@ -24,6 +24,10 @@ import GRDB
 ///
 /// v5 (API.md 1.1, edit and delete): messages gain `edited_at` and `deleted_at`, and `target_id` (the serverId a
 /// `pigeon.edit` or `pigeon.delete` names, indexed: a delete erases the text of the target's earlier edits).
+///
+/// v8 (API.md 1.2, attachments): uploads (`attachments`, the bytes themselves are files named by their SHA-256,
+/// ``SQLiteAttachmentStore``), which stored messages carry them (`message_attachments`, what a reader's right to an
+/// upload and the sweep read), and the attachments' metadata on the message and on its dead letter.
 package enum SQLiteSchema {
     package static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -197,6 +201,34 @@ package enum SQLiteSchema {
                         user_id TEXT NOT NULL,
                         at INTEGER NOT NULL,
                         PRIMARY KEY(conversation_id, seq, key, user_id)) WITHOUT ROWID;
+                    """)
+        }
+        migrator.registerMigration("v8") { db in
+            // API.md 1.2, attachments: an upload is a row here and its bytes a file named by their SHA-256 (equal
+            // bytes, one file). `linked` says a stored message carried it once: with no message left carrying it, it
+            // goes at the next sweep instead of a day after its upload. A message keeps its attachments' metadata as
+            // their wire JSON (NULL: none), and so does its dead letter.
+            try db.execute(
+                sql: """
+                    CREATE TABLE attachments(
+                        id TEXT PRIMARY KEY,
+                        owner_id TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        content_type TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        sha256 TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        linked INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+                    CREATE INDEX attachments_owner ON attachments(owner_id, size);
+                    CREATE INDEX attachments_sha256 ON attachments(sha256);
+                    CREATE TABLE message_attachments(
+                        attachment_id TEXT NOT NULL,
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        PRIMARY KEY(attachment_id, conversation_id, seq)) WITHOUT ROWID;
+                    CREATE INDEX message_attachments_message ON message_attachments(conversation_id, seq);
+                    ALTER TABLE messages ADD COLUMN attachments TEXT;
+                    ALTER TABLE dead_letters ADD COLUMN attachments TEXT;
                     """)
         }
         return migrator

@@ -135,7 +135,7 @@ import Testing
             let first = ((raw.jsonObject?["messages"] as? [Any])?.first as? [String: Any]).map { Set($0.keys) }
             #expect(first == [
                 "serverId", "clientMessageId", "conversationId", "seq", "senderId", "senderDeviceId", "type", "body", "clientTimestamp",
-                "acceptedAt", "storedAt", "reactions", "replyTo", "replyPreview", "threadRoot", "thread",
+                "acceptedAt", "storedAt", "reactions", "replyTo", "replyPreview", "threadRoot", "thread", "attachments",
             ])
         }
     }
