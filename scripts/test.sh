@@ -105,7 +105,7 @@ PY
 # The suites that start servers and Redis of their own, kill them, or drive PostgreSQL and Redis directly: a pass of
 # their own, so that fewer processes and connections compete for the 2 cores at once (in one pass with the API
 # suites, slow machines let too few sends through before a kill and missed reconnection deadlines).
-backends="CrashTests|BrowserServerProcessTests|PushCrashTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests"
+backends="CrashTests|BrowserServerProcessTests|PushCrashTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests|PostgresAttachmentTests"
 
 run_pass "running tests (embedded store and buffer)" \
     swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests|$security|$backends" "$@"
@@ -130,7 +130,7 @@ run_pass "running the terminal client's tests (the built pigeon and pigeon-serve
 # passes 1,024 descriptors, beyond which Foundation's Process (the suites that start and kill servers) hangs in select().
 PIGEON_TEST_BACKEND=production run_pass "running the server tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter PigeonServerTests \
-    --skip "StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests|RedisStreamsBufferTests|CrashTests|$security" "$@"
+    --skip "StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests|PostgresAttachmentTests|RedisStreamsBufferTests|CrashTests|$security" "$@"
 
 PIGEON_TEST_BACKEND=production run_pass "running the security and crash tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter "$security|CrashTests" "$@"

@@ -1,5 +1,7 @@
+import Foundation
 import NIOCore
 import PigeonDomain
+import PigeonProtocol
 import PigeonRedis
 
 extension RedisStreamsBuffer {
@@ -88,14 +90,17 @@ extension RedisStreamsBuffer {
 /// in order, strings as `<UTF-8 byte count>:<bytes>` and integers as `<decimal>;`. Any string round-trips exactly.
 ///
 /// Version 1 holds the fields every message has; version 2 adds `replyTo` and `threadRoot` (API.md 1.2), each a
-/// string or `-1:` for none. A message without either is written in version 1, so that a node of an earlier release
-/// still reads it; an entry of version 1 reads back with neither.
+/// string or `-1:` for none; version 3 adds, after those, the attachments (API.md 1.2) as their wire JSON (the message
+/// row's column, ``AttachmentColumn``). A message is written in the lowest version that holds it, so that a node of an
+/// earlier release still reads every message it could before; an entry of an earlier version reads back without the
+/// later fields.
 package enum BufferedMessageCodec {
     package static func encode(_ message: BufferedMessage) -> ByteBuffer {
+        let attachments = AttachmentColumn.encode(message.attachments)
         let replies = message.replyTo != nil || message.threadRoot != nil
         var buffer = ByteBuffer()
-        buffer.reserveCapacity(64 + message.body.utf8.count + 8 * 40)
-        writeInteger(replies ? 2 : 1, into: &buffer)
+        buffer.reserveCapacity(64 + message.body.utf8.count + 8 * 40 + (attachments?.utf8.count ?? 0))
+        writeInteger(attachments != nil ? 3 : replies ? 2 : 1, into: &buffer)
         for text in [message.serverId, message.conversationId, message.senderId, message.senderDeviceId, message.clientMessageId, message.type]
         {
             writeString(text, into: &buffer)
@@ -103,17 +108,18 @@ package enum BufferedMessageCodec {
         writeString(message.body, into: &buffer)
         writeInteger(message.clientTimestamp, into: &buffer)
         writeInteger(message.acceptedAt, into: &buffer)
-        if replies {
+        if replies || attachments != nil {
             writeOptionalString(message.replyTo, into: &buffer)
             writeOptionalString(message.threadRoot, into: &buffer)
         }
+        if let attachments { writeString(attachments, into: &buffer) }
         return buffer
     }
 
     /// The message, or `nil` if the bytes are not a message of a known version.
     package static func decode(_ encoded: ByteBuffer) -> BufferedMessage? {
         var buffer = encoded
-        guard let version = readInteger(from: &buffer, terminator: ";"), version == 1 || version == 2,
+        guard let version = readInteger(from: &buffer, terminator: ";"), (1...3).contains(version),
             let serverId = readString(from: &buffer),
             let conversationId = readString(from: &buffer),
             let senderId = readString(from: &buffer),
@@ -127,10 +133,16 @@ package enum BufferedMessageCodec {
         var message = BufferedMessage(
             serverId: serverId, conversationId: conversationId, senderId: senderId, senderDeviceId: senderDeviceId,
             clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp, acceptedAt: acceptedAt)
-        if version == 2 {
+        if version >= 2 {
             guard let replyTo = readOptionalString(from: &buffer), let threadRoot = readOptionalString(from: &buffer) else { return nil }
             message.replyTo = replyTo
             message.threadRoot = threadRoot
+        }
+        if version >= 3 {
+            guard let json = readString(from: &buffer), let attachments = try? JSONDecoder().decode([Attachment].self, from: Data(json.utf8)),
+                !attachments.isEmpty
+            else { return nil }
+            message.attachments = attachments
         }
         guard buffer.readableBytes == 0 else { return nil }
         return message

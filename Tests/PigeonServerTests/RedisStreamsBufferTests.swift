@@ -142,6 +142,59 @@ import Testing
         #expect(BufferedMessageCodec.decode(ByteBuffer(string: "2;" + old.dropFirst(2) + "-1:-1:")) == base)
     }
 
+    static let photo = PigeonProtocol.Attachment(
+        id: "a-1", name: "photo \"1\";2:x.png", size: 12_345, contentType: "image/png", sha256: String(repeating: "ab", count: 32), width: 640,
+        height: 480)
+    static let clip = PigeonProtocol.Attachment(
+        id: "a-2", name: "é 🕊️.mp4", size: 0, contentType: "video/mp4; codecs=avc1", sha256: String(repeating: "0", count: 64), durationMs: 1500)
+
+    /// API.md 1.2: a message's attachments round-trip (with and without a reply) in version 3; a message without any
+    /// is written as before (version 1 or 2, which nodes of earlier releases read). A version 3 entry whose
+    /// attachments are missing, empty or not their JSON is not a message.
+    @Test func theEncodingCarriesAttachmentsAndWritesMessagesWithoutAsBefore() {
+        let base = Self.message(conversation: "c")
+        for (attachments, replyTo) in [([Self.photo], nil), ([Self.photo, Self.clip], "r-1")] as [([PigeonProtocol.Attachment], String?)] {
+            var message = base
+            message.attachments = attachments
+            message.replyTo = replyTo
+            let encoded = BufferedMessageCodec.encode(message)
+            #expect(encoded.getString(at: 0, length: 2) == "3;")
+            #expect(BufferedMessageCodec.decode(encoded) == message)
+        }
+        #expect(BufferedMessageCodec.encode(base).getString(at: 0, length: 2) == "1;", "no attachment, no reply: as before")
+        var reply = base
+        reply.threadRoot = "t-1"
+        let replyEncoded = BufferedMessageCodec.encode(reply)
+        #expect(replyEncoded.getString(at: 0, length: 2) == "2;", "no attachment: as before")
+        let fields = String(buffer: replyEncoded).dropFirst(2)
+        let json = AttachmentColumn.encode([Self.photo])!
+        var carrying = reply
+        carrying.attachments = [Self.photo]
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "3;" + fields + "\(json.utf8.count):" + json)) == carrying)
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "3;" + fields)) == nil, "attachments missing")
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "3;" + fields + "2:[]")) == nil, "none")
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "3;" + fields + "3:{x}")) == nil, "not JSON")
+        #expect(BufferedMessageCodec.decode(ByteBuffer(string: "3;" + fields + "\(json.utf8.count + 1):" + json)) == nil, "cut")
+    }
+
+    @Test func aMessageComesOutOfRedisWithItsAttachments() async throws {
+        let server = try await RedisServerProcess()
+        let node = try await Node(server, nodeId: "a")
+        node.start()
+        let conversation = newId()
+        var photos = Self.message(conversation: conversation, body: "photos")
+        photos.attachments = [Self.photo, Self.clip]
+        var reply = Self.message(conversation: conversation, body: "a reply with a photo")
+        reply.replyTo = newId()
+        reply.attachments = [Self.photo]
+        let plain = Self.message(conversation: conversation, body: "plain")
+        for message in [photos, reply, plain] { #expect(try await node.buffer.append(message) == .accepted) }
+        let entries = try await Self.collect(node.buffer, count: 3, acknowledge: true)
+        #expect(entries.map(\.message) == [photos, reply, plain])
+        await node.shutdown()
+        await server.stop()
+    }
+
     @Test func aReplyComesOutOfRedisWithItsReplyToAndThreadRoot() async throws {
         let server = try await RedisServerProcess()
         let node = try await Node(server, nodeId: "a")

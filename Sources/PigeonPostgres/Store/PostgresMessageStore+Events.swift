@@ -17,7 +17,7 @@ extension PostgresMessageStore {
     package typealias EventTuple = (
         Int32, Int64, String, String, String?, String?, String?,
         String?, String?, String?, Int64?, String?, String?, String?, String?, Int64?, Int64?, Int64?, Int64?, Int64?, String?, String?, Int32?,
-        Int64?, String?
+        Int64?, String?, String?
     )
 
     /// The columns of an event row with its payload (stored, or shared) and, for a `message.new` that refers to its
@@ -49,7 +49,7 @@ extension PostgresMessageStore {
                         events.count,
                         message((
                             serverId, clientMessageId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp, acceptedAt, storedAt,
-                            t.18, t.19, t.20, t.21, t.22 ?? 0, t.23, t.24
+                            t.18, t.19, t.20, t.21, t.22 ?? 0, t.23, t.24, t.25
                         ))
                     ))
             }
@@ -198,6 +198,12 @@ extension PostgresMessageStore {
     /// against `expectedLastSeqs` when given), members' watermarks, and the events with offsets taken from their
     /// partitions' rows (locked to the commit; ``pigeon_take_offsets`` locks them in partition order). Answers the
     /// events as the sink gets them.
+    ///
+    /// The uploads the messages carry are marked linked and linked to them (`message_attachments`), those that still
+    /// exist only: their rows are locked (in id order, so that two batches cannot deadlock on them), so a sweep either removed an upload before (it is
+    /// not linked, the message is stored all the same) or finds it linked once this commits (the sweep locks what it
+    /// removes and looks again for links after the lock). A delete of a message stored before removes its links and
+    /// erases its attachments column with its body.
     package func write(_ batch: BatchWrite, _ connection: PostgresConnection) async throws -> [StoredEvent] {
         let events = batch.events
         // Each event's rank within its partition, in batch order: its offset is the partition's first plus it.
@@ -218,6 +224,7 @@ extension PostgresMessageStore {
             batch.expectedWatermarks?[WatermarkKey(conversationId: $0, userId: $1)]
         }
         let reached = batch.reachedSeqs.keys.sorted()
+        let links = messages.links
         var firstOffsets: [Int32: Int64] = [:]
         // The conversations' rows are updated (locked) and checked before the partitions' rows are taken: the
         // offsets' arguments depend on the check.
@@ -248,22 +255,35 @@ extension PostgresMessageStore {
                     \(parts.map { counts[$0]! })::bigint[])),
             stored AS (
                 INSERT INTO messages(server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, stored_at, target_id, edited_at, deleted_at, reply_to, thread_root)
+                    client_timestamp, accepted_at, stored_at, target_id, edited_at, deleted_at, reply_to, thread_root, attachments)
                 SELECT s.i, s.c, s.cv, s.q, s.u, s.d, s.t, s.b, s.ct, s.a, s.st, NULLIF(s.tg, ''), NULLIF(s.ed, 0), NULLIF(s.dl, 0),
-                    NULLIF(s.rt, ''), NULLIF(s.tr, '')
+                    NULLIF(s.rt, ''), NULLIF(s.tr, ''), NULLIF(s.at, '')
                 FROM unnest(\(messages.serverIds)::text[], \(messages.clientMessageIds)::text[], \(messages.conversationIds)::text[],
                     \(messages.seqs)::bigint[], \(messages.senderIds)::text[], \(messages.senderDeviceIds)::text[], \(messages.types)::text[],
                     \(messages.bodies)::text[], \(messages.clientTimestamps)::bigint[], \(messages.acceptedAt)::bigint[], \(messages.storedAt)::bigint[],
                     \(messages.targetIds)::text[], \(messages.editedAt)::bigint[], \(messages.deletedAt)::bigint[], \(messages.replyTos)::text[],
-                    \(messages.threadRoots)::text[])
-                    AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl, rt, tr)),
+                    \(messages.threadRoots)::text[], \(messages.attachmentColumns)::text[])
+                    AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl, rt, tr, at)),
+            carried AS (
+                UPDATE attachments a SET linked = TRUE
+                FROM (SELECT id FROM attachments WHERE id = ANY(\(messages.attachmentIds)::text[]) ORDER BY id FOR NO KEY UPDATE) AS h
+                WHERE a.id = h.id RETURNING a.id),
+            links AS (
+                INSERT INTO message_attachments(attachment_id, conversation_id, seq)
+                SELECT k.a, k.c, k.s FROM unnest(\(links.attachmentIds)::text[], \(links.conversationIds)::text[], \(links.seqs)::bigint[]) AS k(a, c, s)
+                WHERE k.a IN (SELECT id FROM carried)
+                ON CONFLICT DO NOTHING),
             changed AS (
                 UPDATE messages m SET body = l.b,
                     edited_at = COALESCE(NULLIF(l.ed, 0), m.edited_at),
-                    deleted_at = COALESCE(NULLIF(l.dl, 0), m.deleted_at)
+                    deleted_at = COALESCE(NULLIF(l.dl, 0), m.deleted_at),
+                    attachments = CASE WHEN l.dl <> 0 THEN NULL ELSE m.attachments END
                 FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.bodies)::text[],
                     \(batch.lifecycle.editedAt)::bigint[], \(batch.lifecycle.deletedAt)::bigint[]) AS l(id, b, ed, dl)
                 WHERE m.server_id = l.id),
+            unlinked AS (
+                DELETE FROM message_attachments x USING messages m, unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.deletedAt)::bigint[]) AS l(id, dl)
+                WHERE l.dl <> 0 AND m.server_id = l.id AND x.conversation_id = m.conversation_id AND x.seq = m.seq),
             unreacted AS (
                 DELETE FROM reactions r USING messages m, unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.deletedAt)::bigint[]) AS l(id, dl)
                 WHERE l.dl <> 0 AND m.server_id = l.id AND r.conversation_id = m.conversation_id AND r.seq = m.seq),
@@ -273,15 +293,15 @@ extension PostgresMessageStore {
                 WHERE l.e <> '' AND m.target_id = l.id AND m.type = \(ServerMessageType.edit)),
             dead AS (
                 INSERT INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
-                    client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root)
-                SELECT d.i, d.cv, d.c, d.u, d.d, d.t, d.b, d.ct, d.a, d.f, d.ec, d.em, NULLIF(d.rt, ''), NULLIF(d.tr, '')
+                    client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments)
+                SELECT d.i, d.cv, d.c, d.u, d.d, d.t, d.b, d.ct, d.a, d.f, d.ec, d.em, NULLIF(d.rt, ''), NULLIF(d.tr, ''), NULLIF(d.at, '')
                 FROM unnest(\(dead.messages.map(\.serverId))::text[], \(dead.messages.map(\.conversationId))::text[],
                     \(dead.messages.map(\.clientMessageId))::text[], \(dead.messages.map(\.senderId))::text[],
                     \(dead.messages.map(\.senderDeviceId))::text[], \(dead.messages.map(\.type))::text[], \(dead.messages.map(\.body))::text[],
                     \(dead.messages.map(\.clientTimestamp))::bigint[], \(dead.messages.map(\.acceptedAt))::bigint[], \(dead.failedAt)::bigint[],
                     \(dead.codes)::text[], \(dead.errors)::text[], \(dead.messages.map { $0.replyTo ?? "" })::text[],
-                    \(dead.messages.map { $0.threadRoot ?? "" })::text[])
-                    AS d(i, cv, c, u, d, t, b, ct, a, f, ec, em, rt, tr)
+                    \(dead.messages.map { $0.threadRoot ?? "" })::text[], \(dead.messages.map { AttachmentColumn.encode($0.attachments) ?? "" })::text[])
+                    AS d(i, cv, c, u, d, t, b, ct, a, f, ec, em, rt, tr, at)
                 ON CONFLICT (server_id) DO UPDATE SET failed_at = excluded.failed_at, error_code = excluded.error_code,
                     error_message = excluded.error_message),
             shared AS (

@@ -24,6 +24,10 @@ public final class PostgresMessageStore: MessageStore, Service {
     public let fanout: PostgresFanout
     /// Internal for the store contract tests, which inspect the tables.
     package let client: PostgresClient
+    /// A pool of its own for the uploads of attachments (``PostgresAttachmentStore``), each of which holds a connection
+    /// for as long as its client takes to send the body: slow uploads wait for one another, never processing for a
+    /// connection. It runs with ``run()`` and opens connections only when uploads come.
+    package let attachmentClient: PostgresClient
     package let logger: Logger
     package let faultInjector: ProcessingFaultInjector?
     /// Where a batch's transaction reports the time of its stages (connection, begin, read, write, commit).
@@ -45,10 +49,13 @@ public final class PostgresMessageStore: MessageStore, Service {
     package let reactionWakeUp = AsyncSignal()
 
     /// Connects, applies migrations and the event log's partition layout, and reads the store's identity; ``run()``
-    /// must run for queries to be served. `local` is this node's own fan-out (its stream hub).
+    /// must run for queries to be served. `local` is this node's own fan-out (its stream hub). `uploadConnections` is
+    /// the size of the uploads' own pool (``attachmentClient``): at most that many uploads are written at once, the
+    /// others wait for a connection.
     public static func open(
         url: String, local: LocalFanout, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20,
-        nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none, clock: any Clock<Duration> = ContinuousClock()
+        nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none, clock: any Clock<Duration> = ContinuousClock(),
+        uploadConnections: Int = 4
     ) async throws -> PostgresMessageStore {
         let nodeId = nodeId ?? "node-" + Identifiers.randomHex(bytes: 8)
         let parsed = try PostgresURL(url)
@@ -69,8 +76,12 @@ public final class PostgresMessageStore: MessageStore, Service {
             let revocationHead = try await Self.revocationHead(connection, logger: logger)
             try await connection.close()
             let client = PostgresClient(configuration: parsed.clientConfiguration(maxConnections: maxConnections), backgroundLogger: logger)
+            var uploads = parsed.clientConfiguration(maxConnections: uploadConnections)
+            uploads.options.maximumConnections = max(1, uploadConnections)
+            uploads.options.minimumConnections = 0
             return PostgresMessageStore(
-                epoch: epoch, head: head, revocationHead: revocationHead, client: client, local: local, faultInjector: faultInjector,
+                epoch: epoch, head: head, revocationHead: revocationHead, client: client,
+                attachmentClient: PostgresClient(configuration: uploads, backgroundLogger: logger), local: local, faultInjector: faultInjector,
                 logger: logger, nodeId: nodeId, stageTimer: stageTimer, clock: clock)
         } catch {
             try? await connection.close()
@@ -79,13 +90,14 @@ public final class PostgresMessageStore: MessageStore, Service {
     }
 
     private init(
-        epoch: String, head: [Int64], revocationHead: Int64, client: PostgresClient, local: LocalFanout, faultInjector: ProcessingFaultInjector?,
-        logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer, clock: any Clock<Duration>
+        epoch: String, head: [Int64], revocationHead: Int64, client: PostgresClient, attachmentClient: PostgresClient, local: LocalFanout,
+        faultInjector: ProcessingFaultInjector?, logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer, clock: any Clock<Duration>
     ) {
         self.epoch = epoch
         self.stageTimer = stageTimer
         self.eventPartitions = head.count
         self.client = client
+        self.attachmentClient = attachmentClient
         self.faultInjector = faultInjector
         self.logger = logger
         self.fanout = PostgresFanout(
@@ -106,11 +118,12 @@ public final class PostgresMessageStore: MessageStore, Service {
         }
     }
 
-    /// Runs the connection pool, the fan-out and the receipt writer until graceful shutdown or cancellation.
-    /// List it before the processor among the services, so it stops after the processor drained.
+    /// Runs the connection pools (the uploads' too), the fan-out and the receipt writer until graceful shutdown or
+    /// cancellation. List it before the processor among the services, so it stops after the processor drained.
     public func run() async throws {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.client.run() }
+            group.addTask { await self.attachmentClient.run() }
             await cancelWhenGracefulShutdown {
                 await withTaskGroup(of: Void.self) { inner in
                     inner.addTask { try? await self.fanout.run() }
@@ -119,7 +132,8 @@ public final class PostgresMessageStore: MessageStore, Service {
                     await inner.waitForAll()
                 }
             }
-            // The pool stops last: the fan-out and the receipt writer no longer need it.
+            // The pools stop last: the fan-out and the receipt writer no longer need them. An upload still writing
+            // fails with its connection, and its transaction is rolled back.
             group.cancelAll()
         }
     }
@@ -338,22 +352,25 @@ public final class PostgresMessageStore: MessageStore, Service {
     package static let messageColumnNames = [
         "server_id", "client_message_id", "conversation_id", "seq", "sender_id", "sender_device_id", "type", "body", "client_timestamp",
         "accepted_at", "stored_at", "edited_at", "deleted_at", "reply_to", "thread_root", "thread_count", "thread_last_at", "thread_senders",
+        "attachments",
     ]
 
     /// A message row's columns, in ``MessageTuple``'s order.
     package static let messageColumns = messageColumnNames.joined(separator: ", ")
 
     package typealias MessageTuple = (
-        String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?, String?, String?, Int32, Int64?, String?
+        String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?, String?, String?, Int32, Int64?, String?,
+        String?
     )
 
-    /// The message of a row as it is stored: its thread summary from the root's columns, without its reactions and
-    /// reply preview (``decorate(_:reader:)`` adds them).
+    /// The message of a row as it is stored: its thread summary from the root's columns, its attachments from their
+    /// column, without its reactions and reply preview (``decorate(_:reader:)`` adds them).
     package static func message(_ t: MessageTuple) -> Message {
         Message(
             serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6, body: t.7,
             clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10, editedAt: t.11, deletedAt: t.12, replyTo: t.13, threadRoot: t.14,
-            thread: t.15 > 0 ? ThreadSummary(replyCount: Int(t.15), lastReplyAt: t.16 ?? 0, lastReplySenders: ReplyRules.senders(t.17)) : nil)
+            thread: t.15 > 0 ? ThreadSummary(replyCount: Int(t.15), lastReplyAt: t.16 ?? 0, lastReplySenders: ReplyRules.senders(t.17)) : nil,
+            attachments: AttachmentColumn.decode(t.18))
     }
 
     /// Adds to `messages` their reactions as `reader` sees them and their reply previews, as of now.
@@ -462,14 +479,16 @@ public final class PostgresMessageStore: MessageStore, Service {
         for try await t in try await client.query(
             """
             SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
-                accepted_at, failed_at, error_code, error_message, reply_to, thread_root FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
+                accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments
+            FROM dead_letters ORDER BY failed_at, server_id LIMIT \(limit)
             """, logger: logger
-        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String, String?, String?).self) {
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, Int64, String, String, String?, String?, String?).self) {
             letters.append(
                 DeadLetter(
                     message: Message(
                         serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: 0, senderId: t.3, senderDeviceId: t.4, type: t.5,
-                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0, replyTo: t.12, threadRoot: t.13),
+                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0, replyTo: t.12, threadRoot: t.13,
+                        attachments: AttachmentColumn.decode(t.14)),
                     failedAt: t.9, error: ErrorDetail(code: ErrorCode(rawValue: t.10), message: t.11)))
         }
         return letters
@@ -479,13 +498,13 @@ public final class PostgresMessageStore: MessageStore, Service {
         for try await t in try await client.query(
             """
             SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp, accepted_at,
-                reply_to, thread_root
+                reply_to, thread_root, attachments
             FROM dead_letters WHERE server_id = \(serverId)
             """, logger: logger
-        ).decode((String, String, String, String, String, String, String, Int64, Int64, String?, String?).self) {
+        ).decode((String, String, String, String, String, String, String, Int64, Int64, String?, String?, String?).self) {
             return BufferedMessage(
                 serverId: t.0, conversationId: t.1, senderId: t.2, senderDeviceId: t.3, clientMessageId: t.4, type: t.5, body: t.6,
-                clientTimestamp: t.7, acceptedAt: t.8, replyTo: t.9, threadRoot: t.10)
+                clientTimestamp: t.7, acceptedAt: t.8, replyTo: t.9, threadRoot: t.10, attachments: AttachmentColumn.decode(t.11))
         }
         return nil
     }

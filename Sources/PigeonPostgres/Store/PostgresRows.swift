@@ -24,8 +24,11 @@ package struct MessageRows {
     /// The serverId it quotes and the thread root it is in, `""` for none.
     package var replyTos: [String] = []
     package var threadRoots: [String] = []
+    /// The attachments each message carries (none once deleted: see ``attachmentColumns`` and ``links``).
+    package var attachments: [[Attachment]] = []
 
     package mutating func append(_ message: Message, targetId: String? = nil) {
+        attachments.append(message.attachments)
         targetIds.append(targetId ?? "")
         replyTos.append(message.replyTo ?? "")
         threadRoots.append(message.threadRoot ?? "")
@@ -47,6 +50,30 @@ package struct MessageRows {
     /// Where `serverId` is among these rows.
     package func index(of serverId: String) -> Int? {
         serverIds.lastIndex(of: serverId)
+    }
+
+    /// Each message's `attachments` column (`""` for NULL): erased when the batch deleted it, like its body.
+    package var attachmentColumns: [String] {
+        attachments.indices.map { deletedAt[$0] != 0 ? "" : AttachmentColumn.encode(attachments[$0]) ?? "" }
+    }
+
+    /// The uploads the messages carry, each once: all marked as linked (a message carried them, even one the batch
+    /// deleted since).
+    package var attachmentIds: [String] {
+        Set(attachments.joined().map(\.id)).sorted()
+    }
+
+    /// One row per (upload, message) for the messages not deleted by the batch.
+    package var links: (attachmentIds: [String], conversationIds: [String], seqs: [Int64]) {
+        var links: (attachmentIds: [String], conversationIds: [String], seqs: [Int64]) = ([], [], [])
+        for index in attachments.indices where deletedAt[index] == 0 {
+            for attachment in attachments[index] {
+                links.attachmentIds.append(attachment.id)
+                links.conversationIds.append(conversationIds[index])
+                links.seqs.append(seqs[index])
+            }
+        }
+        return links
     }
 }
 

@@ -322,6 +322,60 @@ package enum PostgresSchema {
                 """,
             ]
         ),
+        (
+            11,
+            [
+                // API.md 1.2, attachments. The bytes are stored once per content (`sha256`) as chunks of
+                // PostgresAttachmentStore.chunkSize; an upload stages its chunks under a blob id taken from the sequence
+                // before the blob's row exists (hence the deferred key), and drops them when equal bytes are stored already.
+                // Chunks are kept out of line uncompressed: media does not compress, and a range is read without
+                // fetching the whole chunk.
+                "CREATE SEQUENCE attachment_blob_ids",
+                """
+                CREATE TABLE attachment_blobs(
+                    id BIGINT PRIMARY KEY DEFAULT nextval('attachment_blob_ids'),
+                    sha256 TEXT NOT NULL UNIQUE,
+                    size BIGINT NOT NULL)
+                """,
+                """
+                CREATE TABLE attachment_chunks(
+                    blob_id BIGINT NOT NULL REFERENCES attachment_blobs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+                    n INTEGER NOT NULL,
+                    data BYTEA NOT NULL,
+                    PRIMARY KEY (blob_id, n))
+                """,
+                "ALTER TABLE attachment_chunks ALTER COLUMN data SET STORAGE EXTERNAL",
+                // An upload: its own row whatever it shares, naming its bytes (which cannot be erased while a row names
+                // them). `linked`: a stored message has carried it.
+                """
+                CREATE TABLE attachments(
+                    id TEXT PRIMARY KEY,
+                    owner_id TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    content_type TEXT NOT NULL,
+                    size BIGINT NOT NULL,
+                    sha256 TEXT NOT NULL,
+                    blob_id BIGINT NOT NULL REFERENCES attachment_blobs(id),
+                    created_at BIGINT NOT NULL,
+                    linked BOOLEAN NOT NULL DEFAULT FALSE)
+                """,
+                "CREATE INDEX attachments_owner ON attachments(owner_id)",
+                "CREATE INDEX attachments_blob ON attachments(blob_id)",
+                // Which stored messages carry which uploads (written in the message's transaction, removed by its
+                // delete for everyone): who may read an upload, and which uploads the sweep keeps.
+                """
+                CREATE TABLE message_attachments(
+                    attachment_id TEXT NOT NULL,
+                    conversation_id TEXT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    PRIMARY KEY (attachment_id, conversation_id, seq))
+                """,
+                "CREATE INDEX message_attachments_message ON message_attachments(conversation_id, seq)",
+                // A message's attachments as it carries them (AttachmentColumn), and a dead letter's.
+                "ALTER TABLE messages ADD COLUMN attachments TEXT",
+                "ALTER TABLE dead_letters ADD COLUMN attachments TEXT",
+            ]
+        ),
     ]
 
     package static var latestVersion: Int { migrations.last?.version ?? 0 }

@@ -160,7 +160,7 @@ import Testing
         try await withTestServer(configure: {
             $0.attachments.maxBytes = 10_000
             $0.attachments.quotaBytes = 25_000
-            $0.attachments.uploadsPerMinute = 6
+            $0.attachments.uploadsPerMinute = 5
         }) { client in
             let alice = try await client.register("alice")
             let bob = try await client.register("bob")
@@ -171,7 +171,15 @@ import Testing
             expectError(try await Self.upload(client, alice, name: "x.png", [1], contentType: "png"), 400, .invalidRequest, "not a media type")
             let tooBig = try await Self.upload(client, alice, name: "big.png", Self.bytes(10_001))
             expectError(tooBig, 413, .payloadTooLarge, "over --max-attachment-bytes")
-            #expect(tooBig.headers["connection"] == "close")
+            // Answered on the length alone, before the body is read; the connection closes after it.
+            let early = try await RawConnection.open(port: client.port)
+            try await early.send(
+                "POST /v1/attachments?name=huge.bin HTTP/1.1\r\nHost: pig\r\nAuthorization: Bearer \(alice.token)\r\n"
+                    + "Content-Type: application/octet-stream\r\nContent-Length: 50000000\r\n\r\n" + String(repeating: "a", count: 20_000))
+            let earlyAnswer = try #require(await early.waitForAnswer(within: .seconds(10)))
+            expectError(earlyAnswer, 413, .payloadTooLarge, "50 MB announced")
+            #expect(earlyAnswer.headers["connection"] == "close")
+            #expect(await early.waitForClose(within: .seconds(5)), "the connection closes after an answer given before the body ended")
 
             // A body streamed without a length (chunked) is refused: the limits are checked on the length.
             var chunked = HTTPClientRequest(url: client.baseURL + "/v1/attachments?name=c.bin")
@@ -180,13 +188,20 @@ import Testing
             chunked.body = .stream(AsyncStream { $0.yield(ByteBuffer(bytes: [1, 2, 3])); $0.finish() }, length: .unknown)
             expectError(try await Self.execute(client, chunked), 400, .invalidRequest, "no Content-Length")
 
-            // The quota counts what is stored: 2 × 10,000 fit in 25,000, a third does not.
+            // A body cut short (the client went away) stores nothing: its 5,000 bytes never count in the quota.
+            let cut = try await RawConnection.open(port: client.port)
+            try await cut.send(
+                "POST /v1/attachments?name=cut.bin HTTP/1.1\r\nHost: pig\r\nAuthorization: Bearer \(alice.token)\r\n"
+                    + "Content-Type: application/octet-stream\r\nContent-Length: 5000\r\n\r\n" + String(repeating: "b", count: 1_000))
+            try await Task.sleep(for: .milliseconds(200))
+            await cut.close()
+
+            // The quota counts what is stored: 2 × 10,000 fit in 25,000, a third does not; 5,000 more still fit.
             let first = try Self.uploaded(try await Self.upload(client, alice, name: "1.png", Self.bytes(10_000)))
             _ = try Self.uploaded(try await Self.upload(client, alice, name: "2.png", Self.bytes(10_000, seed: 9)))
             expectError(try await Self.upload(client, alice, name: "3.png", Self.bytes(10_000, seed: 11)), 403, .forbidden, "over the quota")
-            // The sixth upload of the minute is the last one (three refused above were refused before the limit).
-            _ = try Self.uploaded(try await Self.upload(client, bob, name: "b.png", [1, 2]))
-            expectError(try await Self.upload(client, alice, name: "4.png", [1]), 403, .forbidden, "still over the quota")
+            _ = try Self.uploaded(try await Self.upload(client, alice, name: "4.png", Self.bytes(5_000, seed: 13)))
+            // Uploads per device: the cut one, 1-4 (the refused one too) make five; the sixth of the minute is refused.
             let limited = try await Self.upload(client, alice, name: "5.png", [1])
             expectError(limited, 429, .rateLimited, "uploads per device per minute")
 
@@ -298,6 +313,23 @@ import Testing
             let growth = highest - before
             print("attachment memory: resident \(before >> 20) MiB before, peak \(highest >> 20) MiB during a 100 MiB upload and download (+\((growth) >> 20) MiB)")
             #expect(growth < 24 << 20, "peak resident growth \(growth >> 20) MiB")
+        }
+    }
+
+    /// An upload's body may take as long as it keeps arriving: with a body deadline of 1 s, a body trickled over
+    /// several seconds is taken, and one that stalls for longer than the deadline is cut (`408`).
+    @Test func aSlowUploadIsTakenWhileItKeepsArrivingAndCutWhenItStalls() async throws {
+        try await withTestServer(configure: { $0.connectionLimits.bodyTimeout = .seconds(1) }) { client in
+            let alice = try await client.register("alice")
+            let slow = GeneratedBody(count: 12 * 32_768, chunk: 32_768, pace: .milliseconds(300))
+            let answer = try await streamUpload(client, alice, name: "slow.bin", slow)
+            #expect(answer.status == 201, "a body of 3.6 s with no silence over 0.3 s: \(answer.text)")
+
+            let stalled = try await RawConnection.open(port: client.port)
+            try await stalled.send(
+                "POST /v1/attachments?name=stall.bin HTTP/1.1\r\nHost: pig\r\nAuthorization: Bearer \(alice.token)\r\n"
+                    + "Content-Type: application/octet-stream\r\nContent-Length: 5000\r\n\r\n" + String(repeating: "c", count: 1_000))
+            #expect(await stalled.waitForClose(within: .seconds(10)), "a stalled upload is cut after the body deadline")
         }
     }
 }
