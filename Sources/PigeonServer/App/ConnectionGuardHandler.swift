@@ -15,9 +15,11 @@ import NIOHTTP1
 /// output and discards what the client still sends for a moment (so that the client reads the answer instead of a
 /// reset) before it closes. ``ConnectionExchangeObserver``, behind the HTTP parser, reports the requests, responses,
 /// parser errors and the WebSocket upgrade.
-final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
+    typealias OutboundIn = IOData
+    typealias OutboundOut = IOData
 
     private enum Phase {
         /// Waiting for the first byte of a request head.
@@ -119,11 +121,9 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
         case .head:
             scanHead(context: context, data: data)
         case .exchange:
-            if bodyTimeoutIsSilence, openRequests > 0 {
-                schedule(limits.bodyTimeout, context: context) { [unowned self] context in
-                    self.refuse(.bodyTimeout, context: context)
-                }
-            }
+            // An upload's bytes arrived: the server works on them until it asks for more (``read(context:)``), and
+            // only then does the client's silence count again.
+            if bodyTimeoutIsSilence, openRequests > 0 { cancelTimer() }
             context.fireChannelRead(data)
         case .webSocket:
             context.fireChannelRead(data)
@@ -168,6 +168,17 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     // MARK: What the exchange observer reports
+
+    /// During an upload's body, the silence the body deadline measures starts when the server asks for more bytes: a
+    /// server slow to take them in (a busy store) never makes the client look silent.
+    func read(context: ChannelHandlerContext) {
+        if bodyTimeoutIsSilence, openRequests > 0, case .exchange = phase {
+            schedule(limits.bodyTimeout, context: context) { [unowned self] context in
+                self.refuse(.bodyTimeout, context: context)
+            }
+        }
+        context.read()
+    }
 
     /// `streamsBody`: the request is an upload, whose body (up to the attachment limit) may take longer than
     /// `bodyTimeout` on a slow link: for it, `bodyTimeout` is the longest silence between two reads of the body

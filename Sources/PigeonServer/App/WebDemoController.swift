@@ -4,9 +4,9 @@ import Hummingbird
 /// a route: `404`, as any unknown path.
 ///
 /// The page is answered `200` as `text/html; charset=utf-8`, never cached (`Cache-Control: no-store`: a reload gets
-/// the page of the server that runs now), with a Content-Security-Policy that allows its own inline style and script
-/// and connections to this origin, and to the `api` origin when the page is asked for with `?api=` (a malformed one:
-/// `400 invalid_request`; an empty one is the page's own origin).
+/// the page of the server that runs now), with a Content-Security-Policy that allows its own inline style and script,
+/// images from `blob:` URLs (the attachments it fetched) and connections to this origin, and to the `api` origin when
+/// the page is asked for with `?api=` (a malformed one: `400 invalid_request`; an empty one is the page's own origin).
 struct WebDemoController: Sendable {
     func addRoutes(to router: Router<PigeonRequestContext>) {
         router.get("/", use: page)

@@ -6,12 +6,17 @@ import PigeonDomain
 enum WebDemoPage {
     static let page = InlinePage(document: PackageResources.demo_html, style: PackageResources.demo_css, script: PackageResources.demo_js)
 
-    /// The policy without `?api=`, computed once.
-    private static let ownOriginPolicy = page.contentSecurityPolicy(connect: ["'self'"])
+    /// Images only from `blob:` URLs: the page fetches an attachment with its token (never in a URL) and shows the
+    /// bytes it got.
+    private static let images = ["blob:"]
 
-    /// The `Content-Security-Policy` of the page: nothing but its own inline style and script (by hash), and
-    /// connections to its own origin, plus, when the page is asked for with `?api=`, to that origin (`http(s):` and the
-    /// matching `ws(s):`). `api` is a validated origin (``apiOrigin(_:)``).
+    /// The policy without `?api=`, computed once.
+    private static let ownOriginPolicy = page.contentSecurityPolicy(connect: ["'self'"], images: images)
+
+    /// The `Content-Security-Policy` of the page: nothing but its own inline style and script (by hash), images from
+    /// `blob:` URLs (the attachments it fetched), and connections to its own origin, plus, when the page is asked for
+    /// with `?api=`, to that origin (`http(s):` and the matching `ws(s):`). `api` is a validated origin
+    /// (``apiOrigin(_:)``).
     static func contentSecurityPolicy(api: String?) -> String {
         guard let api else { return ownOriginPolicy }
         var connect = ["'self'"]
@@ -23,7 +28,7 @@ enum WebDemoPage {
         } else {
             connect += [api, (secure ? "wss://" : "ws://") + authority]
         }
-        return page.contentSecurityPolicy(connect: connect)
+        return page.contentSecurityPolicy(connect: connect, images: images)
     }
 
     /// The `api` query parameter as the origin the page will call, lowercased: `http://` or `https://`, a host, an

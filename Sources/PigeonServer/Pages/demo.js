@@ -9,6 +9,9 @@
 // Every message, sent or received, carries its reactions (pills: the key and its count, the device's own highlighted;
 // a click toggles it) and can be quoted by a reply. A message's pills are always the server's aggregate: the one of
 // the last `reaction` event or react answer, never counted on the page.
+// 📎 attaches a file: it is uploaded (POST /v1/attachments, the token in the Authorization header) while its message
+// waits ⏰, then sent with the upload's id. Attachments are fetched the same way into blob: URLs: images shown, other
+// files downloaded on a click. A token never goes into an attachment's URL.
 (() => {
   const EVENT_TYPES = ["message.new", "message.stored", "message.failed", "receipt", "conversation.created", "typing", "reaction", "reset"];
   const PICKER = ["👍", "❤️", "😂", "🎉", "😮"];
@@ -17,6 +20,8 @@
   const MAX_TRIES = 3;
   const ACK_TIMEOUT_MS = 10000;
   const SHOWN_BODY = 280;
+  // The image types the server serves inline under their own type (docs/API.md "Attachments"): shown as images.
+  const INLINE_IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
   const TICKS = {
     pending: ["⏰", "waiting: the server has not accepted it yet"],
     sent: ["✓", "sent: the server accepted it (durable)"],
@@ -67,6 +72,11 @@
   }
 
   const short = (id) => String(id).slice(0, 8);
+  // "512 B", "1.5 KB", "2.0 MB" (of 1024).
+  const sizeText = (bytes) =>
+    bytes < 1024 ? `${bytes} B` : bytes < 1024 * 1024 ? `${(bytes / 1024).toFixed(1)} KB` : `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
+  // A Content-Type's type/subtype, lowercased, without parameters.
+  const mediaType = (contentType) => String(contentType || "").split(";")[0].trim().toLowerCase();
   const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -91,7 +101,43 @@
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    const response = await fetch(API + path, init);
+    return answerOf(await fetch(API + path, init));
+  }
+
+  // An upload: the file's bytes as the body, under its own type; answered like call().
+  async function uploadCall(token, file, signal) {
+    const headers = { Authorization: "Bearer " + token, "Content-Type": file.type || "application/octet-stream" };
+    const path = `/v1/attachments?name=${encodeURIComponent(file.name)}`;
+    return answerOf(await fetch(API + path, { method: "POST", headers, body: file, cache: "no-store", signal }));
+  }
+
+  // An attachment's bytes as a Blob (of its type when the server serves it inline), fetched with the token in the
+  // Authorization header; an error answer throws an ApiError with the server's code and message.
+  async function fetchAttachment(token, id) {
+    const response = await fetch(`${API}/v1/attachments/${encodeURIComponent(id)}`, { headers: { Authorization: "Bearer " + token } });
+    if (!response.ok) {
+      const answer = await answerOf(response);
+      const error = errorOf(answer);
+      throw new ApiError(answer.status, error.code, error.message);
+    }
+    return response.blob();
+  }
+
+  // An image file's width and height (null when the browser cannot decode it): sent with the attachment, the
+  // receiver's hint of its shape.
+  async function imageSize(file) {
+    if (!INLINE_IMAGES.has(mediaType(file.type)) || typeof createImageBitmap !== "function") return null;
+    try {
+      const bitmap = await createImageBitmap(file);
+      const size = { width: bitmap.width, height: bitmap.height };
+      bitmap.close();
+      return size;
+    } catch {
+      return null;
+    }
+  }
+
+  async function answerOf(response) {
     const text = await response.text();
     let json = null;
     try {
@@ -155,6 +201,7 @@
       this.events = Promise.resolve();
       this.reconnectTimer = null;
       this.reconnectDelay = 500;
+      this.uploadDelay = 500; // the wait before an upload that got no answer goes again
       this.typingSentAt = 0;
       this.typingStopTimer = null;
       this.peerTypingTimer = null;
@@ -184,8 +231,15 @@
       const replyCancel = el("button", { type: "button", id: `${n}-replying-cancel`, class: "cancel", title: "do not quote it" }, "×");
       const replying = el("div", { id: `${n}-replying`, class: "replying" }, [replyText, replyCancel]);
       const input = el("input", { id: `${n}-input`, autocomplete: "off", placeholder: `Message as ${n}`, "aria-label": `${n}'s message`, disabled: "" });
+      const attach = el(
+        "button",
+        { id: `${n}-attach`, type: "button", class: "attach", title: "attach a file (sent at once, with the text typed as its caption)", "aria-label": `attach a file as ${n}`, disabled: "" },
+        "📎",
+      );
+      const file = el("input", { id: `${n}-file`, type: "file", class: "file", tabindex: "-1", "aria-label": `${n}'s file to attach`, disabled: "" });
+      file.hidden = true;
       const send = el("button", { id: `${n}-send`, type: "submit", disabled: "" }, "Send");
-      const form = el("form", { id: `${n}-compose`, class: "compose" }, [input, send]);
+      const form = el("form", { id: `${n}-compose`, class: "compose" }, [input, attach, file, send]);
       const error = el("p", { id: `${n}-error`, class: "error", role: "alert" });
       const wire = el("ol", { id: `${n}-wire` });
       const pane = el("section", { id: n, class: "side", "data-side": n, "data-transport": this.transportKind }, [
@@ -209,6 +263,19 @@
       list.addEventListener("focus", () => lookAt(this));
       input.addEventListener("focus", () => lookAt(this));
       input.addEventListener("input", () => this.typed());
+      attach.addEventListener("click", () => {
+        lookAt(this);
+        file.click();
+      });
+      // A chosen file goes at once, the input's text (if any) with it.
+      file.addEventListener("change", () => {
+        const chosen = file.files && file.files[0];
+        file.value = ""; // the same file can be chosen again
+        if (!chosen || !conversationId) return;
+        const text = input.value;
+        input.value = "";
+        this.send(text, chosen);
+      });
       form.addEventListener("submit", (event) => {
         event.preventDefault();
         const text = input.value;
@@ -216,7 +283,7 @@
         input.value = "";
         this.send(text);
       });
-      this.dom = { pane, name, connection, reading, unread, banner, list, typing, replying, replyText, input, send, error, wire };
+      this.dom = { pane, name, connection, reading, unread, banner, list, typing, replying, replyText, input, attach, file, send, error, wire };
       this.renderPane();
     }
 
@@ -243,8 +310,7 @@
     }
 
     enable() {
-      this.dom.input.disabled = false;
-      this.dom.send.disabled = false;
+      for (const control of [this.dom.input, this.dom.attach, this.dom.file, this.dom.send]) control.disabled = false;
     }
 
     // MARK: the stream
@@ -292,7 +358,11 @@
         this.wireLog("·", "offline: the stream is closed, sends wait here");
         clearTimeout(this.reconnectTimer);
         this.transport.close();
-        for (const id of this.queue) this.outgoing.get(id).inFlight = false;
+        for (const id of this.queue) {
+          const item = this.outgoing.get(id);
+          item.inFlight = false;
+          if (item.upload && item.upload.controller) item.upload.controller.abort(); // uploaded again when back
+        }
         this.setConnection("offline");
       }
       this.renderPane();
@@ -342,7 +412,8 @@
 
     // MARK: sending
 
-    send(text) {
+    // `file`, when given, is uploaded first: the message waits (⏰) for it, and the ones sent after it wait behind it.
+    send(text, file = null) {
       const quoted = this.replyingTo;
       this.quote(null);
       const item = {
@@ -362,6 +433,9 @@
         recipientsOnline: null,
         ackTimer: null,
         node: null,
+        // The file to upload: waiting (to start, or to go again), uploading, done (its id in attachments), failed.
+        upload: file ? { file, state: "waiting", controller: null, size: undefined, id: null, sentBefore: false } : null,
+        attachments: [], // what the send carries: [{ id, width?, height? }]
       };
       this.outgoing.set(item.clientMessageId, item);
       this.queue.push(item.clientMessageId);
@@ -371,8 +445,79 @@
     }
 
     flush() {
+      if (this.online && conversationId) this.startUploads();
       if (this.online && this.transport.ready() && conversationId) this.transport.flush();
       this.renderPane();
+    }
+
+    // Every waiting message's file starts uploading (several at once); the sends still go in order.
+    startUploads() {
+      for (const id of this.queue) {
+        const item = this.outgoing.get(id);
+        if (item.upload && item.upload.state === "waiting" && item.notBefore <= Date.now()) this.upload(item);
+      }
+    }
+
+    // POST /v1/attachments with the file, the token in the Authorization header. 201: the message can go, with the
+    // upload's id (and an image's width and height). No answer: it stays ⏰ and goes again (offline: when back). A
+    // refusal: ⚠️ with the server's code and message (a transient one is tried again first, like a send), never ✓.
+    async upload(item) {
+      const upload = item.upload;
+      upload.state = "uploading";
+      const controller = new AbortController();
+      upload.controller = controller;
+      this.render(item);
+      if (upload.size === undefined) upload.size = await imageSize(upload.file);
+      const file = upload.file;
+      this.wireLog("→", `POST /v1/attachments ${file.name} (${sizeText(file.size)})${upload.sentBefore ? " (again)" : ""}`);
+      upload.sentBefore = true;
+      let answer;
+      try {
+        answer = await uploadCall(this.token, file, controller.signal);
+      } catch (error) {
+        upload.controller = null;
+        upload.state = "waiting";
+        if (!this.online || controller.signal.aborted) {
+          this.render(item); // switched off: uploaded again when back
+          return;
+        }
+        this.wireLog("×", `upload: no answer (${error.message}): again in ${this.uploadDelay} ms`);
+        item.notBefore = Date.now() + this.uploadDelay;
+        setTimeout(() => this.flush(), this.uploadDelay);
+        this.uploadDelay = Math.min(this.uploadDelay * 2, 5000);
+        this.render(item);
+        return;
+      }
+      upload.controller = null;
+      this.uploadDelay = 500;
+      if (answer.status === 201 && answer.json) {
+        const stored = answer.json;
+        this.wireLog("←", `201 attachment ${short(stored.id)} ${stored.name} (${sizeText(stored.size)}, ${stored.contentType})`);
+        upload.state = "done";
+        upload.id = stored.id;
+        const reference = { id: stored.id };
+        if (upload.size) {
+          reference.width = upload.size.width;
+          reference.height = upload.size.height;
+        }
+        item.attachments = [reference];
+        item.tries = 0;
+        item.notBefore = 0;
+        this.render(item);
+        this.flush();
+        return;
+      }
+      const error = errorOf(answer);
+      this.wireLog("←", `${answer.status} ${error.code} (upload of ${file.name}): ${error.message}`);
+      if (TRANSIENT.has(error.code)) {
+        upload.state = "waiting";
+        this.transientError(item, error, answer.retryAfter);
+        if (item.failure) upload.state = "failed"; // the tries are used up: retry uploads it again
+      } else {
+        upload.state = "failed";
+        this.fail(item, { ...error, final: true });
+      }
+      this.render(item);
     }
 
     dequeue(item) {
@@ -429,6 +574,7 @@
     retry(item) {
       if (!item.failure || item.failure.final) return;
       item.failure = null;
+      if (item.upload && item.upload.state !== "done") item.upload.state = "waiting";
       item.tries = 0;
       item.notBefore = 0;
       this.queue.push(item.clientMessageId);
@@ -533,6 +679,7 @@
       }
       if (message.type.startsWith("pigeon.") || this.incoming.has(message.serverId)) return;
       const body = message.body.length > SHOWN_BODY ? `${message.body.slice(0, SHOWN_BODY)}… (${message.body.length} characters)` : message.body;
+      const attachments = message.attachments || [];
       const node = el(
         "li",
         {
@@ -542,8 +689,13 @@
           "data-client-message-id": message.clientMessageId,
           "data-seq": String(message.seq),
         },
-        [el("span", { class: "body" }, body), el("span", { class: "meta" }, `${clock(message.storedAt || message.acceptedAt)} · seq ${message.seq}`)],
+        [
+          ...(attachments.length > 0 ? [el("div", { class: "attachments" }, attachments.map((attachment) => this.attachmentNode(attachment, null)))] : []),
+          el("span", { class: "body" }, body),
+          el("span", { class: "meta" }, `${clock(message.storedAt || message.acceptedAt)} · seq ${message.seq}`),
+        ],
       );
+      if (attachments.length > 0) node.dataset.attachments = String(attachments.length);
       if (message.replyPreview) {
         node.dataset.replyTo = message.replyTo;
         node.prepend(quoteOf(message.replyPreview));
@@ -675,16 +827,30 @@
       const why = el("span", { class: "why" });
       const retry = el("button", { type: "button", class: "retry" }, "retry");
       retry.addEventListener("click", () => this.retry(item));
+      // The chosen file, shown from the page's own copy (nothing to fetch); its id once uploaded.
+      const file = item.upload ? item.upload.file : null;
+      const attachment = file
+        ? this.attachmentNode({ id: null, name: file.name, size: file.size, contentType: file.type || "application/octet-stream" }, file)
+        : null;
+      const uploading = el("span", { class: "uploading", role: "status" });
+      uploading.hidden = true;
       item.node = el(
         "li",
         { class: "msg out", "data-direction": "out", "data-client-message-id": item.clientMessageId },
-        [el("span", { class: "body" }, body), el("span", { class: "meta" }, [clock(item.clientTimestamp), tick]), why],
+        [
+          ...(attachment ? [el("div", { class: "attachments" }, attachment)] : []),
+          uploading,
+          el("span", { class: "body" }, body),
+          el("span", { class: "meta" }, [clock(item.clientTimestamp), tick]),
+          why,
+        ],
       );
+      if (attachment) item.node.dataset.attachments = "1";
       if (item.quoted) {
         item.node.dataset.replyTo = item.replyTo;
         item.node.prepend(quoteOf(item.quoted));
       }
-      item.parts = { tick, why, retry };
+      item.parts = { tick, why, retry, attachment, uploading };
       this.dom.list.append(item.node);
       this.dom.list.scrollTop = this.dom.list.scrollHeight;
       this.render(item);
@@ -700,7 +866,8 @@
       if (item.serverId) this.addRow(item.serverId, node, this.userId, item.body, []);
       if (item.seq !== null) node.dataset.seq = String(item.seq);
       if (item.recipientsOnline !== null) node.dataset.recipientsOnline = String(item.recipientsOnline);
-      const { tick, why, retry } = item.parts;
+      const { tick, why, retry, attachment, uploading } = item.parts;
+      if (item.upload) this.renderUpload(item, attachment, uploading);
       tick.textContent = symbol;
       let title = meaning;
       if (item.seq !== null) title += ` (seq ${item.seq}`;
@@ -714,6 +881,117 @@
       } else {
         delete node.dataset.errorCode;
         why.textContent = "";
+      }
+    }
+
+    // The upload under way (an indeterminate bar: fetch tells nothing of an upload's progress), or waiting for the
+    // network; once done, the attachment carries its id and the width and height sent with it.
+    renderUpload(item, attachment, uploading) {
+      const upload = item.upload;
+      item.node.dataset.upload = upload.state;
+      if (upload.id) attachment.dataset.attachmentId = upload.id;
+      if (upload.size) {
+        attachment.dataset.width = String(upload.size.width);
+        attachment.dataset.height = String(upload.size.height);
+      }
+      const label = `${upload.file.name} (${sizeText(upload.file.size)})`;
+      if (upload.state === "uploading") {
+        uploading.replaceChildren(el("progress", { "aria-label": `uploading ${upload.file.name}` }), ` uploading… ${label}`);
+      } else if (upload.state === "waiting" && !item.failure) {
+        uploading.replaceChildren(`waiting to upload ${label}`);
+      }
+      uploading.hidden = !(upload.state === "uploading" || (upload.state === "waiting" && !item.failure));
+    }
+
+    // One attachment of a shown message. An image the server serves inline is fetched with the token (in the
+    // Authorization header) into a blob: URL and shown, bounded in size, its file name as alt text; any other file is
+    // a "📎 name (size)" button that downloads it the same way. `local`: the sending side's own File, shown as is.
+    attachmentNode(attachment, local) {
+      const label = `📎 ${attachment.name} (${sizeText(attachment.size)})`;
+      const node = el("div", {
+        class: "attachment",
+        "data-name": attachment.name,
+        "data-size": String(attachment.size),
+        "data-content-type": attachment.contentType,
+      });
+      if (attachment.id) node.dataset.attachmentId = attachment.id;
+      if (attachment.width != null && attachment.height != null) {
+        node.dataset.width = String(attachment.width);
+        node.dataset.height = String(attachment.height);
+      }
+      if (INLINE_IMAGES.has(mediaType(attachment.contentType))) {
+        node.dataset.kind = "image";
+        const image = el("img", { class: "attachment-image", alt: attachment.name, title: label });
+        node.append(image);
+        this.showImage(node, image, attachment, local);
+      } else {
+        node.dataset.kind = "file";
+        const button = el("button", { type: "button", class: "attachment-file", title: `download ${attachment.name}` }, label);
+        button.addEventListener("click", () => this.download(node, button, attachment, local));
+        node.append(button);
+      }
+      return node;
+    }
+
+    // data-state: loading, shown, failed. The blob: URL is revoked once the image has loaded (or failed to): the
+    // <img> keeps what it decoded.
+    async showImage(node, image, attachment, local) {
+      node.dataset.state = "loading";
+      let blob;
+      try {
+        blob = local || (await fetchAttachment(this.token, attachment.id));
+      } catch (error) {
+        node.dataset.state = "failed";
+        node.replaceChildren(el("span", { class: "attachment-error" }, `📎 ${attachment.name}: not shown (${error.message})`));
+        return;
+      }
+      const url = URL.createObjectURL(blob);
+      const list = this.dom.list;
+      const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+      image.addEventListener(
+        "load",
+        () => {
+          URL.revokeObjectURL(url);
+          node.dataset.state = "shown";
+          if (atBottom) list.scrollTop = list.scrollHeight;
+        },
+        { once: true },
+      );
+      image.addEventListener(
+        "error",
+        () => {
+          URL.revokeObjectURL(url);
+          node.dataset.state = "failed";
+          image.title = `${attachment.name}: the browser cannot show it`;
+        },
+        { once: true },
+      );
+      image.src = url;
+    }
+
+    // A click on a file: its bytes (fetched with the token) into a blob: URL, saved through an <a download>; the URL
+    // is revoked a moment later, once the download has the bytes. data-state: downloading, downloaded, failed.
+    async download(node, button, attachment, local) {
+      if (button.disabled) return;
+      button.disabled = true;
+      node.dataset.state = "downloading";
+      try {
+        const blob = local || (await fetchAttachment(this.token, attachment.id));
+        const url = URL.createObjectURL(blob);
+        const link = el("a", { download: attachment.name });
+        link.href = url;
+        link.hidden = true;
+        document.body.append(link);
+        link.click();
+        link.remove();
+        setTimeout(() => URL.revokeObjectURL(url), 1000);
+        node.dataset.state = "downloaded";
+        this.wireLog("←", `attachment ${short(attachment.id || "local")} ${attachment.name}: ${sizeText(blob.size)} saved`);
+      } catch (error) {
+        node.dataset.state = "failed";
+        this.showError(`download ${attachment.name}: ${error.message}`);
+      } finally {
+        button.disabled = false;
       }
     }
 
@@ -841,17 +1119,27 @@
   }
 
   // A quote of a replied-to message, from its replyPreview (or, on the sending side, the same fields of the message
-  // it quotes): "↪ alice-k3m9: the first words…".
+  // it quotes): "↪ alice-k3m9: the first words…"; a message without text (a file sent alone) is quoted as 📎.
   function quoteOf(preview) {
     const characters = Array.from(preview.body);
-    const text = preview.deleted ? "(deleted)" : characters.length > QUOTED_BODY ? `${characters.slice(0, QUOTED_BODY).join("")}…` : preview.body;
+    const text = preview.deleted
+      ? "(deleted)"
+      : characters.length === 0
+        ? "📎"
+        : characters.length > QUOTED_BODY
+          ? `${characters.slice(0, QUOTED_BODY).join("")}…`
+          : preview.body;
     return el("span", { class: "quote", "data-sender-id": preview.senderId }, `↪ ${preview.senderId}: ${text}`);
   }
 
+  const withAttachments = (item) => (item.attachments.length > 0 ? ` with attachment ${short(item.attachments[0].id)}` : "");
+
   function describe(event) {
     switch (event.type) {
-      case "message.new":
-        return `message.new seq ${event.message.seq} from ${event.message.senderId}`;
+      case "message.new": {
+        const count = (event.message.attachments || []).length;
+        return `message.new seq ${event.message.seq} from ${event.message.senderId}${count > 0 ? ` with ${count} attachment${count > 1 ? "s" : ""}` : ""}`;
+      }
       case "message.stored":
         return `message.stored ${short(event.clientMessageId)} seq ${event.seq}, recipientsOnline ${event.recipientsOnline}`;
       case "message.failed":
@@ -917,6 +1205,8 @@
     flush() {
       for (const id of [...this.side.queue]) {
         const item = this.side.outgoing.get(id);
+        // A message whose file is not uploaded yet holds back itself and the ones after it.
+        if (item.upload && item.upload.state !== "done") break;
         // Pipelined while the server takes them; once it refused one (rate_limited, overloaded), one at a time from
         // the first waiting one, so that the messages after it cannot overtake it.
         if (item.inFlight) {
@@ -934,8 +1224,9 @@
           clientTimestamp: item.clientTimestamp,
         };
         if (item.replyTo) frame.replyTo = item.replyTo;
+        if (item.attachments.length > 0) frame.attachments = item.attachments;
         this.operation(frame);
-        this.side.wireLog("→", `send ${short(item.clientMessageId)}${item.tries > 0 || item.sentBefore ? " (again)" : ""}`);
+        this.side.wireLog("→", `send ${short(item.clientMessageId)}${withAttachments(item)}${item.tries > 0 || item.sentBefore ? " (again)" : ""}`);
         item.sentBefore = true;
         clearTimeout(item.ackTimer);
         item.ackTimer = setTimeout(() => {
@@ -1034,6 +1325,7 @@
       try {
         while (this.side.online && this.side.queue.length > 0) {
           const item = this.side.outgoing.get(this.side.queue[0]);
+          if (item.upload && item.upload.state !== "done") break; // flushed again once its file is uploaded
           const wait = item.notBefore - Date.now();
           if (wait > 0) {
             await sleep(wait);
@@ -1051,10 +1343,11 @@
       const controller = new AbortController();
       this.abort = controller;
       item.inFlight = true;
-      side.wireLog("→", `POST …/messages ${short(item.clientMessageId)}${item.sentBefore ? " (again)" : ""}`);
+      side.wireLog("→", `POST …/messages ${short(item.clientMessageId)}${withAttachments(item)}${item.sentBefore ? " (again)" : ""}`);
       item.sentBefore = true;
       const body = { clientMessageId: item.clientMessageId, type: "text", body: item.body, clientTimestamp: item.clientTimestamp };
       if (item.replyTo) body.replyTo = item.replyTo;
+      if (item.attachments.length > 0) body.attachments = item.attachments;
       let answer;
       try {
         answer = await call(side.token, "POST", `/v1/conversations/${conversationId}/messages`, body, controller.signal);

@@ -67,6 +67,8 @@ import Testing
             #expect(policy["script-src"] == [Self.hashSource(script)], "\(policy)")
             #expect(policy["style-src"] == [Self.hashSource(style)], "\(policy)")
             #expect(policy["connect-src"] == ["'self'"], "\(policy)")
+            // Images only from blob: URLs, the attachments the page fetched with its token.
+            #expect(policy["img-src"] == ["blob:"], "\(policy)")
             #expect(policy["base-uri"] == ["'none'"] && policy["form-action"] == ["'none'"] && policy["frame-ancestors"] == ["'none'"])
             // An empty api is the page's own origin.
             #expect(Self.policy(try await client.request(.GET, "/?api="))["connect-src"] == ["'self'"])
@@ -86,6 +88,7 @@ import Testing
                 let answer = try await client.request(.GET, "/?api=\(query)")
                 #expect(answer.status == 200, "\(api): \(answer.status) \(answer.text)")
                 #expect(Self.policy(answer)["connect-src"] == connect, "\(api): \(Self.policy(answer))")
+                #expect(Self.policy(answer)["img-src"] == ["blob:"], "\(api): \(Self.policy(answer))")
             }
             for api in ["ftp://example.com", "http://example.com/app", "http://example.com?x=1", "*", "example.com:80", "javascript:alert(1)", "http://user@example.com"] {
                 let query = api.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
