@@ -198,7 +198,7 @@ public final class PigeonClient: Sendable, Service {
     /// Throws only local errors, and then writes nothing: ``PigeonClientError/Code-swift.struct/invalidArgument``
     /// (a `type` outside `[a-z0-9._-]{1,32}` or one of the server's own `pigeon.*`, an empty (without attachments) or
     /// oversized body, U+0000, a quote or root that cannot be one, more than 10 attachments, a file that cannot be
-    /// read, a bad name, media type or dimension), ``PigeonClientError/Code-swift.struct/unknownConversation``,
+    /// read or is empty, a bad name, media type or dimension), ``PigeonClientError/Code-swift.struct/unknownConversation``,
     /// ``PigeonClientError/Code-swift.struct/unknownMessage`` (a quote or root not on this device),
     /// ``PigeonClientError/Code-swift.struct/notMember`` (this user was removed from the conversation, or left it), or
     /// a database error (also when a copy cannot be written).

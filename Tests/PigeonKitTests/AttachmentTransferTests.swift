@@ -366,6 +366,7 @@ struct AttachmentTransferTests {
                 [.data(small, name: "")],
                 [.data(small, name: "a.txt", contentType: "not a type")],
                 [.data(small, name: "a.png", width: -1)],
+                [.data(Data(), name: "empty.txt")],
                 [.file(URL(fileURLWithPath: "/nonexistent/photo.jpg"))],
                 [.file(URL(fileURLWithPath: makeTemporaryDirectory()))],
             ]

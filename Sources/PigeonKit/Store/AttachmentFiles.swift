@@ -17,7 +17,7 @@ struct AttachmentFiles: Sendable {
 
     /// Copies what `source` names into `sent/` under a new name and describes it; the caller saves the description
     /// with its message, or removes the copy (``removeSent(_:)``) when that fails. Throws `invalidArgument` for a
-    /// file that cannot be read (missing, a directory) and `localDatabase` when the copy cannot be written.
+    /// file that cannot be read (missing, a directory) or is empty, and `localDatabase` when the copy cannot be written.
     func saveCopy(of source: PigeonAttachmentSource) throws -> LocalAttachment {
         let fileManager = FileManager.default
         do {
@@ -49,6 +49,10 @@ struct AttachmentFiles: Sendable {
                 throw PigeonClientError.invalid("cannot copy \(url.path): \(error.localizedDescription)")
             }
             size = ((try? fileManager.attributesOfItem(atPath: copy.path))?[.size] as? NSNumber)?.int64Value ?? 0
+        }
+        guard size > 0 else {
+            try? fileManager.removeItem(at: copy)
+            throw PigeonClientError.invalid("\(source.name) is empty: an attachment has at least one byte")
         }
         return LocalAttachment(
             name: source.name, size: size, contentType: source.contentType, width: source.width, height: source.height,
