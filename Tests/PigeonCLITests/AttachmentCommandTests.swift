@@ -14,8 +14,10 @@ import Testing
         let conversation = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(created.status == 0, "\(created)")
 
-        var generator = SystemRandomNumberGenerator()
-        let photo = Data((0..<2_000_000).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        var photo = Data(count: 2_000_000)
+        photo.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) in
+            for offset in stride(from: 0, to: buffer.count, by: 8) { buffer.storeBytes(of: UInt64.random(in: .min ... .max), toByteOffset: offset, as: UInt64.self) }
+        }
         let notes = Data("meet at 8\n".utf8)
         let files = URL(fileURLWithPath: makeTemporaryDirectory())
         let photoPath = files.appendingPathComponent("holiday photo.jpg").path
