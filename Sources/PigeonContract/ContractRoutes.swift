@@ -245,7 +245,6 @@ extension ContractRoute {
             security: .device,
             parameters: [
                 Parameter(name: "name", location: .query, required: true, schema: ContractSchemas.attachmentName, description: "The file name."),
-                .header("Content-Length", Schema.integer(nil, minimum: 1), "The body's exact size in bytes.", required: true),
             ],
             binaryRequest: "The attachment's bytes, of any media type.",
             answers: [.json(201, "AttachmentUpload", "Durable.")],

@@ -54,8 +54,12 @@ package enum ContractSchemas {
     private static func nullableServerId(_ description: String) -> JSONNode {
         Schema.nullable(Schema.string(description, format: "uuid", pattern: "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$"))
     }
+    /// A file name. The server takes 1-255 bytes of UTF-8 without a control character, `/` or `\`, other than `.` and
+    /// `..`; a pattern counts characters, not bytes, so the schema holds the names of at most 63 characters (63 × 4
+    /// bytes ≤ 255) that do not start with a dot, all of which the server takes.
     package static let attachmentName = Schema.string(
-        "The file name given with the upload: 1-255 bytes of UTF-8, no control character, / or \\.", minLength: 1)
+        "The file name given with the upload: the server takes 1-255 bytes of UTF-8 without a control character (U+0000-U+001F, U+007F), / or \\, other than . and ..; the pattern holds names of at most 63 characters not starting with a dot.",
+        pattern: "^[^\\u0000-\\u001F\\u007F/\\\\.][^\\u0000-\\u001F\\u007F/\\\\]{0,62}$")
     private static let sha256 = Schema.string("The bytes' SHA-256, lowercase hex; also the download's ETag.", pattern: "^[0-9a-f]{64}$")
     private static let replyTo = nullableServerId(
         "An earlier message of the conversation this one quotes, visible to the sender (404 otherwise; 409 when deleted or a pigeon.* message).")

@@ -95,7 +95,10 @@ package enum OpenAPIDocument {
                 "requestBody",
                 route.request.map { ["required": true, "content": ["application/json": ["schema": Schema.ref($0)]]] }
                     ?? route.binaryRequest.map {
-                        ["required": true, "description": .string($0), "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary"]]]]
+                        [
+                            "required": true, "description": .string($0),
+                            "content": ["application/octet-stream": ["schema": ["type": "string", "format": "binary", "minLength": 1]]],
+                        ]
                     }
             ),
             ("responses", .object(responses)),

@@ -47,7 +47,8 @@ struct AttachmentController: Sendable {
             throw PigeonError(.payloadTooLarge, "an attachment is at most \(configuration.maxBytes) bytes; this one is \(length)")
         }
         guard length > 0 else { throw PigeonError.invalid("an attachment must not be empty") }
-        guard let name: String = request.uri.queryParameters.get("name")?.removingPercentEncoding else {
+        // The query's values arrive percent-decoded: a name is never decoded twice ("100%.png" is a valid name).
+        guard let name: String = request.uri.queryParameters.get("name") else {
             throw PigeonError.invalid("name (the file name, ?name=) is required")
         }
         guard Validation.isValidAttachmentName(name) else {

@@ -148,6 +148,10 @@ import Testing
             #expect(served.headers["content-type"] == "application/octet-stream")
             #expect(served.headers["content-disposition"] == "attachment; filename*=UTF-8''%C3%A9vil.html")
             #expect(served.headers["x-content-type-options"] == "nosniff")
+            // A name is decoded once: a literal % stays a %.
+            let percent = try Self.uploaded(try await Self.upload(client, alice, name: "100% done.txt", [1], contentType: "text/plain"))
+            #expect(percent.name == "100% done.txt")
+            #expect(try await Self.download(client, alice, percent.id).headers["content-disposition"] == "attachment; filename*=UTF-8''100%25%20done.txt")
             let svg = try Self.uploaded(try await Self.upload(client, alice, name: "a.svg", Array("<svg/>".utf8), contentType: "image/svg+xml"))
             #expect(try await Self.download(client, alice, svg.id).headers["content-type"] == "application/octet-stream")
             let voice = try Self.uploaded(try await Self.upload(client, alice, name: "v.ogg", [1, 2, 3], contentType: "Audio/Ogg"))
