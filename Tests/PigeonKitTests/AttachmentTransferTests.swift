@@ -62,9 +62,9 @@ struct AttachmentTransferTests {
 
             let message = try alice.client.send(
                 "look", to: conversation,
-                attachments: [.data(photo, name: "photo.jpg", width: 640, height: 480), .file(voiceFile, durationMs: 4200)])
+                attachments: [.data(photo, name: "plage été 100%.jpg", width: 640, height: 480), .file(voiceFile, durationMs: 4200)])
             #expect(message.status == .pending)
-            #expect(message.attachments.map(\.name) == ["photo.jpg", "voice.m4a"])
+            #expect(message.attachments.map(\.name) == ["plage été 100%.jpg", "voice.m4a"])
             #expect(message.attachments.map(\.contentType) == ["image/jpeg", "audio/mp4"])
             #expect(message.attachments.allSatisfy { $0.id == nil && $0.localPath != nil }, "shown at once from this device's copy")
             #expect(try Data(contentsOf: URL(fileURLWithPath: try #require(message.attachments[0].localPath))) == photo)
@@ -73,7 +73,7 @@ struct AttachmentTransferTests {
 
             try await alice.waitForStatus(message.localId, atLeast: .stored)
             let got = try await Self.received("look", on: bob)
-            #expect(got.attachments.map(\.name) == ["photo.jpg", "voice.m4a"])
+            #expect(got.attachments.map(\.name) == ["plage été 100%.jpg", "voice.m4a"], "a name goes as it is, whatever its characters")
             #expect(got.attachments.map(\.size) == [300_000, 1_500_000])
             #expect(got.attachments[0].width == 640 && got.attachments[0].height == 480 && got.attachments[1].durationMs == 4200)
             #expect(got.attachments.allSatisfy { $0.id != nil && $0.sha256 != nil && $0.localPath == nil })
