@@ -107,11 +107,22 @@ PY
 # suites, slow machines let too few sends through before a kill and missed reconnection deadlines).
 backends="CrashTests|BrowserServerProcessTests|PushCrashTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests|PostgresAttachmentTests"
 
+# The tests that measure this process's resident memory while an upload streams through it: each alone in its
+# process (a suite running beside them allocates too, and their figure is then its noise).
+memory_tests=(aHundredMebibyteUploadIsStreamedNotHeld aLargeUploadAndItsDownloadStreamInBoundedMemory a64MiBUploadIsStreamedInBoundedMemory)
+memory=$(IFS='|'; echo "${memory_tests[*]}")
+
 run_pass "running tests (embedded store and buffer)" \
-    swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests|$security|$backends" "$@"
+    swift test --skip-build --skip "PigeonKitTests|PigeonTestSupportTests|PigeonCLITests|$security|$backends|$memory" "$@"
 
 run_pass "running the backend and fault tests (PostgreSQL, Redis, several nodes, killed servers)" \
-    swift test --skip-build --filter "$backends" "$@"
+    swift test --skip-build --filter "$backends" --skip "$memory" "$@"
+
+for test in "${memory_tests[@]}"; do
+    run_pass "running $test alone (resident memory while an upload streams)" swift test --skip-build --filter "$test" "$@"
+done
+PIGEON_TEST_BACKEND=production run_pass "running aHundredMebibyteUploadIsStreamedNotHeld alone against --store postgres --buffer redis" \
+    swift test --skip-build --filter aHundredMebibyteUploadIsStreamedNotHeld "$@"
 
 run_pass "running the security tests (limits, attacks through real sockets, JWT keys; embedded store and buffer)" \
     swift test --skip-build --filter "$security" "$@"
@@ -130,7 +141,7 @@ run_pass "running the terminal client's tests (the built pigeon and pigeon-serve
 # passes 1,024 descriptors, beyond which Foundation's Process (the suites that start and kill servers) hangs in select().
 PIGEON_TEST_BACKEND=production run_pass "running the server tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter PigeonServerTests \
-    --skip "StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests|PostgresAttachmentTests|RedisStreamsBufferTests|CrashTests|$security" "$@"
+    --skip "StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests|PostgresAttachmentTests|RedisStreamsBufferTests|CrashTests|$security|$memory" "$@"
 
 PIGEON_TEST_BACKEND=production run_pass "running the security and crash tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter "$security|CrashTests" "$@"
