@@ -51,6 +51,8 @@ public struct ServerConfiguration: Sendable {
     public var adminToken: String?
     /// Push notifications through a Matrix push gateway (off without a gateway URL).
     public var push = PushConfiguration()
+    /// The app's backend (API.md 1.2): webhooks, the before-send hook, the server API's credential, consent.
+    public var appBackend = AppBackendConfiguration()
     /// Bearer token `/metrics` asks for; `nil`: `/metrics` is open (bind it to a private interface, or set this).
     public var metricsToken: String?
     /// Origins of the web pages that may call the `/v1` API from a browser (CORS): `https://app.example.com`, or `*`

@@ -94,6 +94,9 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup(title: "Browsers")
     var web: WebOptions
 
+    @OptionGroup(title: "The app's backend: webhooks, before-send hook, server API, consent")
+    var appBackend: AppBackendOptions
+
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
         guard maxBuffered > 0, batchSize > 0, processingConcurrency > 0, maxAttempts > 0, eventRetentionHours > 0 else {
@@ -138,6 +141,7 @@ struct Serve: AsyncParsableCommand {
         try abuse.apply(to: &configuration, environment: environment)
         try push.apply(to: &configuration, environment: environment)
         try web.apply(to: &configuration, environment: environment)
+        try appBackend.apply(to: &configuration, environment: environment)
         if openRegistration { configuration.openRegistration = true }
         if noOpenRegistration { configuration.openRegistration = false }
 

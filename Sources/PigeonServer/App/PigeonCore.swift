@@ -60,6 +60,7 @@ final class PigeonCore: Sendable {
     /// connection. The initialiser only wires; all startup I/O is here.
     static func open(configuration: ServerConfiguration, logger: Logger) async throws -> PigeonCore {
         if let problem = configuration.push.problem { throw PigeonError.invalid(problem) }
+        if let problem = configuration.appBackend.problem { throw PigeonError.invalid(problem) }
         let metrics = PigeonMetrics()
         let hub = StreamHub()
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
