@@ -151,12 +151,15 @@ public struct EditBody: Codable, Sendable, Equatable {
     }
 }
 
-/// The body of a `pigeon.delete` message: the target's serverId.
+/// The body of a `pigeon.delete` message: the target's serverId, and who deleted it when that is not the message's
+/// sender (`"service"` for a deletion by moderation through the server API; absent otherwise).
 public struct DeleteBody: Codable, Sendable, Equatable {
     public var serverId: String
+    public var by: String?
 
-    public init(serverId: String) {
+    public init(serverId: String, by: String? = nil) {
         self.serverId = serverId
+        self.by = by
     }
 }
 

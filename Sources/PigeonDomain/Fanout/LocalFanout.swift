@@ -33,7 +33,8 @@ public final class LocalFanout: Fanout {
         self.hub = nil
     }
 
-    /// Told after each publication, once the hub has the events (the push dispatcher collects then).
+    /// Told after each publication, once the hub has the events (the push dispatcher collects then, the webhook
+    /// dispatcher looks for events).
     private let publicationObserver = NIOLockedValueBox<Callback<Void>?>(nil)
 
     public func publish(_ committed: [StoredEvent]) {
@@ -42,9 +43,15 @@ public final class LocalFanout: Fanout {
     }
 
     /// Calls `observer` after every publication of committed events on this node (its own commits, and the other
-    /// nodes' as its tail reads them).
+    /// nodes' as its tail reads them), after the observers added before it.
     package func observePublications(_ observer: @escaping @Sendable () -> Void) {
-        publicationObserver.withLockedValue { $0 = Callback { _ in observer() } }
+        publicationObserver.withLockedValue { slot in
+            let earlier = slot
+            slot = Callback { _ in
+                earlier?.call(())
+                observer()
+            }
+        }
     }
 
     public func onlineDevices(of users: [String]) -> Set<DeviceIdentity> {

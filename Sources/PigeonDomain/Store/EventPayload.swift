@@ -30,6 +30,13 @@ package struct EventPayload {
         json.beginObject()
         json.member("type", "message.new")
         json.key("message")
+        Self.message(message, into: &json)
+        json.endObject()
+        return json.string
+    }
+
+    /// A `Message` object as the wire has it (the `message` of `message.new`, of a history page).
+    package static func message(_ message: Message, into json: inout JSONText) {
         json.beginObject()
         json.member("serverId", message.serverId)
         json.member("clientMessageId", message.clientMessageId)
@@ -76,8 +83,6 @@ package struct EventPayload {
         json.key("attachments")
         Self.attachments(message.attachments, into: &json)
         json.endObject()
-        json.endObject()
-        return json.string
     }
 
     /// `[Attachment]` as the wire has it, every field present.

@@ -190,12 +190,19 @@ package enum MessageLifecycle {
         return json.string
     }
 
-    package static func deleteText(serverId: String) -> String {
+    /// A `pigeon.delete` body; `by` names who deleted the target when it is not the delete's sender (moderation).
+    package static func deleteText(serverId: String, by: String? = nil) -> String {
         var json = JSONText(capacity: 64)
         json.beginObject()
         json.member("serverId", serverId)
+        if let by { json.member("by", by) }
         json.endObject()
         return json.string
+    }
+
+    /// Who deleted a stored `pigeon.delete`'s target: the `by` its body records, else its sender.
+    package static func deletedBy(_ message: BufferedMessage) -> String {
+        (try? JSONDecoder().decode(DeleteBody.self, from: Data(message.body.utf8)))?.by ?? message.senderId
     }
 
     /// Why `message` (an edit or delete by its sender) may not apply to `target` (nil: not in the conversation), or nil.

@@ -107,6 +107,13 @@ package struct JSONText {
         needsComma = true
     }
 
+    /// A value that is JSON text already (written by an encoder of this process), as it is.
+    package mutating func raw(_ json: String) {
+        separate()
+        bytes.append(contentsOf: json.utf8)
+        needsComma = true
+    }
+
     private mutating func separate() {
         if needsComma { bytes.append(UInt8(ascii: ",")) }
     }

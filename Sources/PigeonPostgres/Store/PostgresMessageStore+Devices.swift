@@ -28,6 +28,8 @@ extension PostgresMessageStore {
                 VALUES (\(userId), \(deviceId), \(name), \(tokenHash), \(now), \(now))
                 """,
                 logger: logger)
+            try await Self.recordWebhook(
+                connection, webhooks.device(.deviceRegistered, DeviceIdentity(userId: userId, deviceId: deviceId), at: now), logger: logger)
         }
         return DeviceIdentity(userId: userId, deviceId: deviceId)
     }
@@ -72,6 +74,7 @@ extension PostgresMessageStore {
             guard revoked else { return nil }
             // A revoked device is woken no more (API.md 1.1): its push registration goes with it.
             try await Self.removePushRegistration(connection, of: device, logger: logger)
+            try await Self.recordWebhook(connection, webhooks.device(.deviceRevoked, device, at: revokedAt), logger: logger)
             return DeviceRevocation(device: device, revokedAt: revokedAt)
         }
     }
@@ -98,13 +101,18 @@ extension PostgresMessageStore {
         // Only a first sight, or a revoked device seen with a token issued after its revocation, writes.
         if let known, known.isListed || known.refuses(tokenIssuedAt: issuedAt) { return known }
         return try await transaction { connection in
-            try await connection.query(
+            var inserted = false
+            for try await _ in try await connection.query(
                 """
                 INSERT INTO devices(user_id, id, name, token_hash, created_at, last_seen_at)
                 VALUES (\(device.userId), \(device.deviceId), NULL, NULL, \(now), \(now))
                 ON CONFLICT (user_id, id) DO NOTHING
+                RETURNING 1
                 """,
-                logger: logger)
+                logger: logger
+            ).decode(Int32.self) { inserted = true }
+            // A device first seen through a JWT is a registration as the app's backend sees it.
+            if inserted { try await Self.recordWebhook(connection, webhooks.device(.deviceRegistered, device, at: now), logger: logger) }
             var state = JWTDeviceState(lastRevokedAt: nil, isListed: false)
             for try await lastRevokedAt in try await connection.query(
                 "SELECT last_revoked_at FROM devices WHERE user_id = \(device.userId) AND id = \(device.deviceId) FOR UPDATE", logger: logger

@@ -225,6 +225,7 @@ extension PostgresMessageStore {
         }
         let reached = batch.reachedSeqs.keys.sorted()
         let links = messages.links
+        let hooks = events.webhooks
         var firstOffsets: [Int32: Int64] = [:]
         // The conversations' rows are updated (locked) and checked before the partitions' rows are taken: the
         // offsets' arguments depend on the check.
@@ -317,7 +318,15 @@ extension PostgresMessageStore {
                 FROM unnest(\(events.parts)::integer[], \(ranks)::bigint[], \(events.userIds)::text[], \(events.deviceIds)::text[],
                     \(events.excludedDeviceIds)::text[], \(events.types)::text[], \(events.createdAt)::bigint[], \(events.conversationIds)::text[],
                     \(events.seqs)::bigint[], \(events.payloads)::text[], \(payloadRanks)::bigint[]) AS e(p, r, u, d, x, t, c, ci, s, pl, pr)
-                JOIN offs o ON o.taken_part = e.p)
+                JOIN offs o ON o.taken_part = e.p),
+            hooks AS (
+                INSERT INTO webhook_events(id, ordering_key, type, created_at, body, next_attempt_at, retry_from)
+                SELECT h.i, h.k, h.t, h.c, h.b, h.c, h.c
+                FROM unnest(\(hooks.ids)::text[], \(hooks.orderingKeys)::text[], \(hooks.types)::text[], \(hooks.createdAt)::bigint[],
+                    \(hooks.bodies)::text[]) WITH ORDINALITY AS h(i, k, t, c, b, n)
+                    -- after the offsets (and so the checks and the locks they wait for): positions in commit order
+                    CROSS JOIN (SELECT count(*) FROM offs) AS taken
+                ORDER BY h.n)
             SELECT taken_part, first_offset FROM offs
             """, logger: logger
         ).decode((Int32, Int64).self) {
@@ -345,7 +354,8 @@ extension PostgresMessageStore {
     }
 }
 
-/// What one processing transaction writes, in one statement (``PostgresMessageStore/write(_:_:)``).
+/// What one processing transaction writes, in one statement (``PostgresMessageStore/write(_:_:)``); its webhook events
+/// ride in ``events`` (``EventRows/webhooks``).
 package struct BatchWrite {
     package var messages = MessageRows()
     package var deadLetters = DeadLetterRows()
@@ -446,6 +456,8 @@ package struct EventRows {
     package var payloadIndexes: [Int64] = []
     /// Payloads stored once for several events, by the index of the first of them.
     package var sharedPayloads: [(firstIndex: Int64, payload: String)] = []
+    /// The webhook events the same transaction records (``WebhookOutbox``), inserted by the same statement.
+    package var webhooks = WebhookRows()
 
     package var count: Int { userIds.count }
 

@@ -61,6 +61,7 @@ extension PostgresMessageStore {
             batch.lastSeqs[conversationId] = plan.lastSeq
             for (message, change) in zip(plan.messages(conversationId: conversationId, actor: actor, now: now), plan.changes) {
                 batch.messages.append(message)
+                batch.events.webhooks.record(webhooks.stored(message, at: now))
                 let rendered = payloads.messageNew(message)
                 for recipient in change.recipients {
                     batch.events.append(

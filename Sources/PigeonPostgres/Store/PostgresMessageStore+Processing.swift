@@ -155,6 +155,7 @@ extension PostgresMessageStore {
                 storedBefore.byServerId[serverId] = seq
                 storedBefore.byClientId[[senderId, deviceId, clientMessageId]] = seq
             }
+            try await decorateEditTargets(&targets, of: messages, connection)
             stageTimer.record(.read, clock.now - reading)
             let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore, members: members, targets: targets)
             let writing = clock.now
@@ -175,8 +176,11 @@ extension PostgresMessageStore {
         package var target: MessageTarget
         package var body: String
         package var thread: ThreadSummary?
+        /// The whole message as stored (what `message.edited` starts from).
+        package var message: Message
 
         package init(_ message: Message) {
+            self.message = message
             conversationId = message.conversationId
             target = MessageTarget(
                 senderId: message.senderId, type: message.type, deleted: message.deletedAt != nil, seq: message.seq, threadRoot: message.threadRoot)
@@ -262,6 +266,7 @@ extension PostgresMessageStore {
                 batch.messages.append(stored, targetId: lifecycle?.serverId)
                 if let lifecycle { batch.apply(targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now, stored: targets) }
                 if let replyTo = message.replyTo { stored.replyPreview = batch.preview(of: replyTo, in: message.conversationId, stored: targets) }
+                recordStoredWebhooks(into: &batch, message: message, stored: stored, lifecycle: lifecycle, targets: targets, at: now)
                 if let threadRoot = message.threadRoot {
                     batch.threads.addReply(
                         to: threadRoot, by: message.senderId, at: now,

@@ -150,6 +150,8 @@ extension PostgresMessageStore {
                 }
                 rows.removeAll { $0.userId == userId && $0.key == key }
             }
+            events.webhooks.record(
+                webhooks.reaction(conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: reaction.action, at: reaction.at))
             for view in ReactionRules.views(of: rows, members: members) {
                 let payload = payloads.reaction(
                     ReactionEvent(

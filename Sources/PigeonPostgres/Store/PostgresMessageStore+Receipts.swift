@@ -183,6 +183,9 @@ extension PostgresMessageStore {
             changed.insert(key)
             if new.delivered != old.delivered { moves.append((outcomes.count - 1, key.conversationId, key.userId, new.delivered)) }
             for (movedKind, seq) in moved {
+                if movedKind == .read {
+                    events.webhooks.record(webhooks.receiptRead(conversationId: receipt.conversationId, userId: receipt.userId, upToSeq: seq, at: now))
+                }
                 let payload = try payloads.receipt(
                     ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
                 events.append(

@@ -47,6 +47,8 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// Reactions waiting for the next reaction transaction (``writeReactions()``).
     package let pendingReactions = NIOLockedValueBox([PendingReaction]())
     package let reactionWakeUp = AsyncSignal()
+    /// The webhook events this store records with what they report (``WebhookOutbox/off``: none).
+    package let webhooks: WebhookOutbox
 
     /// Connects, applies migrations and the event log's partition layout, and reads the store's identity; ``run()``
     /// must run for queries to be served. `local` is this node's own fan-out (its stream hub). `uploadConnections` is
@@ -55,7 +57,7 @@ public final class PostgresMessageStore: MessageStore, Service {
     public static func open(
         url: String, local: LocalFanout, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20,
         nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none, clock: any Clock<Duration> = ContinuousClock(),
-        uploadConnections: Int = 4
+        uploadConnections: Int = 4, webhooks: WebhookOutbox = .off
     ) async throws -> PostgresMessageStore {
         let nodeId = nodeId ?? "node-" + Identifiers.randomHex(bytes: 8)
         let parsed = try PostgresURL(url)
@@ -82,7 +84,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             return PostgresMessageStore(
                 epoch: epoch, head: head, revocationHead: revocationHead, client: client,
                 attachmentClient: PostgresClient(configuration: uploads, backgroundLogger: logger), local: local, faultInjector: faultInjector,
-                logger: logger, nodeId: nodeId, stageTimer: stageTimer, clock: clock)
+                logger: logger, nodeId: nodeId, stageTimer: stageTimer, clock: clock, webhooks: webhooks)
         } catch {
             try? await connection.close()
             throw error
@@ -91,8 +93,10 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     private init(
         epoch: String, head: [Int64], revocationHead: Int64, client: PostgresClient, attachmentClient: PostgresClient, local: LocalFanout,
-        faultInjector: ProcessingFaultInjector?, logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer, clock: any Clock<Duration>
+        faultInjector: ProcessingFaultInjector?, logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer, clock: any Clock<Duration>,
+        webhooks: WebhookOutbox
     ) {
+        self.webhooks = webhooks
         self.epoch = epoch
         self.stageTimer = stageTimer
         self.eventPartitions = head.count
@@ -199,6 +203,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 """, logger: logger)
             var events = EventRows()
             events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now, partition: partition(of: id))
+            events.webhooks.record(try webhooks.conversationCreated(conversation, at: now))
             return try await insert(events, connection)
         }
         membersCache.changed(id, members: userIds)

@@ -376,6 +376,35 @@ package enum PostgresSchema {
                 "ALTER TABLE dead_letters ADD COLUMN attachments TEXT",
             ]
         ),
+        (
+            12,
+            [
+                // API.md 1.2, webhooks: the outbox. A row is inserted by the transaction that commits what it reports
+                // (PostgresMessageStore+Webhooks) and deleted once the app's backend answered it 2xx. `position` orders
+                // each key's events (a conversation, or a user's devices); only a key's oldest pending one is sent.
+                // `state`: 0 pending, 1 dead letter. Any node's dispatcher claims heads under a lease.
+                """
+                CREATE TABLE webhook_events(
+                    position BIGSERIAL PRIMARY KEY,
+                    id TEXT NOT NULL,
+                    ordering_key TEXT NOT NULL,
+                    type TEXT NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    body TEXT NOT NULL,
+                    state SMALLINT NOT NULL DEFAULT 0,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at BIGINT NOT NULL,
+                    retry_from BIGINT NOT NULL,
+                    claimed_until BIGINT NOT NULL DEFAULT 0,
+                    claimed_by TEXT,
+                    last_error TEXT,
+                    dead_at BIGINT)
+                """,
+                "CREATE INDEX webhook_events_key ON webhook_events(ordering_key, position) WHERE state = 0",
+                "CREATE INDEX webhook_events_due ON webhook_events(next_attempt_at) WHERE state = 0",
+                "CREATE INDEX webhook_events_dead ON webhook_events(id) WHERE state = 1",
+            ]
+        ),
     ]
 
     package static var latestVersion: Int { migrations.last?.version ?? 0 }

@@ -8,7 +8,7 @@ extension SQLiteMessageStore {
     public func registerDevice(userId: String, name: String?, tokenHash: String, rule: DeviceRegistrationRule) async throws -> DeviceIdentity {
         let deviceId = Identifiers.uuidV4()
         let now = WallClock.nowMillis()
-        _ = try await write { db in
+        _ = try await write { [webhooks] db in
             // One writer at a time: the counts cannot change before the insert commits.
             let row = try Row.fetchOne(
                 db, sql: "SELECT COUNT(*), COALESCE(SUM(revoked_at IS NULL), 0) FROM devices WHERE user_id = ?", arguments: [userId])
@@ -16,6 +16,7 @@ extension SQLiteMessageStore {
             try db.execute(
                 sql: "INSERT INTO devices(user_id, id, name, token_hash, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?, ?)",
                 arguments: [userId, deviceId, name, tokenHash, now, now])
+            try Self.recordWebhook(db, webhooks.device(.deviceRegistered, DeviceIdentity(userId: userId, deviceId: deviceId), at: now))
         }
         return DeviceIdentity(userId: userId, deviceId: deviceId)
     }
@@ -42,7 +43,7 @@ extension SQLiteMessageStore {
     }
 
     public func revokeDevice(_ device: DeviceIdentity, at revokedAt: Int64) async throws -> DeviceRevocation? {
-        try await write { db in
+        try await write { [webhooks] db in
             try db.execute(
                 sql: """
                     UPDATE devices SET revoked_at = ?, last_revoked_at = ?, token_hash = NULL
@@ -52,6 +53,7 @@ extension SQLiteMessageStore {
             guard db.changesCount == 1 else { return nil }
             // A revoked device is woken no more (API.md 1.1): its push registration goes with it.
             _ = try Self.removePushRegistration(db, of: device)
+            try Self.recordWebhook(db, webhooks.device(.deviceRevoked, device, at: revokedAt))
             return DeviceRevocation(device: device, revokedAt: revokedAt)
         }
     }
@@ -79,13 +81,15 @@ extension SQLiteMessageStore {
         }
         // Only a first sight, or a revoked device seen with a token issued after its revocation, writes.
         if let known, known.isListed || known.refuses(tokenIssuedAt: issuedAt) { return known }
-        return try await write { db in
+        return try await write { [webhooks] db in
             try db.execute(
                 sql: """
                     INSERT INTO devices(user_id, id, name, token_hash, created_at, last_seen_at) VALUES (?, ?, NULL, NULL, ?, ?)
                     ON CONFLICT(user_id, id) DO NOTHING
                     """,
                 arguments: [device.userId, device.deviceId, now, now])
+            // A device first seen through a JWT is a registration as the app's backend sees it.
+            if db.changesCount == 1 { try Self.recordWebhook(db, webhooks.device(.deviceRegistered, device, at: now)) }
             let lastRevokedAt = try Int64.fetchOne(
                 db, sql: "SELECT last_revoked_at FROM devices WHERE user_id = ? AND id = ?", arguments: [device.userId, device.deviceId])
             var state = JWTDeviceState(lastRevokedAt: lastRevokedAt, isListed: false)

@@ -182,6 +182,8 @@ extension SQLiteMessageStore {
                     // A second add, or removing what is not there: nothing changes, nothing is emitted.
                     return ReactionWrite(reactions: ReactionRules.aggregate(rows, reader: userId), events: [])
                 }
+                try Self.recordWebhook(
+                    db, webhooks.reaction(conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: action, at: now))
                 let payloads = EventPayload()
                 var events: [StoredEvent] = []
                 for view in ReactionRules.views(of: rows, members: members) {

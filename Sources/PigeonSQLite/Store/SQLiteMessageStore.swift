@@ -17,8 +17,13 @@ public final class SQLiteMessageStore: MessageStore {
     /// conversation id → sorted member user ids.
     package let membersCache = MembersCache()
     package let diskHealth: SQLiteDiskHealth
+    /// The webhook events this store records with what they report (``WebhookOutbox/off``: none).
+    package let webhooks: WebhookOutbox
 
-    public init(path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil) throws {
+    public init(
+        path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil, webhooks: WebhookOutbox = .off
+    ) throws {
+        self.webhooks = webhooks
         self.diskHealth = SQLiteDiskHealth(path: path)
         self.pool = try SQLiteDatabase.open(path: path, durable: durable)
         try SQLiteSchema.migrator.migrate(pool)
@@ -60,7 +65,7 @@ public final class SQLiteMessageStore: MessageStore {
         let (conversation, userIds, payload) = try NewConversation.make(creator: creator, members: members, name: name)
         let (id, now) = (conversation.id, conversation.createdAt)
         try await write(
-            { db -> [StoredEvent] in
+            { [webhooks] db -> [StoredEvent] in
                 try db.execute(
                     sql: "INSERT INTO conversations(id, kind, name, created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
                     arguments: [id, conversation.kind.rawValue, name, creator, now, now])
@@ -69,6 +74,7 @@ public final class SQLiteMessageStore: MessageStore {
                         .execute(arguments: [id, member.userId, member.role.rawValue, member.joinedSeq])
                 }
                 let payloadId = try Self.insertSharedPayload(db, payload)
+                try Self.recordWebhook(db, try webhooks.conversationCreated(conversation, at: now))
                 return try userIds.map { userId in
                     try Self.insertEvent(
                         db, type: "conversation.created", userId: userId, deviceId: nil, excludedDeviceId: nil,
@@ -207,7 +213,7 @@ public final class SQLiteMessageStore: MessageStore {
         -> Conversation
     {
         let written = try await write(
-            { [membersCache] db -> MembershipWrite? in
+            { [membersCache, webhooks] db -> MembershipWrite? in
                 guard let row = try Row.fetchOne(db, sql: "SELECT kind, name, last_seq FROM conversations WHERE id = ?", arguments: [conversationId])
                 else { throw PigeonError.conversationNotFound }
                 let plan = try MembershipPlan(
@@ -236,6 +242,7 @@ public final class SQLiteMessageStore: MessageStore {
                 var events: [StoredEvent] = []
                 for (message, change) in zip(plan.messages(conversationId: conversationId, actor: actor, now: now), plan.changes) {
                     try Self.insertMessage(db, message, targetId: nil)
+                    try Self.recordWebhook(db, webhooks.stored(message, at: now))
                     let payload = payloads.messageNew(message)
                     for recipient in change.recipients {
                         events.append(
@@ -428,6 +435,7 @@ public final class SQLiteMessageStore: MessageStore {
             if lifecycle.newBody == nil { try Self.forgetDeleted(db, conversationId: message.conversationId, serverId: lifecycle.serverId) }
         }
         if let root = message.threadRoot { try Self.addReply(db, conversationId: message.conversationId, root: root, by: message.senderId, at: now) }
+        try recordStoredWebhooks(db, message: message, stored: stored, lifecycle: lifecycle, at: now)
         let writes = MessageEvents.writes(of: message, stored: stored, members: members, presence: fanout, payloads: payloads)
         for recipient in writes.newRecipients {
             events.append(
@@ -631,6 +639,9 @@ public final class SQLiteMessageStore: MessageStore {
                 let now = WallClock.nowMillis()
                 let payloads = EventPayload()
                 for (movedKind, seq) in moved {
+                    if movedKind == .read {
+                        try Self.recordWebhook(db, webhooks.receiptRead(conversationId: conversationId, userId: userId, upToSeq: seq, at: now))
+                    }
                     let payload = try payloads.receipt(
                         ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: seq, at: now))
                     let payloadId = try Self.insertSharedPayload(db, payload)

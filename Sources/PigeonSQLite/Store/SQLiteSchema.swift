@@ -28,6 +28,8 @@ import GRDB
 /// v8 (API.md 1.2, attachments): uploads (`attachments`, the bytes themselves are files named by their SHA-256,
 /// ``SQLiteAttachmentStore``), which stored messages carry them (`message_attachments`, what a reader's right to an
 /// upload and the sweep read), and the attachments' metadata on the message and on its dead letter.
+///
+/// v9 (API.md 1.2, webhooks): the webhook outbox, `webhook_events` (see the migration).
 package enum SQLiteSchema {
     package static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -229,6 +231,33 @@ package enum SQLiteSchema {
                     CREATE INDEX message_attachments_message ON message_attachments(conversation_id, seq);
                     ALTER TABLE messages ADD COLUMN attachments TEXT;
                     ALTER TABLE dead_letters ADD COLUMN attachments TEXT;
+                    """)
+        }
+        migrator.registerMigration("v9") { db in
+            // API.md 1.2, webhooks: the outbox. A row is written by the transaction that commits what it reports
+            // (SQLiteMessageStore+Webhooks) and deleted once the app's backend answered it 2xx. `position` orders each
+            // key's events (a conversation, or a user's devices); only a key's oldest pending one is sent. `state`: 0
+            // pending, 1 dead letter. The lease (`claimed_by`, `claimed_until`) is the dispatcher's.
+            try db.execute(
+                sql: """
+                    CREATE TABLE webhook_events(
+                        position INTEGER PRIMARY KEY AUTOINCREMENT,
+                        id TEXT NOT NULL,
+                        ordering_key TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        body TEXT NOT NULL,
+                        state INTEGER NOT NULL DEFAULT 0,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        next_attempt_at INTEGER NOT NULL,
+                        retry_from INTEGER NOT NULL,
+                        claimed_until INTEGER NOT NULL DEFAULT 0,
+                        claimed_by TEXT,
+                        last_error TEXT,
+                        dead_at INTEGER);
+                    CREATE INDEX webhook_events_key ON webhook_events(ordering_key, position) WHERE state = 0;
+                    CREATE INDEX webhook_events_due ON webhook_events(next_attempt_at) WHERE state = 0;
+                    CREATE INDEX webhook_events_dead ON webhook_events(id) WHERE state = 1;
                     """)
         }
         return migrator
