@@ -4,7 +4,7 @@ import PigeonProtocol
 /// Every HTTP route of the server, in the order of the OpenAPI document. Adding a route to the server means adding
 /// its row here (the contract tests compare this table with the router and name what is missing on either side).
 extension ContractRoute {
-    package static let all: [ContractRoute] = devices + conversations + messages + reactions + attachments + streams + operations + admin + contract + pages
+    package static let all: [ContractRoute] = devices + conversations + messages + reactions + attachments + streams + operations + admin + webhookAdmin + contract + pages
 
     // MARK: Parameters
 

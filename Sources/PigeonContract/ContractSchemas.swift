@@ -406,7 +406,7 @@ package enum ContractSchemas {
             ),
             ("DeadLetterList", Schema.object(required: ["deadLetters"], [("deadLetters", Schema.array(Schema.ref("DeadLetter"), "Oldest first."))])),
             ("Health", Schema.object(required: ["status"], [("status", Schema.constant("ok"))])),
-        ] + adminSchemas + [
+        ] + adminSchemas + webhookSchemas + [
             ("Ready", Schema.object(required: ["status"], [("status", Schema.constant("ready"))])),
         ]
     }

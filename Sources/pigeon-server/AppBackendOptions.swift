@@ -13,6 +13,19 @@ struct AppBackendOptions: ParsableArguments {
     @Option(name: .customLong("webhook-events"), help: "Comma-separated event types to send (default: all but receipt.read): \(AppBackendConfiguration.webhookEventTypes.joined(separator: ", ")).")
     var webhookEvents: String?
 
+    @Option(name: .customLong("webhook-timeout-ms"), help: ArgumentHelp("Milliseconds a webhook request may take (default 5000).", visibility: .hidden))
+    var webhookTimeoutMs: Int?
+
+    @Option(
+        name: .customLong("webhook-retry-window-seconds"),
+        help: ArgumentHelp("Seconds a failing webhook event is retried before it is a dead letter (default 86400).", visibility: .hidden))
+    var webhookRetryWindowSeconds: Int?
+
+    @Option(
+        name: .customLong("webhook-first-retry-ms"),
+        help: ArgumentHelp("Milliseconds before a failed webhook event's first retry; doubles up to 10 minutes (default 1000).", visibility: .hidden))
+    var webhookFirstRetryMs: Int?
+
     @Option(name: .customLong("before-send-hook"), help: "URL asked before a send or an edit is stored: allow, reject or replace (also PIGEON_BEFORE_SEND_HOOK).")
     var beforeSendHook: String?
 
@@ -39,6 +52,9 @@ struct AppBackendOptions: ParsableArguments {
         if let webhookEvents {
             app.webhookEvents = Set(webhookEvents.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
         }
+        if let webhookTimeoutMs { app.webhookTimeout = .milliseconds(webhookTimeoutMs) }
+        if let webhookRetryWindowSeconds { app.webhookRetryWindow = .seconds(webhookRetryWindowSeconds) }
+        if let webhookFirstRetryMs { app.webhookFirstRetryDelay = .milliseconds(webhookFirstRetryMs) }
         app.beforeSendHookURL = nonEmpty(beforeSendHook) ?? nonEmpty(environment["PIGEON_BEFORE_SEND_HOOK"])
         if let beforeSendTimeoutMs { app.beforeSendTimeout = .milliseconds(beforeSendTimeoutMs) }
         if let beforeSendOnFailure {

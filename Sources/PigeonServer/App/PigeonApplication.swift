@@ -52,10 +52,14 @@ public enum PigeonApplication {
         ContractController().addRoutes(to: router)
         // Without an admin token the admin routes do not exist (404).
         if let adminToken = configuration.adminToken.map(OperatorToken.init) {
+            let admin = v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken))
             AdminController(
                 store: core.store, attachments: core.attachments, buffer: core.accept, hub: core.hub, fanout: core.fanout, metrics: core.metrics, sampler: core.sampler,
                 nodeId: core.nodeId, nodeRosters: core.nodeRosters, startedAt: core.startedAt, logger: logger
-            ).addRoutes(to: v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken)))
+            ).addRoutes(to: admin)
+            WebhookAdminController(
+                store: core.webhookStore, dispatcher: core.webhookDispatcher, configuration: configuration.appBackend, logger: logger
+            ).addRoutes(to: admin)
             // The page itself is public; it asks for the token and calls the routes above with it.
             router.get("/admin") { _, _ in AdminPage.response() }
         }
@@ -83,7 +87,8 @@ public enum PigeonApplication {
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
             services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.attachmentSweeper]
-                + [core.processor].compactMap { $0 } + [core.typing, core.sampler] + [core.pushDispatcher].compactMap { $0 },
+                + [core.processor].compactMap { $0 } + [core.typing, core.sampler] + [core.pushDispatcher].compactMap { $0 }
+                + [core.webhookDispatcher].compactMap { $0 },
             onServerRunning: { channel in
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
             },

@@ -26,6 +26,9 @@ final class PigeonCore: Sendable {
     let pushStore: any PushStore
     /// Sends the pushes owed to devices with no stream open (nil without `--push-gateway`).
     let pushDispatcher: PushDispatcher?
+    /// The same store's webhook outbox, and what sends it (nil without `--webhook`).
+    let webhookStore: any WebhookStore
+    let webhookDispatcher: WebhookDispatcher?
     /// Where an accepted message is written durably: straight into the embedded store, or into a buffer that the
     /// processor empties (``PigeonCore/open(configuration:logger:)`` chooses, once).
     let accept: any AcceptPath
@@ -68,7 +71,9 @@ final class PigeonCore: Sendable {
         var backendServices: [any Service] = []
         var nodeRosters: [any NodeRoster] = []
         let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
-        let store: any MessageStore & PushStore
+        let store: any MessageStore & PushStore & WebhookStore
+        // The webhook events the store records with what they report; none without `--webhook`.
+        let webhooks = WebhookOutbox(typeNames: configuration.appBackend.enabledWebhookEvents)
         let attachments: any AttachmentStore
         let fanout: any Fanout
         var sqliteStore: SQLiteMessageStore?
@@ -77,7 +82,7 @@ final class PigeonCore: Sendable {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
             let opened = try SQLiteMessageStore(
-                path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector)
+                path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector, webhooks: webhooks)
             (store, fanout, sqliteStore) = (opened, local, opened)
             sqliteFiles.append(path)
             attachments = try SQLiteAttachmentStore(
@@ -85,7 +90,7 @@ final class PigeonCore: Sendable {
         case .postgres(let url):
             let opened = try await PostgresMessageStore.open(
                 url: url, local: local, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
-                stageTimer: metrics.stageTimer, clock: configuration.clock)
+                stageTimer: metrics.stageTimer, clock: configuration.clock, webhooks: webhooks)
             (store, fanout) = (opened, opened.fanout)
             attachments = PostgresAttachmentStore(messageStore: opened, logger: logger)
             backendServices.append(opened)
@@ -136,17 +141,23 @@ final class PigeonCore: Sendable {
             local.observePublications { [weak dispatcher] in dispatcher?.committed() }
             pushDispatcher = dispatcher
         }
+        let webhookDispatcher = Self.webhookDispatcher(
+            store: store, configuration: configuration, metrics: metrics, nodeId: nodeId, local: local, logger: logger)
         return PigeonCore(
             configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, attachments: attachments,
             accept: accept, buffer: buffer, authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices,
-            pushStore: store, pushDispatcher: pushDispatcher, nodeId: nodeId, nodeRosters: nodeRosters)
+            pushStore: store, pushDispatcher: pushDispatcher, webhookStore: store, webhookDispatcher: webhookDispatcher, nodeId: nodeId,
+            nodeRosters: nodeRosters)
     }
 
     private init(
         configuration: ServerConfiguration, logger: Logger, metrics: PigeonMetrics, hub: StreamHub, fanout: any Fanout,
         store: any MessageStore, attachments: any AttachmentStore, accept: any AcceptPath, buffer: (any IngestBuffer)?, authenticator: Authenticator, activity: DeviceActivity, sqliteFiles: [String],
-        backendServices: [any Service], pushStore: any PushStore, pushDispatcher: PushDispatcher?, nodeId: String, nodeRosters: [any NodeRoster]
+        backendServices: [any Service], pushStore: any PushStore, pushDispatcher: PushDispatcher?, webhookStore: any WebhookStore,
+        webhookDispatcher: WebhookDispatcher?, nodeId: String, nodeRosters: [any NodeRoster]
     ) {
+        self.webhookStore = webhookStore
+        self.webhookDispatcher = webhookDispatcher
         self.nodeId = nodeId
         self.startedAt = WallClock.nowMillis()
         self.nodeRosters = nodeRosters

@@ -74,6 +74,11 @@ public struct AppBackendConfiguration: Sendable {
             }
             if webhookEvents.isEmpty { return "--webhook-events must name at least one type" }
         }
+        if webhookTimeout <= .zero || webhookTimeout > .seconds(60) { return "--webhook-timeout-ms must be 1 to 60000" }
+        if webhookRetryWindow < .zero { return "--webhook-retry-window-seconds must not be negative" }
+        if webhookFirstRetryDelay <= .zero || webhookFirstRetryDelay > webhookMaxRetryDelay {
+            return "--webhook-first-retry-ms must be positive and at most the longest retry delay (\(webhookMaxRetryDelay))"
+        }
         if let serviceToken, serviceToken.count < 16 { return "--service-token must be at least 16 characters" }
         if strangerAddsPerHour < 0 { return "--stranger-adds-per-hour must be 0 (no limit) or more" }
         if beforeSendTimeout <= .zero || beforeSendTimeout > .seconds(30) { return "--before-send-timeout-ms must be 1 to 30000" }

@@ -3,7 +3,7 @@
   const TOKEN_KEY = "pigeon-admin-token";
   const SVG = "http://www.w3.org/2000/svg";
   const MAX_SAMPLES = 300;
-  const state = { token: sessionStorage.getItem(TOKEN_KEY), samples: [], lastAt: null, timer: null, deadLetterTimer: null, conversationTimer: null, conversationId: null, deadLetterCount: null, generation: 0 };
+  const state = { token: sessionStorage.getItem(TOKEN_KEY), samples: [], lastAt: null, timer: null, deadLetterTimer: null, conversationTimer: null, webhookTimer: null, conversationId: null, deadLetterCount: null, generation: 0 };
   const $ = (id) => document.getElementById(id);
 
   class ApiError extends Error {
@@ -257,6 +257,65 @@
     await loadDeadLetters();
   }
 
+  // Webhooks: the outbox's state (GET /v1/admin/webhooks) and its dead letters (GET /v1/admin/webhooks/dead), each
+  // with a button that sends it again with the same id (POST /v1/admin/webhooks/{id}/replay). Refreshed every 5 s.
+  async function loadWebhooks() {
+    clearTimeout(state.webhookTimer);
+    try {
+      const overview = await api("GET", "/v1/admin/webhooks");
+      $("webhook-endpoint").textContent = overview.endpoint === null ? "no endpoint (--webhook is not set)" : overview.endpoint;
+      setNumber("webhook-pending", overview.pending);
+      setNumber("webhook-dead", overview.dead);
+      $("webhook-oldest").textContent = overview.oldestPendingAt === null ? "none"
+        : Math.max(0, Math.round((overview.serverTime - overview.oldestPendingAt) / 1000)) + " s";
+      const list = await api("GET", "/v1/admin/webhooks/dead?limit=100");
+      renderDeadWebhooks(list.deadWebhooks);
+    } catch (error) {
+      if (error.kind === "unauthorized") { showLogin(error.message); return; }
+      $("webhook-status").textContent = "Could not read the webhooks: " + error.message;
+    }
+    state.webhookTimer = setTimeout(loadWebhooks, 5000);
+  }
+
+  function renderDeadWebhooks(events) {
+    const body = $("dead-webhooks");
+    while (body.firstChild) body.removeChild(body.firstChild);
+    $("dead-webhooks-empty").hidden = events.length > 0;
+    for (const event of events) {
+      const row = document.createElement("tr");
+      row.dataset.eventId = event.id;
+      cell(row, formatTime(event.deadAt));
+      cell(row, event.id, "id");
+      cell(row, event.type);
+      cell(row, event.orderingKey, "id");
+      cell(row, String(event.attempts));
+      const error = cell(row, event.lastError, "body");
+      error.title = event.body;
+      const actions = cell(row, "");
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "replay-webhook";
+      button.dataset.eventId = event.id;
+      button.textContent = "Replay";
+      button.addEventListener("click", () => replayWebhook(event.id, button));
+      actions.appendChild(button);
+      body.appendChild(row);
+    }
+  }
+
+  async function replayWebhook(id, button) {
+    button.disabled = true;
+    try {
+      await api("POST", "/v1/admin/webhooks/" + encodeURIComponent(id) + "/replay");
+      $("webhook-status").textContent = "Replayed " + id + ": pending again, sent with the same id after its conversation's pending events.";
+    } catch (error) {
+      if (error.kind === "unauthorized") { showLogin(error.message); return; }
+      $("webhook-status").textContent = "Replay of " + id + " failed: " + error.message;
+      button.disabled = false;
+    }
+    await loadWebhooks();
+  }
+
   async function lookUpConversation(id) {
     try {
       const conversation = await api("GET", "/v1/admin/conversations/" + encodeURIComponent(id));
@@ -323,6 +382,7 @@
     state.generation++;
     clearTimeout(state.timer);
     clearTimeout(state.conversationTimer);
+    clearTimeout(state.webhookTimer);
     state.token = null;
     sessionStorage.removeItem(TOKEN_KEY);
     $("dashboard").hidden = true;
@@ -343,6 +403,7 @@
     setStatus("idle", "");
     poll(state.generation);
     loadDeadLetters();
+    loadWebhooks();
   }
 
   $("token-form").addEventListener("submit", (event) => {
@@ -356,6 +417,7 @@
   });
   $("forget-token").addEventListener("click", () => showLogin(""));
   $("dead-letters-refresh").addEventListener("click", () => loadDeadLetters());
+  $("webhooks-refresh").addEventListener("click", () => loadWebhooks());
   $("conversation-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const id = $("conversation-id").value.trim();
