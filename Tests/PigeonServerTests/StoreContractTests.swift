@@ -50,7 +50,7 @@ import Testing
     /// Runs `body` with a fresh store of `kind` (a temporary file, or a schema of its own), and more stores on the
     /// same data when `nodes` > 1 (the PostgreSQL store only: several server nodes share one database).
     static func withStores(
-        _ kind: Kind, nodes: Int = 1, faultInjector: ProcessingFaultInjector? = nil,
+        _ kind: Kind, nodes: Int = 1, faultInjector: ProcessingFaultInjector? = nil, webhooks: WebhookOutbox = .off,
         _ body: @Sendable ([any MessageStore], [RecordingSink]) async throws -> Void
     ) async throws {
         var logger = Logger(label: "store-contract")
@@ -61,7 +61,8 @@ import Testing
             defer { try? FileManager.default.removeItem(atPath: directory) }
             let sink = RecordingSink()
             let store = try SQLiteMessageStore(
-                path: directory + "/store.sqlite", durable: false, fanout: LocalFanout(sink: sink), faultInjector: faultInjector)
+                path: directory + "/store.sqlite", durable: false, fanout: LocalFanout(sink: sink), faultInjector: faultInjector,
+                webhooks: webhooks)
             try await body([store], [sink])
         case .postgres:
             let schema = "pigeon_c_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
@@ -71,7 +72,8 @@ import Testing
             for _ in 0..<nodes {
                 let sink = RecordingSink()
                 stores.append(try await PostgresMessageStore.open(
-                    url: url, local: LocalFanout(sink: sink), faultInjector: faultInjector, logger: logger, maxConnections: 4))
+                    url: url, local: LocalFanout(sink: sink), faultInjector: faultInjector, logger: logger, maxConnections: 4,
+                    webhooks: webhooks))
                 sinks.append(sink)
             }
             let (running, recorded) = (stores, sinks)

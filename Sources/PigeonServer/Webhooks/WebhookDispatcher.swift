@@ -118,6 +118,8 @@ final class WebhookDispatcher: Service {
     /// Sends one claimed event and records what became of it.
     private func deliver(_ event: WebhookDelivery, http: HTTPClient) async {
         let problem = await post(event, http: http)
+        // Shutting down: the try is not recorded; the claim is released at the next start (or ends with its lease).
+        if Task.isCancelled { return }
         let now = WallClock.nowMillis()
         for attempt in 1...3 {
             do {
