@@ -132,6 +132,9 @@ struct PigeonBench: AsyncParsableCommand {
     @Flag(name: .customLong("hanging-push-gateway"), help: "Point the spawned servers at a push gateway that never answers (with --offline-push-members: what a dead gateway costs accept and delivery).")
     var hangingPushGateway = false
 
+    @Flag(name: .customLong("webhook-receiver"), help: "Point the spawned servers at a webhook endpoint on loopback that answers at once, every event type on (what recording and sending webhook events costs accept and delivery).")
+    var webhookReceiver = false
+
     @Option(help: "Also write the results as JSON to this file.")
     var json: String?
 
@@ -161,9 +164,10 @@ struct PigeonBench: AsyncParsableCommand {
         }
     }
 
-    /// `--server-arg`s, and the hanging push gateway's when asked for.
+    /// `--server-arg`s, and the hanging push gateway's and the webhook receiver's when asked for.
     private func spawnedServerArguments() throws -> [String] {
         serverArguments + (hangingPushGateway ? try HangingPushGateway.shared.get().serverArguments : [])
+            + (webhookReceiver ? try InstantWebhookReceiver.shared.get().serverArguments : [])
     }
 
     private var settings: BenchSettings {
