@@ -195,6 +195,7 @@ extension StreamController {
         json.member("status", response.status.rawValue)
         json.member("acceptedAt", response.acceptedAt)
         if let seq = response.seq { json.member("seq", seq) }
+        if response.bodyReplaced == true { json.member("bodyReplaced", true) }
         json.endObject()
         return json.string
     }
