@@ -132,6 +132,9 @@ struct PigeonBench: AsyncParsableCommand {
     @Flag(name: .customLong("hanging-push-gateway"), help: "Point the spawned servers at a push gateway that never answers (with --offline-push-members: what a dead gateway costs accept and delivery).")
     var hangingPushGateway = false
 
+    @Flag(name: .customLong("allowing-hook"), help: "Give the spawned servers a before-send hook that allows every message at once (run with and without: what asking the app's backend costs a send).")
+    var allowingHook = false
+
     @Option(help: "Also write the results as JSON to this file.")
     var json: String?
 
@@ -161,9 +164,10 @@ struct PigeonBench: AsyncParsableCommand {
         }
     }
 
-    /// `--server-arg`s, and the hanging push gateway's when asked for.
+    /// `--server-arg`s, and the hanging push gateway's and the allowing hook's when asked for.
     private func spawnedServerArguments() throws -> [String] {
         serverArguments + (hangingPushGateway ? try HangingPushGateway.shared.get().serverArguments : [])
+            + (allowingHook ? try AllowingHook.shared.get().serverArguments : [])
     }
 
     private var settings: BenchSettings {
