@@ -287,6 +287,19 @@ import Testing
         }
     }
 
+    @Test func aPreviousTokenNeedsTheNewOneAndBothAtLeast16Characters() {
+        var configuration = AppBackendConfiguration()
+        configuration.previousServiceToken = "previous-token-0123456789"
+        #expect(configuration.problem?.contains("needs --service-token") == true)
+        configuration.serviceToken = "new-token-0123456789"
+        #expect(configuration.problem == nil)
+        configuration.previousServiceToken = "short"
+        #expect(configuration.problem?.contains("--service-token-previous must be at least 16") == true)
+        configuration.previousServiceToken = nil
+        configuration.serviceToken = "short"
+        #expect(configuration.problem?.contains("--service-token must be at least 16") == true)
+    }
+
     @Test func theCredentialComparisonMatchesOnlyTheWholeToken() {
         let credential = ServiceCredential(tokens: ["abcdefghijklmnop", "qrstuvwxyz012345"])
         #expect(credential.matches("abcdefghijklmnop") && credential.matches("qrstuvwxyz012345"))
