@@ -40,6 +40,9 @@ final class Ingest: Sendable {
         self.maxBodyBytes = configuration.maxBodyBytes
     }
 
+    /// Whether sends and edits wait for the app's before-send hook.
+    var asksHook: Bool { hook != nil }
+
     /// A prepared send: the message to append and what storing it will cost its sender's stored-bytes budget.
     struct Prepared: Sendable {
         var message: BufferedMessage

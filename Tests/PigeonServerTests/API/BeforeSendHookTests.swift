@@ -107,6 +107,45 @@ import Testing
         }
     }
 
+    /// A socket's sends are asked side by side (the hook holds the first until four are waiting; asked one at a time,
+    /// it would time out and, under the reject policy, be refused) and still stored in the socket's order, though the
+    /// hook answers the last first; an edit and a delete behind them keep their place too.
+    @Test func aSocketsSendsAreAskedTogetherAndStoredInItsOrder() async throws {
+        try await Self.withHookedServer(timeoutMs: 10_000, onFailure: .reject) { client, hook in
+            let (alice, _, conversation) = try await Self.pair(client)
+            let first = try await client.sendAccepted(alice, to: conversation.id, body: "zero")
+            _ = try await client.waitForCount(alice, conversation.id, 1)
+            let socket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            defer { Task { await socket.close() } }
+            hook.holdUntil(4)
+            let ids = (1...3).map { _ in newId() }
+            for (index, id) in ids.enumerated() { socket.sendMessage(to: conversation.id, body: "message \(index + 1)", clientMessageId: id) }
+            let editId = newId()
+            socket.send(
+                .edit(
+                    conversationId: conversation.id, serverId: first.serverId,
+                    EditMessageRequest(clientMessageId: editId, body: "zero, edited", clientTimestamp: 1_763_700_000_000)))
+            let deleteId = newId()
+            socket.send(
+                .delete(
+                    conversationId: conversation.id, serverId: first.serverId,
+                    DeleteMessageRequest(clientMessageId: deleteId, clientTimestamp: 1_763_700_000_000)))
+            var answered: [String] = []
+            while answered.count < 5 {
+                guard let frame = await socket.first(where: { if case .event = $0 { false } else { true } }) else { break }
+                switch frame {
+                case .ack(let ack): answered.append(ack.clientMessageId)
+                case .error(let error): Issue.record("refused: \(error)")
+                case .event: break
+                }
+            }
+            #expect(answered == ids + [editId, deleteId])
+            let stored = try await client.waitForCount(alice, conversation.id, 6)
+            #expect(stored.map(\.clientMessageId) == [first.clientMessageId] + ids + [editId, deleteId])
+            #expect(stored.first?.deletedAt != nil)
+        }
+    }
+
     @Test func aReplacedBodyIsStoredDeliveredAndSaidInTheAnswer() async throws {
         try await Self.withHookedServer { client, hook in
             let (alice, bob, conversation) = try await Self.pair(client)

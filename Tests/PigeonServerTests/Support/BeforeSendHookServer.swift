@@ -33,6 +33,8 @@ final class BeforeSendHookServer: Sendable {
     static let secret = "hook-secret-for-tests-0123456789"
 
     private let calls = NIOLockedValueBox([Call]())
+    /// Calls held until `count` are held at once (``holdUntil(_:)``), then answered newest first.
+    private let held = NIOLockedValueBox((count: 0, waiting: [CheckedContinuation<Void, Never>]()))
     private let rule = NIOLockedValueBox<@Sendable (Call) -> Reply>({ _ in .allow })
 
     /// Answers every later call with `reply(call)`.
@@ -41,6 +43,25 @@ final class BeforeSendHookServer: Sendable {
     }
 
     var received: [Call] { calls.withLockedValue { $0 } }
+
+    /// Holds every later call unanswered until `count` calls are held at once, then answers them, the last one first.
+    /// A server that asked one call at a time would never get there.
+    func holdUntil(_ count: Int) {
+        held.withLockedValue { $0 = (count, []) }
+    }
+
+    private func hold() async {
+        await withCheckedContinuation { continuation in
+            let release = held.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+                guard state.count > 0 else { return [continuation] }
+                state.waiting.append(continuation)
+                guard state.waiting.count >= state.count else { return [] }
+                defer { state = (0, []) }
+                return state.waiting.reversed()
+            }
+            for waiter in release { waiter.resume() }
+        }
+    }
 
     /// Runs a hook server on a free loopback port for the duration of `body`, which gets it and its URL.
     static func with<T: Sendable>(_ body: @Sendable (BeforeSendHookServer, String) async throws -> T) async throws -> T {
@@ -52,6 +73,7 @@ final class BeforeSendHookServer: Sendable {
             let signature = request.headers[HTTPField.Name("Pigeon-Signature")!] ?? ""
             let call = Call(body: data, signatureValid: RequestSignature.verify(header: signature, secret: secret, body: data))
             hook.calls.withLockedValue { $0.append(call) }
+            await hook.hold()
             let reply = hook.rule.withLockedValue { $0 }(call)
             func json(_ status: HTTPResponse.Status, _ text: String) -> Response {
                 Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: text)))
