@@ -135,6 +135,9 @@ struct PigeonBench: AsyncParsableCommand {
     @Flag(name: .customLong("webhook-receiver"), help: "Point the spawned servers at a webhook endpoint on loopback that answers at once, every event type on (what recording and sending webhook events costs accept and delivery).")
     var webhookReceiver = false
 
+    @Flag(name: .customLong("allowing-hook"), help: "Give the spawned servers a before-send hook that allows every message at once (run with and without: what asking the app's backend costs a send).")
+    var allowingHook = false
+
     @Option(help: "Also write the results as JSON to this file.")
     var json: String?
 
@@ -164,10 +167,11 @@ struct PigeonBench: AsyncParsableCommand {
         }
     }
 
-    /// `--server-arg`s, and the hanging push gateway's and the webhook receiver's when asked for.
+    /// `--server-arg`s, and the hanging push gateway's, the webhook receiver's and the allowing hook's when asked for.
     private func spawnedServerArguments() throws -> [String] {
         serverArguments + (hangingPushGateway ? try HangingPushGateway.shared.get().serverArguments : [])
             + (webhookReceiver ? try InstantWebhookReceiver.shared.get().serverArguments : [])
+            + (allowingHook ? try AllowingHook.shared.get().serverArguments : [])
     }
 
     private var settings: BenchSettings {

@@ -38,6 +38,8 @@ package struct ContractRoute: Sendable {
         case adminToken
         /// `Authorization: Bearer` with `--metrics-token` when one is set, else nothing.
         case optionalMetricsToken
+        /// `Authorization: Bearer` with the server API's service credential (a device's token is `403`).
+        case service
     }
 
     package struct Parameter: Sendable {
@@ -109,6 +111,9 @@ package struct ContractRoute: Sendable {
         package static func forbidden(_ when: String) -> Refusal { Refusal(error: .forbidden, when: when) }
         package static func notFound(_ when: String) -> Refusal { Refusal(error: .notFound, when: when) }
         package static func conflict(_ when: String) -> Refusal { Refusal(error: .conflict, when: when) }
+        package static let rejected = Refusal(
+            error: .rejected,
+            when: "With --before-send-hook: the hook rejected it (message: its reason), or the call failed under --before-send-on-failure reject.")
         package static let tooLarge = Refusal(error: .payloadTooLarge, when: "The request body is over 65,536 bytes (--max-body-bytes).")
         package static func rateLimited(_ when: String) -> Refusal { Refusal(error: .rateLimited, when: when) }
     }
@@ -135,7 +140,7 @@ package struct ContractRoute: Sendable {
 /// The error answers of the contract (API.md's table and docs/API.md's "Errors beyond the table"), each a reusable
 /// response of the OpenAPI document.
 package enum ContractError: String, Sendable, CaseIterable {
-    case invalidRequest, unauthorized, forbidden, notFound, methodNotAllowed, conflict, payloadTooLarge, rangeNotSatisfiable, rateLimited,
+    case invalidRequest, unauthorized, forbidden, rejected, notFound, methodNotAllowed, conflict, payloadTooLarge, rangeNotSatisfiable, rateLimited,
         internalError, overloaded
 
     package var code: ErrorCode {
@@ -143,6 +148,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .invalidRequest: .invalidRequest
         case .unauthorized: .unauthorized
         case .forbidden: .forbidden
+        case .rejected: .rejected
         case .notFound: .notFound
         case .methodNotAllowed: .methodNotAllowed
         case .conflict: .conflict
@@ -162,6 +168,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .invalidRequest: "InvalidRequest"
         case .unauthorized: "Unauthorized"
         case .forbidden: "Forbidden"
+        case .rejected: "Rejected"
         case .notFound: "NotFound"
         case .methodNotAllowed: "MethodNotAllowed"
         case .conflict: "Conflict"
@@ -178,6 +185,7 @@ package enum ContractError: String, Sendable, CaseIterable {
         case .invalidRequest: "Malformed JSON, a missing or ill-typed field, a key given twice, a bad UUID, cursor or parameter."
         case .unauthorized: "A missing, malformed, expired, revoked or unknown token."
         case .forbidden: "The caller is known but may not do this."
+        case .rejected: "The app's before-send hook refused the send or edit (`message` carries its reason); nothing was stored. A resend asks again."
         case .notFound: "Unknown, or not the caller's (never told apart)."
         case .methodNotAllowed: "A known path with a method it does not serve; `Allow` lists the path's methods. Answered before the token is looked at."
         case .conflict:

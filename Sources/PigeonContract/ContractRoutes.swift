@@ -4,7 +4,9 @@ import PigeonProtocol
 /// Every HTTP route of the server, in the order of the OpenAPI document. Adding a route to the server means adding
 /// its row here (the contract tests compare this table with the router and name what is missing on either side).
 extension ContractRoute {
-    package static let all: [ContractRoute] = devices + conversations + messages + reactions + attachments + streams + operations + admin + webhookAdmin + contract + pages
+    package static let all: [ContractRoute] =
+        devices + conversations + messages + reactions + attachments + streams + service + operations + admin + webhookAdmin + contract
+        + pages
 
     // MARK: Parameters
 
@@ -133,7 +135,7 @@ extension ContractRoute {
                 .notFound(
                     "The conversation is unknown, closed, or the caller is not a member; a replyTo or threadRoot that is not a message of it the caller can see."),
                 .conflict("A replyTo or threadRoot that is deleted, or one of the server's pigeon.* messages."),
-                Refusal(error: .payloadTooLarge, when: "The request or the message body is over 65,536 bytes."), sendRate,
+                Refusal(error: .payloadTooLarge, when: "The request or the message body is over 65,536 bytes."), sendRate, .rejected,
             ]),
         ContractRoute(
             method: .get, path: "/v1/conversations/{id}/messages", operationId: "history", tag: "messages", summary: "A page of history",
@@ -165,7 +167,7 @@ extension ContractRoute {
             refusals: [
                 .invalid("A bad field, a deleted or server message as target."), .unauthorized(), .forbidden("Another user's message."),
                 .notFound("The conversation is not the caller's, or the target is unknown."),
-                Refusal(error: .payloadTooLarge, when: "The request or the new body is over 65,536 bytes."), sendRate,
+                Refusal(error: .payloadTooLarge, when: "The request or the new body is over 65,536 bytes."), sendRate, .rejected,
             ]),
         ContractRoute(
             method: .post, path: "/v1/conversations/{id}/messages/{serverId}/delete", operationId: "deleteMessage", tag: "messages",

@@ -100,6 +100,7 @@ package enum ContractSchemas {
             + [("Event", eventUnion)]
             + ClientOperation.Op.allCases.map { (operationName($0), operation($0)) }
             + [("ClientOperation", operationUnion), ("AckFrame", ackFrame), ("ErrorFrame", errorFrame), ("ServerFrame", serverFrameUnion)]
+            + serviceSchemas
     }
 
     private static var base: [(String, JSONNode)] {
@@ -330,7 +331,7 @@ package enum ContractSchemas {
                     required: ["serverId", "clientMessageId", "status", "acceptedAt"],
                     [
                         ("serverId", uuid), ("clientMessageId", uuid), ("status", Schema.ref("MessageStatus")), ("acceptedAt", millis),
-                        ("seq", Schema.described(seq, "Present once stored, on a resend's answer.")),
+                        ("seq", Schema.described(seq, "Present once stored, on a resend's answer.")), ("bodyReplaced", bodyReplaced),
                     ])
             ),
             (
@@ -668,13 +669,17 @@ package enum ContractSchemas {
             required: ["type", "clientMessageId", "serverId", "status", "acceptedAt"],
             [
                 ("type", Schema.constant("ack")), ("clientMessageId", uuid), ("serverId", uuid), ("status", Schema.ref("MessageStatus")),
-                ("acceptedAt", millis), ("seq", Schema.described(seq, "Present once stored (a resend).")),
+                ("acceptedAt", millis), ("seq", Schema.described(seq, "Present once stored (a resend).")), ("bodyReplaced", bodyReplaced),
             ])
     }
 
+    /// `bodyReplaced` of an accept answer (API.md 1.2).
+    private static let bodyReplaced = Schema.described(
+        ["type": "boolean", "const": .bool(true)], "Present (true) when the app's before-send hook replaced the body: the message is stored with the hook's body.")
+
     private static var errorFrame: JSONNode {
         Schema.object(
-            "An operation was refused, or a frame could not be read (invalid_request, payload_too_large, rate_limited, not_found, forbidden, conflict, overloaded, internal).",
+            "An operation was refused, or a frame could not be read (invalid_request, payload_too_large, rate_limited, not_found, forbidden, rejected, conflict, overloaded, internal; rejected: the app's before-send hook refused the send or edit, the reason in message).",
             required: ["type", "error"],
             [
                 ("type", Schema.constant("error")),

@@ -48,6 +48,7 @@ package enum OpenAPIDocument {
         ("attachments", "Uploads (photos, voice notes, files) that messages carry, and reading them back."),
         ("reactions", "Reactions to messages: adding, removing, who reacted."),
         ("events", "The device's event log: pulled (/v1/sync) or streamed (/v1/events, /v1/ws)."),
+        ("service", "The server API: the app's backend creates conversations, changes members, posts and moderates messages, manages devices."),
         ("operations", "Health, readiness, metrics."),
         ("admin", "Operators: dead letters (only with --admin-token)."),
         ("contract", "The machine-readable contract."),
@@ -71,12 +72,27 @@ package enum OpenAPIDocument {
         let refusals = route.refusals + [
             .init(error: .internalError, when: ContractError.internalError.meaning), .init(error: .overloaded, when: ContractError.overloaded.meaning),
         ]
+        // Refusals of one status with different codes (403 forbidden and 403 rejected) share one answer: either body.
+        var byStatus: [(key: String, refusals: [ContractRoute.Refusal])] = []
         for refusal in refusals {
             let key = String(refusal.error.status)
-            let reference: JSONNode = [
-                "$ref": .string("#/components/responses/\(refusal.error.responseName)"), "description": .string(refusal.when),
-            ]
-            if !responses.contains(where: { $0.key == key }) { responses.append(.init(key: key, value: reference)) }
+            if let index = byStatus.firstIndex(where: { $0.key == key }) {
+                if !byStatus[index].refusals.contains(where: { $0.error == refusal.error }) { byStatus[index].refusals.append(refusal) }
+            } else {
+                byStatus.append((key, [refusal]))
+            }
+        }
+        for (key, shared) in byStatus where !responses.contains(where: { $0.key == key }) {
+            if shared.count == 1, let refusal = shared.first {
+                let reference: JSONNode = [
+                    "$ref": .string("#/components/responses/\(refusal.error.responseName)"), "description": .string(refusal.when),
+                ]
+                responses.append(.init(key: key, value: reference))
+            } else {
+                let description = shared.map { "\($0.error.code.rawValue): \($0.when)" }.joined(separator: " ")
+                let schema: JSONNode = ["anyOf": .array(shared.map { errorSchema($0.error) })]
+                responses.append(.init(key: key, value: ["description": .string(description), "content": ["application/json": ["schema": schema]]]))
+            }
         }
         responses.sort { $0.key < $1.key }
         var description = route.description
@@ -140,12 +156,7 @@ package enum OpenAPIDocument {
 
     /// The reusable answer of `error`: the error body with its code fixed, and its headers.
     private static func response(of error: ContractError) -> JSONNode {
-        let schema: JSONNode = [
-            "allOf": [
-                Schema.ref("Error"),
-                ["properties": ["error": ["properties": ["code": ["const": .string(error.code.rawValue)]]]]],
-            ]
-        ]
+        let schema = errorSchema(error)
         return .fields([
             ("description", .string("\(error.status) \(error.code.rawValue): \(error.meaning)")),
             (
@@ -161,6 +172,16 @@ package enum OpenAPIDocument {
         ])
     }
 
+    /// The error body with its code fixed.
+    private static func errorSchema(_ error: ContractError) -> JSONNode {
+        [
+            "allOf": [
+                Schema.ref("Error"),
+                ["properties": ["error": ["properties": ["code": ["const": .string(error.code.rawValue)]]]]],
+            ]
+        ]
+    }
+
     private static func security(_ security: ContractRoute.Security) -> JSONNode {
         switch security {
         case .none: []
@@ -169,6 +190,7 @@ package enum OpenAPIDocument {
         case .deviceOrAccessToken: [["deviceToken": []], ["accessToken": []]]
         case .adminToken: [["adminToken": []]]
         case .optionalMetricsToken: [[:], ["metricsToken": []]]
+        case .service: [["serviceToken": []]]
         }
     }
 
@@ -184,6 +206,11 @@ package enum OpenAPIDocument {
             ],
             "adminToken": ["type": "http", "scheme": "bearer", "description": "The operator's --admin-token (PIGEON_ADMIN_TOKEN)."],
             "metricsToken": ["type": "http", "scheme": "bearer", "description": "The operator's --metrics-token (PIGEON_METRICS_TOKEN), when set."],
+            "serviceToken": [
+                "type": "http", "scheme": "bearer",
+                "description":
+                    "The server API's credential, for the app's backend only: --service-token (PIGEON_SERVICE_TOKEN; --service-token-previous during a rotation), or a JWT signed with the configured keys carrying \"pigeon_role\": \"service\" and no device claim. A device's token is 403.",
+            ],
         ]
     }
 }

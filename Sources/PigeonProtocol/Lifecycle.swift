@@ -151,10 +151,11 @@ public struct EditBody: Codable, Sendable, Equatable {
     }
 }
 
-/// The body of a `pigeon.delete` message: the target's serverId, and who deleted it when that is not the message's
-/// sender (`"service"` for a deletion by moderation through the server API; absent otherwise).
+/// The body of a `pigeon.delete` message: the target's serverId, and who deleted it.
 public struct DeleteBody: Codable, Sendable, Equatable {
     public var serverId: String
+    /// The deleting user's id (the target's sender), or `"service"` for a deletion by moderation through the server
+    /// API; absent in deletions stored before it was written.
     public var by: String?
 
     public init(serverId: String, by: String? = nil) {

@@ -47,13 +47,19 @@ public struct SendMessageResponse: Codable, Sendable, Equatable {
     public var acceptedAt: Int64
     /// Present once the message is stored (only on a resend's `200`).
     public var seq: Int64?
+    /// `true` when the app's before-send hook replaced the body (API.md 1.2): the message is stored with the hook's
+    /// body, not the one sent. Absent otherwise (and on a resend's `200`).
+    public var bodyReplaced: Bool?
 
-    public init(serverId: String, clientMessageId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil) {
+    public init(
+        serverId: String, clientMessageId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil, bodyReplaced: Bool? = nil
+    ) {
         self.serverId = serverId
         self.clientMessageId = clientMessageId
         self.status = status
         self.acceptedAt = acceptedAt
         self.seq = seq
+        self.bodyReplaced = bodyReplaced
     }
 }
 

@@ -98,17 +98,24 @@ public struct AckFrame: Codable, Sendable, Equatable {
     public var status: ServerMessageStatus
     public var acceptedAt: Int64
     public var seq: Int64?
+    /// `true` when the app's before-send hook replaced the body (as ``SendMessageResponse/bodyReplaced``).
+    public var bodyReplaced: Bool?
 
-    public init(clientMessageId: String, serverId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil) {
+    public init(
+        clientMessageId: String, serverId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil, bodyReplaced: Bool? = nil
+    ) {
         self.clientMessageId = clientMessageId
         self.serverId = serverId
         self.status = status
         self.acceptedAt = acceptedAt
         self.seq = seq
+        self.bodyReplaced = bodyReplaced
     }
 
     public init(_ response: SendMessageResponse) {
-        self.init(clientMessageId: response.clientMessageId, serverId: response.serverId, status: response.status, acceptedAt: response.acceptedAt, seq: response.seq)
+        self.init(
+            clientMessageId: response.clientMessageId, serverId: response.serverId, status: response.status, acceptedAt: response.acceptedAt,
+            seq: response.seq, bodyReplaced: response.bodyReplaced)
     }
 }
 

@@ -38,6 +38,9 @@ struct AppBackendOptions: ParsableArguments {
     @Option(name: .customLong("service-token"), help: "The server API's static credential, at least 16 characters (better: PIGEON_SERVICE_TOKEN).")
     var serviceToken: String?
 
+    @Option(name: .customLong("service-token-previous"), help: "The server API's previous credential, still accepted while the backend rotates to --service-token (better: PIGEON_SERVICE_TOKEN_PREVIOUS).")
+    var serviceTokenPrevious: String?
+
     @Option(name: .customLong("consent"), help: "open (anyone may add anyone, the default) or invites (a stranger's add is an invitation to accept).")
     var consent: String?
 
@@ -64,6 +67,7 @@ struct AppBackendOptions: ParsableArguments {
             app.beforeSendOnFailure = policy
         }
         app.serviceToken = nonEmpty(serviceToken) ?? nonEmpty(environment["PIGEON_SERVICE_TOKEN"])
+        app.previousServiceToken = nonEmpty(serviceTokenPrevious) ?? nonEmpty(environment["PIGEON_SERVICE_TOKEN_PREVIOUS"])
         if let consent {
             guard let mode = AppBackendConfiguration.ConsentMode(rawValue: consent) else {
                 throw ValidationError("--consent must be open or invites, not \(consent)")

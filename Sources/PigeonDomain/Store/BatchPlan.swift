@@ -78,9 +78,10 @@ package enum MessageEvents {
     }
 
     /// The members of `message`'s conversation as the store read them in its transaction (`nil`: the conversation is
-    /// gone), when the sender is one of them; otherwise `conversation_not_found`, which fails the message.
+    /// gone), when the sender is one of them or a system sender of the server API (``SystemSender``, no member);
+    /// otherwise `conversation_not_found`, which fails the message.
     package static func members(_ members: [String]?, admitting message: BufferedMessage) throws -> [String] {
-        guard let members, members.contains(message.senderId) else { throw PigeonError.conversationNotFound }
+        guard let members, members.contains(message.senderId) || SystemSender.isSystem(message.senderId) else { throw PigeonError.conversationNotFound }
         return members
     }
 

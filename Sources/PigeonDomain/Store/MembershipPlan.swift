@@ -54,12 +54,19 @@ package struct MembershipPlan: Equatable {
     /// Plans `operation` by `actor` on a conversation of `kind` and `name` whose members are `members` and whose last
     /// seq is `lastSeq`. Throws `not_found` when the actor is not a member (never reveal more), `forbidden` for a role
     /// that does not allow it, `invalid_request` for what no role allows.
+    ///
+    /// The server API's actor (``SystemSender/service``) is no member and acts with the owner's rights, and more: it
+    /// may remove the owner (whose heir then becomes owner, as when an owner leaves). Its changes read `"by": "service"`.
     package init(
         _ operation: MembershipOperation, by actor: String, kind: ConversationKind, name currentName: String?,
         members: [ConversationMember], lastSeq: Int64, maxMembers: Int
     ) throws {
         self.lastSeq = lastSeq
-        guard let me = members.first(where: { $0.userId == actor }) else { throw PigeonError.conversationNotFound }
+        let isService = actor == SystemSender.service
+        guard let me = members.first(where: { $0.userId == actor }) ?? (isService ? Self.serviceMember : nil) else {
+            throw PigeonError.conversationNotFound
+        }
+        let by = isService ? SystemSender.serviceActor : actor
         let before = members.map(\.userId)
         var after = members
         switch operation {
@@ -77,17 +84,17 @@ package struct MembershipPlan: Equatable {
             let joined = new.map { ConversationMember(userId: $0, role: role, joinedSeq: seq, deliveredSeq: seq - 1, readSeq: seq - 1) }
             added = joined
             after += joined
-            changes.append(Change(seq: seq, body: MembersChange(action: .added, userIds: new, role: role, by: actor), recipients: (before + new).sorted()))
+            changes.append(Change(seq: seq, body: MembersChange(action: .added, userIds: new, role: role, by: by), recipients: (before + new).sorted()))
         case .remove(let userId) where userId == actor:
             after.removeAll { $0.userId == actor }
             removed = [actor]
-            changes.append(Change(seq: next(), body: MembersChange(action: .left, userIds: [actor], by: actor), recipients: before))
+            changes.append(Change(seq: next(), body: MembersChange(action: .left, userIds: [actor], by: by), recipients: before))
             if me.role == .owner, let heir = Self.heir(among: after) {
                 roles.append((heir.userId, .owner))
                 after = after.map { $0.userId == heir.userId ? Self.with($0, role: .owner) : $0 }
                 changes.append(
                     Change(
-                        seq: next(), body: MembersChange(action: .role, userIds: [heir.userId], role: .owner, by: actor),
+                        seq: next(), body: MembersChange(action: .role, userIds: [heir.userId], role: .owner, by: by),
                         recipients: after.map(\.userId)))
             }
         case .remove(let userId):
@@ -95,10 +102,16 @@ package struct MembershipPlan: Equatable {
             guard let target = members.first(where: { $0.userId == userId }) else {
                 throw PigeonError(.notFound, "\(userId) is not a member of this conversation")
             }
-            guard target.role != .owner else { throw PigeonError(.forbidden, "the owner cannot be removed; it may leave") }
+            guard target.role != .owner || isService else { throw PigeonError(.forbidden, "the owner cannot be removed; it may leave") }
             after.removeAll { $0.userId == userId }
             removed = [userId]
-            changes.append(Change(seq: next(), body: MembersChange(action: .removed, userIds: [userId], by: actor), recipients: before))
+            changes.append(Change(seq: next(), body: MembersChange(action: .removed, userIds: [userId], by: by), recipients: before))
+            if target.role == .owner, let heir = Self.heir(among: after) {
+                roles.append((heir.userId, .owner))
+                after = after.map { $0.userId == heir.userId ? Self.with($0, role: .owner) : $0 }
+                changes.append(
+                    Change(seq: next(), body: MembersChange(action: .role, userIds: [heir.userId], role: .owner, by: by), recipients: after.map(\.userId)))
+            }
         case .setRole(let userId, let role):
             guard me.role == .owner else { throw PigeonError(.forbidden, "only the owner changes roles") }
             guard role != .owner else { throw PigeonError.invalid("role must be admin or member (the owner passes ownership on by leaving)") }
@@ -109,7 +122,7 @@ package struct MembershipPlan: Equatable {
             guard target.role != role else { break }
             roles = [(userId, role)]
             after = after.map { $0.userId == userId ? Self.with($0, role: role) : $0 }
-            changes.append(Change(seq: next(), body: MembersChange(action: .role, userIds: [userId], role: role, by: actor), recipients: before))
+            changes.append(Change(seq: next(), body: MembersChange(action: .role, userIds: [userId], role: role, by: by), recipients: before))
         case .rename(let newName):
             guard me.role != .member else { throw PigeonError(.forbidden, "only the owner and admins rename a conversation") }
             guard kind == .group else { throw PigeonError.invalid("a direct conversation has no name") }
@@ -119,10 +132,13 @@ package struct MembershipPlan: Equatable {
             }
             guard newName != currentName else { break }
             name = .some(newName)
-            changes.append(Change(seq: next(), body: MembersChange(action: .renamed, userIds: [], name: newName, by: actor), recipients: before))
+            changes.append(Change(seq: next(), body: MembersChange(action: .renamed, userIds: [], name: newName, by: by), recipients: before))
         }
         membersAfter = after.sorted { $0.userId < $1.userId }
     }
+
+    /// How the server API's actor counts in the rules: as an owner.
+    private static let serviceMember = ConversationMember(userId: SystemSender.service, role: .owner, joinedSeq: 0, deliveredSeq: 0, readSeq: 0)
 
     private mutating func next() -> Int64 {
         lastSeq += 1
@@ -190,9 +206,9 @@ package enum MessageLifecycle {
         return json.string
     }
 
-    /// A `pigeon.delete` body; `by` names who deleted the target when it is not the delete's sender (moderation).
+    /// `by`: the deleting user, or ``SystemSender/serviceActor`` for a deletion by moderation.
     package static func deleteText(serverId: String, by: String? = nil) -> String {
-        var json = JSONText(capacity: 64)
+        var json = JSONText(capacity: 96)
         json.beginObject()
         json.member("serverId", serverId)
         if let by { json.member("by", by) }
@@ -206,10 +222,12 @@ package enum MessageLifecycle {
     }
 
     /// Why `message` (an edit or delete by its sender) may not apply to `target` (nil: not in the conversation), or nil.
+    /// A delete by the server API (moderation, sent as ``SystemSender/service``) may delete any message but the server's own.
     package static func refusal(_ message: BufferedMessage, target: MessageTarget?) -> PigeonError? {
         let verb = message.type == ServerMessageType.edit ? "edit" : "delete"
         guard let target else { return PigeonError(.notFound, "the message to \(verb) is not in this conversation") }
-        if target.senderId != message.senderId { return PigeonError(.forbidden, "only its sender may \(verb) a message") }
+        let moderation = message.senderId == SystemSender.service && message.type == ServerMessageType.delete
+        if target.senderId != message.senderId, !moderation { return PigeonError(.forbidden, "only its sender may \(verb) a message") }
         if Validation.isServerMessageType(target.type) { return PigeonError.invalid("the server's own \(target.type) messages cannot be changed") }
         if target.deleted { return PigeonError.invalid("the message was deleted; it cannot be \(verb == "edit" ? "edited" : "deleted") again") }
         return nil

@@ -79,8 +79,13 @@ extension PostgresMessageStore {
             }
             fanout.publish(committed)
             await fanout.announceMembersChange(conversationId)
-        } else if try await member(actor.userId, of: conversationId) == nil {
+        } else if actor.userId != SystemSender.service, try await member(actor.userId, of: conversationId) == nil {
             throw PigeonError.conversationNotFound
+        }
+        if actor.userId == SystemSender.service {
+            // The server API's actor is no member: it sees the conversation as the operator does.
+            guard let conversation = try await conversation(id: conversationId) else { throw PigeonError.conversationNotFound }
+            return conversation
         }
         guard let conversation = try await conversationView(id: conversationId, for: actor.userId) else { throw PigeonError.conversationNotFound }
         return conversation

@@ -38,6 +38,15 @@ public enum PigeonApplication {
             maxBodyBytes: configuration.maxBodyBytes
         ).addRoutes(to: device)
         streams.addSyncRoutes(to: device)
+        // The server API: the app's backend, with the service credential.
+        let serviceCredential = ServiceCredential(
+            tokens: [configuration.appBackend.serviceToken, configuration.appBackend.previousServiceToken].compactMap { $0 })
+        ServiceController(
+            store: core.store, ingest: core.ingest, fanout: core.fanout, maxMembers: configuration.maxMembers, maxBodyBytes: configuration.maxBodyBytes,
+            logger: logger
+        ).addRoutes(
+            to: v1.group("/service", context: ServiceRequestContext.self)
+                .add(middleware: ServiceAuthenticationMiddleware(authenticator: core.authenticator, credential: serviceCredential)))
         // ...or, for the streams (a browser's EventSource cannot send a header) and attachment downloads (`<img src>`),
         // in `access_token`.
         let queryDevice = v1.group().add(middleware: DeviceAuthenticationMiddleware(authenticator: core.authenticator, allowQuery: true))
@@ -88,7 +97,7 @@ public enum PigeonApplication {
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "pigeon"),
             services: core.backendServices + [core.checkpointer].compactMap { $0 } + [core.authenticator, core.activity, core.housekeeping, core.attachmentSweeper]
                 + [core.processor].compactMap { $0 } + [core.typing, core.sampler] + [core.pushDispatcher].compactMap { $0 }
-                + [core.webhookDispatcher].compactMap { $0 },
+                + [core.webhookDispatcher].compactMap { $0 } + [core.beforeSendHook].compactMap { $0 },
             onServerRunning: { channel in
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
             },

@@ -33,6 +33,8 @@ final class PigeonCore: Sendable {
     /// processor empties (``PigeonCore/open(configuration:logger:)`` chooses, once).
     let accept: any AcceptPath
     let ingest: Ingest
+    /// The app's before-send hook (nil without `--before-send-hook`), which the ingest asks.
+    let beforeSendHook: BeforeSendHook?
     let authenticator: Authenticator
     /// When each device was last seen, written off the requests' path.
     let activity: DeviceActivity
@@ -175,7 +177,10 @@ final class PigeonCore: Sendable {
         self.authenticator = authenticator
         self.activity = activity
         self.abuse = AbuseGuard(limits: configuration.abuseLimits, metrics: metrics)
-        self.ingest = Ingest(buffer: accept, store: store, attachments: attachments, metrics: metrics, abuse: abuse, configuration: configuration)
+        let beforeSendHook = BeforeSendHook(configuration: configuration, metrics: metrics, logger: logger)
+        self.beforeSendHook = beforeSendHook
+        self.ingest = Ingest(
+            buffer: accept, store: store, attachments: attachments, metrics: metrics, abuse: abuse, configuration: configuration, hook: beforeSendHook)
         self.processor = buffer.map {
             Processor(buffer: $0, store: store, metrics: metrics, configuration: configuration, logger: logger, clock: configuration.clock)
         }

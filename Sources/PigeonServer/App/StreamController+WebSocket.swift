@@ -36,17 +36,7 @@ extension StreamController {
                 try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
                     group.addTask {
                         defer { session.close() }
-                        for try await message in inbound.messages(maxSize: 1 << 20) {
-                            guard case .text(let text) = message else {
-                                session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
-                                continue
-                            }
-                            // An operation is a request of the device's (its `lastSeenAt`).
-                            self.authenticator.activity.seen(device)
-                            await self.handleOperation(text, device: device, session: session, receipts: receipts)
-                            await session.waitUntilDrained()
-                            if session.isEnding { break }
-                        }
+                        try await self.readOperations(inbound, device: device, session: session, receipts: receipts)
                         return nil
                     }
                     group.addTask {
@@ -101,67 +91,131 @@ extension StreamController {
         _ = try? await withDeadline(timeout, body)
     }
 
-    private func handleOperation(_ text: String, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue) async {
+    /// Reads the socket's operations one at a time, pausing while the replies it owes are over the session's high-water
+    /// mark. With a before-send hook, each operation takes a turn (``OperationTurns``, at most
+    /// ``hookedOperationsInFlight`` at once) and runs in a task of its own: sends and edits wait for the hook side by
+    /// side, and still append, as every other operation acts, in the socket's order.
+    private func readOperations(_ inbound: WebSocketInboundStream, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue)
+        async throws
+    {
+        let turns = ingest.asksHook ? OperationTurns(limit: Self.hookedOperationsInFlight) : nil
+        try await withThrowingDiscardingTaskGroup { group in
+            for try await message in inbound.messages(maxSize: 1 << 20) {
+                guard case .text(let text) = message else {
+                    session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
+                    continue
+                }
+                // An operation is a request of the device's (its `lastSeenAt`).
+                self.authenticator.activity.seen(device)
+                if let operation = parseOperation(text, session: session) {
+                    if let turns {
+                        let turn = Turn(turns: turns, ticket: await turns.take())
+                        group.addTask { await self.perform(operation, device: device, session: session, receipts: receipts, turn: turn) }
+                    } else {
+                        await perform(operation, device: device, session: session, receipts: receipts, turn: nil)
+                    }
+                }
+                await session.waitUntilDrained()
+                if session.isEnding { break }
+            }
+        }
+    }
+
+    /// Operations of one socket waiting for the before-send hook at once.
+    static let hookedOperationsInFlight = 64
+
+    /// An operation's place in its socket's order (``OperationTurns``).
+    private struct Turn: Sendable {
+        var turns: OperationTurns
+        var ticket: Int
+    }
+
+    /// Runs `body` in `turn` (at once without one), then hands the turn on.
+    private func inTurn(_ turn: Turn?, _ body: () async -> Void) async {
+        if let turn { await turn.turns.wait(for: turn.ticket) }
+        await body()
+        if let turn { turn.turns.finish(turn.ticket) }
+    }
+
+    /// The operation a text frame holds, or nil after answering it an `error` frame.
+    private func parseOperation(_ text: String, session: StreamSession) -> ClientOperation? {
         guard text.utf8.count <= maxBodyBytes else {
             session.send(
                 type: "error",
                 json: Self.errorFrame(Self.clientMessageId(in: text), PigeonError(.payloadTooLarge, "message is larger than \(maxBodyBytes) bytes")))
-            return
+            return nil
         }
-        let operation: ClientOperation
         do {
-            operation = try ClientOperationParser.parse(text)
+            let operation = try ClientOperationParser.parse(text)
             // As over HTTP: a key given twice is refused, whichever value a parser would keep.
             if let key = JSONDuplicateKeys.first(in: text.utf8) {
                 throw PigeonError.invalid("the key \"\(key.prefix(80))\" appears twice in one object")
             }
+            return operation
         } catch {
             session.send(type: "error", json: Self.errorFrame(Self.clientMessageId(in: text), WireError.of(error, logger: logger, what: "parsing an operation")))
-            return
+            return nil
         }
+    }
+
+    /// Performs one operation. A send or an edit is prepared (the hook asked) before its turn, and appended in it.
+    private func perform(_ operation: ClientOperation, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue, turn: Turn?) async {
         switch operation {
         case .send(let conversationId, let request):
+            let prepared: Result<Ingest.Prepared, any Error>
             do {
-                let message = try await ingest.prepare(request, from: device, to: conversationId)
-                ingest.append(message) { result in
-                    switch result {
-                    case .success(let accepted):
-                        session.send(type: "ack", json: Self.ackFrame(accepted.response))
-                    case .failure(let error):
-                        session.send(type: "error", json: Self.errorFrame(request.clientMessageId, error))
-                    }
-                }
+                prepared = .success(try await ingest.prepare(request, from: device, to: conversationId))
             } catch {
-                session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a send")))
+                prepared = .failure(error)
+            }
+            await inTurn(turn) {
+                switch prepared {
+                case .success(let message):
+                    ingest.append(message) { result in
+                        switch result {
+                        case .success(let accepted):
+                            session.send(type: "ack", json: Self.ackFrame(accepted.response))
+                        case .failure(let error):
+                            session.send(type: "error", json: Self.errorFrame(request.clientMessageId, error))
+                        }
+                    }
+                case .failure(let error):
+                    session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a send")))
+                }
             }
         case .receipt(let conversationId, let request):
-            receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq)
+            await inTurn(turn) { receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq) }
         case .typing(let conversationId, let active):
-            do {
-                try await access.recordTyping(active: active, conversationId: conversationId, device: device)
-            } catch {
-                session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a typing update")))
+            await inTurn(turn) {
+                do {
+                    try await access.recordTyping(active: active, conversationId: conversationId, device: device)
+                } catch {
+                    session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a typing update")))
+                }
             }
         case .edit(let conversationId, let serverId, let request):
             await change(
                 .edit(request.body), serverId: serverId, clientMessageId: request.clientMessageId, clientTimestamp: request.clientTimestamp,
-                device: device, conversationId: conversationId, session: session)
+                device: device, conversationId: conversationId, session: session, turn: turn)
         case .delete(let conversationId, let serverId, let request):
             await change(
                 .delete, serverId: serverId, clientMessageId: request.clientMessageId, clientTimestamp: request.clientTimestamp, device: device,
-                conversationId: conversationId, session: session)
+                conversationId: conversationId, session: session, turn: turn)
         case .react(let conversationId, let request):
             // Answered once durable, before the socket's next operation: the store's commit orders it.
-            do {
-                let reacted = try await access.react(
-                    conversationId: conversationId, serverId: request.serverId, key: request.key, action: request.action, device: device)
-                session.send(
-                    type: "ack",
-                    json: Self.ackFrame(
-                        SendMessageResponse(
-                            serverId: reacted.serverId, clientMessageId: request.clientMessageId, status: .stored, acceptedAt: WallClock.nowMillis())))
-            } catch {
-                session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a reaction")))
+            await inTurn(turn) {
+                do {
+                    let reacted = try await access.react(
+                        conversationId: conversationId, serverId: request.serverId, key: request.key, action: request.action, device: device)
+                    session.send(
+                        type: "ack",
+                        json: Self.ackFrame(
+                            SendMessageResponse(
+                                serverId: reacted.serverId, clientMessageId: request.clientMessageId, status: .stored,
+                                acceptedAt: WallClock.nowMillis())))
+                } catch {
+                    session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a reaction")))
+                }
             }
         }
     }
@@ -169,19 +223,28 @@ extension StreamController {
     /// An edit or a delete over the WebSocket: answered like a send (`ack` or `error`), appended in the socket's order.
     private func change(
         _ change: Ingest.Change, serverId: String, clientMessageId: String, clientTimestamp: Int64, device: DeviceIdentity, conversationId: String,
-        session: StreamSession
+        session: StreamSession, turn: Turn?
     ) async {
+        let prepared: Result<Ingest.Prepared, any Error>
         do {
-            let prepared = try await ingest.prepareChange(
-                change, serverId: serverId, clientMessageId: clientMessageId, clientTimestamp: clientTimestamp, from: device, to: conversationId)
-            ingest.append(prepared) { result in
-                switch result {
-                case .success(let accepted): session.send(type: "ack", json: Self.ackFrame(accepted.response))
-                case .failure(let error): session.send(type: "error", json: Self.errorFrame(clientMessageId, error))
-                }
-            }
+            prepared = .success(
+                try await ingest.prepareChange(
+                    change, serverId: serverId, clientMessageId: clientMessageId, clientTimestamp: clientTimestamp, from: device, to: conversationId))
         } catch {
-            session.send(type: "error", json: Self.errorFrame(clientMessageId, WireError.of(error, logger: logger, what: "an edit or delete")))
+            prepared = .failure(error)
+        }
+        await inTurn(turn) {
+            switch prepared {
+            case .success(let prepared):
+                ingest.append(prepared) { result in
+                    switch result {
+                    case .success(let accepted): session.send(type: "ack", json: Self.ackFrame(accepted.response))
+                    case .failure(let error): session.send(type: "error", json: Self.errorFrame(clientMessageId, error))
+                    }
+                }
+            case .failure(let error):
+                session.send(type: "error", json: Self.errorFrame(clientMessageId, WireError.of(error, logger: logger, what: "an edit or delete")))
+            }
         }
     }
 
@@ -195,6 +258,7 @@ extension StreamController {
         json.member("status", response.status.rawValue)
         json.member("acceptedAt", response.acceptedAt)
         if let seq = response.seq { json.member("seq", seq) }
+        if response.bodyReplaced == true { json.member("bodyReplaced", true) }
         json.endObject()
         return json.string
     }

@@ -25,10 +25,15 @@ public struct AppBackendConfiguration: Sendable {
     public var beforeSendTimeout = Duration.milliseconds(500)
     /// What a failed hook call (timeout, non-2xx, unreadable answer) does to the send (`--before-send-on-failure`).
     public var beforeSendOnFailure = HookFailurePolicy.allow
+    /// Before-send hook calls in flight at once (the connection pool's size); a send past it counts as a failed call.
+    public var beforeSendMaxInFlight = 256
 
     /// The server API's static credential (`--service-token`, `PIGEON_SERVICE_TOKEN`); `nil`: only a JWT with
     /// `"pigeon_role": "service"` is a service credential.
     public var serviceToken: String?
+    /// A second static credential accepted beside ``serviceToken`` while the app's backend moves to a new one
+    /// (`--service-token-previous`, `PIGEON_SERVICE_TOKEN_PREVIOUS`): rotation without a moment where neither works.
+    public var previousServiceToken: String?
 
     /// `--consent`: `open` (1.1's behaviour, the default) or `invites`.
     public var consent = ConsentMode.open
@@ -80,7 +85,12 @@ public struct AppBackendConfiguration: Sendable {
             return "--webhook-first-retry-ms must be positive and at most the longest retry delay (\(webhookMaxRetryDelay))"
         }
         if let serviceToken, serviceToken.count < 16 { return "--service-token must be at least 16 characters" }
+        if let previousServiceToken {
+            if previousServiceToken.count < 16 { return "--service-token-previous must be at least 16 characters" }
+            if serviceToken == nil { return "--service-token-previous needs --service-token (the new token)" }
+        }
         if strangerAddsPerHour < 0 { return "--stranger-adds-per-hour must be 0 (no limit) or more" }
+        if beforeSendMaxInFlight < 1 { return "before-send hook calls in flight must be at least 1" }
         if beforeSendTimeout <= .zero || beforeSendTimeout > .seconds(30) { return "--before-send-timeout-ms must be 1 to 30000" }
         return nil
     }

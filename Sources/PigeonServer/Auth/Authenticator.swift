@@ -31,7 +31,7 @@ public struct AuthenticatedDevice: Sendable, Hashable {
 /// As a `Service` it keeps a JWKS current (see ``JWKSKeySource``); without a JWKS it only waits for shutdown.
 public final class Authenticator: Service, Sendable {
     private let store: any DeviceStore
-    private let jwt: JWTAuthenticator?
+    let jwt: JWTAuthenticator?
     private let logger: Logger
     /// Opaque tokens' hashes → their devices.
     private let tokens = RevocableCache<String, DeviceIdentity>(limit: 100_000)

@@ -46,6 +46,13 @@ final class JWTAuthenticator: Sendable {
         return try rules.device(claims: token.claims(), now: Int64(Date().timeIntervalSince1970))
     }
 
+    /// Whether a valid token is a service credential of the server API (``JWTClaimRules/isService(claims:now:)``).
+    func isService(_ text: String) async throws(JWTRejection) -> Bool {
+        let token = try JWTCompactToken(text)
+        guard try await verify(token) else { throw JWTRejection("no key of \(token.alg) verifies the signature") }
+        return try rules.isService(claims: token.claims(), now: Int64(Date().timeIntervalSince1970))
+    }
+
     private func verify(_ token: JWTCompactToken) async throws(JWTRejection) -> Bool {
         let ofAlgorithm = configuredKeys.filter { $0.alg == token.alg }
         guard let kid = token.kid else {

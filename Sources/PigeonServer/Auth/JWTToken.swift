@@ -96,6 +96,26 @@ struct JWTClaimRules: Sendable {
 
     /// The device the claims name, when every check passes at `now` (seconds since 1970).
     func device(claims: [String: JSONValue], now: Int64) throws(JWTRejection) -> AuthenticatedDevice {
+        let issuedAt = try checkTimesAndAudience(claims: claims, now: now)
+        guard case .string(let userId) = claims[userClaim], Validation.isValidUserId(userId) else {
+            throw JWTRejection("claim \(userClaim) is not a valid userId")
+        }
+        guard case .string(let deviceId) = claims[deviceClaim], Self.isValidDeviceId(deviceId) else {
+            throw JWTRejection("claim \(deviceClaim) is not a valid deviceId")
+        }
+        return AuthenticatedDevice(device: DeviceIdentity(userId: userId, deviceId: deviceId), issuedAt: issuedAt)
+    }
+
+    /// Whether the claims make a service credential of the server API (API.md 1.2): `"pigeon_role": "service"` and no
+    /// device claim, every time, issuer and audience check passing at `now`. A token with a device claim is a device's
+    /// whatever its role (``device(claims:now:)``).
+    func isService(claims: [String: JSONValue], now: Int64) throws(JWTRejection) -> Bool {
+        _ = try checkTimesAndAudience(claims: claims, now: now)
+        return claims["pigeon_role"] == .string("service") && claims[deviceClaim] == nil
+    }
+
+    /// `exp` (required), `nbf`, `iat`, the lifetime, `iss` and `aud`; answers `iat`.
+    private func checkTimesAndAudience(claims: [String: JSONValue], now: Int64) throws(JWTRejection) -> Int64? {
         guard let expiry = try date("exp", in: claims) else { throw JWTRejection("no exp") }
         let notBefore = try date("nbf", in: claims)
         let issuedAt = try date("iat", in: claims)
@@ -115,13 +135,7 @@ struct JWTClaimRules: Sendable {
                 throw JWTRejection("aud names none of the configured audiences")
             }
         }
-        guard case .string(let userId) = claims[userClaim], Validation.isValidUserId(userId) else {
-            throw JWTRejection("claim \(userClaim) is not a valid userId")
-        }
-        guard case .string(let deviceId) = claims[deviceClaim], Self.isValidDeviceId(deviceId) else {
-            throw JWTRejection("claim \(deviceClaim) is not a valid deviceId")
-        }
-        return AuthenticatedDevice(device: DeviceIdentity(userId: userId, deviceId: deviceId), issuedAt: issuedAt)
+        return issuedAt
     }
 
     /// A NumericDate claim in whole seconds: absent is `nil`; present, it must be a finite number from 0 to the

@@ -20,11 +20,14 @@ final class Ingest: Sendable {
     private let rateLimiter: RateLimiter?
     private let maxBuffered: Int
     private let maxBodyBytes: Int
+    /// The app's before-send hook (`--before-send-hook`), asked about every send and edit of a device.
+    private let hook: BeforeSendHook?
 
     init(
         buffer: any AcceptPath, store: any ConversationStore & MessageHistory, attachments: any AttachmentStore, metrics: PigeonMetrics,
-        abuse: AbuseGuard, configuration: ServerConfiguration
+        abuse: AbuseGuard, configuration: ServerConfiguration, hook: BeforeSendHook? = nil
     ) {
+        self.hook = hook
         self.attachments = attachments
         self.buffer = buffer
         self.store = store
@@ -37,20 +40,39 @@ final class Ingest: Sendable {
         self.maxBodyBytes = configuration.maxBodyBytes
     }
 
+    /// Whether sends and edits wait for the app's before-send hook.
+    var asksHook: Bool { hook != nil }
+
     /// A prepared send: the message to append and what storing it will cost its sender's stored-bytes budget.
     struct Prepared: Sendable {
         var message: BufferedMessage
         var storageCost: Int
+        /// Why the message may not be stored (the before-send hook rejected it), though a resend of one accepted before
+        /// is still answered with the original: the append refuses new messages only.
+        var refusal: PigeonError?
+        /// The before-send hook replaced the body (the answer says `bodyReplaced`).
+        var bodyReplaced = false
+        /// Sent through the server API: the app's backend is trusted with rates and storage (no per-device rate, no
+        /// stored-bytes budget) and is not asked its own before-send hook.
+        var fromService = false
     }
 
-    /// Checks a send; throws (and nothing is appended) if it is refused. Cheap: membership comes from memory.
-    func prepare(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Prepared {
+    /// Checks a send; throws (and nothing is appended) if it is refused. Cheap: membership comes from memory; with a
+    /// before-send hook, the hook's answer is waited for here (so a WebSocket's sends still append in its order).
+    ///
+    /// `fromService`: a send of the server API (``Prepared/fromService``); its `device` may be a system sender
+    /// (``SystemSender``), which needs no membership.
+    func prepare(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String, fromService: Bool = false) async throws
+        -> Prepared
+    {
         do {
             var prepared = try await check(request, from: device, to: conversationId)
             try await checkRelations(prepared.message, device: device)
             if let references = request.attachments, !references.isEmpty {
                 prepared.message.attachments = try await resolve(references, of: prepared.message, device: device)
             }
+            prepared.fromService = fromService
+            if !fromService { try await consultHook(&prepared, edit: nil) }
             return prepared
         } catch {
             metrics.messageRejected()
@@ -63,12 +85,14 @@ final class Ingest: Sendable {
     func append(_ prepared: Prepared, completion: @escaping @Sendable (Result<Accepted, PigeonError>) -> Void) {
         let message = prepared.message
         // Over the rate or a full buffer still answers resends: the buffer refuses only new messages.
-        var refusal: PigeonError?
-        if let rateLimiter, let wait = rateLimiter.take(message.senderId + "\u{0}" + message.senderDeviceId) {
+        var refusal = prepared.refusal
+        if refusal != nil {
+            // Rejected by the hook: refused unless it is a resend of an accepted message.
+        } else if !prepared.fromService, let rateLimiter, let wait = rateLimiter.take(message.senderId + "\u{0}" + message.senderDeviceId) {
             refusal = PigeonError(.rateLimited, "too many messages from this device; retry in \(wait) s", retryAfter: wait)
         } else if buffer.depth >= maxBuffered {
             refusal = .overloaded("the ingest buffer is full; retry shortly")
-        } else {
+        } else if !prepared.fromService {
             do { try abuse.checkStorage(of: message.senderId) } catch let error as PigeonError { refusal = error } catch {}
         }
         buffer.append(message, refusal: refusal) { [metrics, store, abuse] result in
@@ -78,9 +102,10 @@ final class Ingest: Sendable {
                 if case .success(.stored) = result {
                     metrics.messageStored(acceptedAt: message.acceptedAt, nowMillis: WallClock.nowMillis())
                 }
-                abuse.chargeStorage(of: message.senderId, bytes: prepared.storageCost)
+                if !prepared.fromService { abuse.chargeStorage(of: message.senderId, bytes: prepared.storageCost) }
                 let response = SendMessageResponse(
-                    serverId: message.serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt)
+                    serverId: message.serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt,
+                    bodyReplaced: prepared.bodyReplaced ? true : nil)
                 completion(.success(Accepted(response: response, created: true)))
             case .success(.duplicate(let serverId, let acceptedAt)):
                 metrics.duplicates.increment()
@@ -123,10 +148,12 @@ final class Ingest: Sendable {
                 guard text.utf8.count <= maxBodyBytes else { throw PigeonError(.payloadTooLarge, "body is larger than \(maxBodyBytes) bytes") }
                 guard Validation.isStorableText(text) else { throw PigeonError.invalid("body must not contain the character U+0000") }
             case .delete:
-                (type, body) = (ServerMessageType.delete, MessageLifecycle.deleteText(serverId: serverId))
+                let by = device.userId == SystemSender.service ? SystemSender.serviceActor : device.userId
+                (type, body) = (ServerMessageType.delete, MessageLifecycle.deleteText(serverId: serverId, by: by))
             }
             let request = SendMessageRequest(clientMessageId: clientMessageId, type: type, body: body, clientTimestamp: clientTimestamp)
-            let prepared = try await check(request, from: device, to: conversationId, serverType: true)
+            var prepared = try await check(request, from: device, to: conversationId, serverType: true)
+            prepared.fromService = SystemSender.isSystem(device.userId)
             let target = try await store.messageTarget(conversationId: prepared.message.conversationId, serverId: serverId)
             if target != nil, let refusal = MessageLifecycle.refusal(prepared.message, target: target) {
                 if try await store.storedMessage(senderId: device.userId, deviceId: device.deviceId, clientMessageId: prepared.message.clientMessageId) != nil {
@@ -135,10 +162,30 @@ final class Ingest: Sendable {
                 }
                 throw refusal
             }
+            if case .edit(let text) = change, !prepared.fromService {
+                try await consultHook(&prepared, edit: (serverId, text))
+            }
             return prepared
         } catch {
             metrics.messageRejected()
             throw error
+        }
+    }
+
+    /// Asks the before-send hook (if any) about a prepared send or edit (`edit`: the target and the new text) and
+    /// applies its answer: a rejection becomes the message's refusal, a replacement its body.
+    private func consultHook(_ prepared: inout Prepared, edit: (serverId: String, text: String)?) async throws {
+        guard let hook else { return }
+        do {
+            switch try await hook.check(prepared.message, edit: edit) {
+            case .allow:
+                break
+            case .replace(let body):
+                prepared.message.body = edit.map { MessageLifecycle.editText(serverId: $0.serverId, body: body) } ?? body
+                prepared.bodyReplaced = true
+            }
+        } catch let error as PigeonError where error.code == .rejected {
+            prepared.refusal = error
         }
     }
 
@@ -148,13 +195,20 @@ final class Ingest: Sendable {
     private func checkRelations(_ message: BufferedMessage, device: DeviceIdentity) async throws {
         guard message.replyTo != nil || message.threadRoot != nil else { return }
         let conversationId = message.conversationId
-        guard let member = try await store.member(device.userId, of: conversationId) else { throw PigeonError.conversationNotFound }
+        // A system sender of the server API is no member and sees the whole conversation.
+        let joinedSeq: Int64
+        if SystemSender.isSystem(device.userId) {
+            joinedSeq = 0
+        } else {
+            guard let member = try await store.member(device.userId, of: conversationId) else { throw PigeonError.conversationNotFound }
+            joinedSeq = member.joinedSeq
+        }
         let replyTarget = try await message.replyTo.asyncMap { try await store.messageTarget(conversationId: conversationId, serverId: $0) }
         let threadTarget = try await message.threadRoot.asyncMap { try await store.messageTarget(conversationId: conversationId, serverId: $0) }
         guard
             let refusal = ReplyRules.refusal(
                 replyTo: message.replyTo, replyTarget: replyTarget ?? nil, threadRoot: message.threadRoot, threadTarget: threadTarget ?? nil,
-                joinedSeq: member.joinedSeq)
+                joinedSeq: joinedSeq)
         else { return }
         if try await store.storedMessage(senderId: device.userId, deviceId: device.deviceId, clientMessageId: message.clientMessageId) != nil {
             return
@@ -210,8 +264,10 @@ final class Ingest: Sendable {
     }
 
     /// Prepares and appends, answering once durable.
-    func send(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) async throws -> Accepted {
-        let prepared = try await prepare(request, from: device, to: conversationId)
+    func send(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String, fromService: Bool = false) async throws
+        -> Accepted
+    {
+        let prepared = try await prepare(request, from: device, to: conversationId, fromService: fromService)
         return try await withCheckedThrowingContinuation { continuation in
             append(prepared) { continuation.resume(with: $0.mapError { $0 as any Error }) }
         }
@@ -240,7 +296,9 @@ final class Ingest: Sendable {
         guard Validation.isStorableText(request.body) else {
             throw PigeonError.invalid("body must not contain the character U+0000")
         }
-        guard let members = try await store.members(of: conversationId), members.contains(device.userId) else {
+        // A system sender (`system:<name>`, only ever made by the server API: no userId holds a `:`) needs no membership.
+        guard let members = try await store.members(of: conversationId), members.contains(device.userId) || SystemSender.isSystem(device.userId)
+        else {
             throw PigeonError.conversationNotFound
         }
         let replyTo = try request.replyTo.map { try Self.messageId($0, field: "replyTo") }

@@ -77,7 +77,7 @@ import Testing
             let messages = try await client.waitForCount(alice, conversation.id, 3)
             #expect(messages[0].body == "" && messages[0].deletedAt != nil)
             #expect(messages[1].body == "{\"serverId\":\"\(sent.serverId)\",\"body\":\"\"}", "the edit's text is erased too")
-            #expect(messages[2].type == "pigeon.delete" && messages[2].body == "{\"serverId\":\"\(sent.serverId)\"}")
+            #expect(messages[2].type == "pigeon.delete" && messages[2].body == "{\"serverId\":\"\(sent.serverId)\",\"by\":\"alice\"}")
             // Nowhere to be read: history, sync, the conversation's lastMessage.
             let synced = try await client.request(.GET, "/v1/sync?cursor=\(bobCursor)&limit=100", token: bob.token)
             #expect(!synced.text.contains("secret"), "\(synced.text)")
