@@ -30,6 +30,9 @@ import GRDB
 /// upload and the sweep read), and the attachments' metadata on the message and on its dead letter.
 ///
 /// v9 (API.md 1.2, webhooks): the webhook outbox, `webhook_events` (see the migration).
+/// v10 (API.md 1.2, consent and blocking): who blocks whom (`blocks`), which messages are hidden from whom
+/// (`hidden_messages`, written with the message: ``BlockStore``), the strangers each user added in the last hour
+/// (`stranger_adds`), and members' `membership` (invited or joined).
 package enum SQLiteSchema {
     package static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -258,6 +261,35 @@ package enum SQLiteSchema {
                     CREATE INDEX webhook_events_key ON webhook_events(ordering_key, position) WHERE state = 0;
                     CREATE INDEX webhook_events_due ON webhook_events(next_attempt_at) WHERE state = 0;
                     CREATE INDEX webhook_events_dead ON webhook_events(id) WHERE state = 1;
+                    """)
+        }
+        migrator.registerMigration("v10") { db in
+            // API.md 1.2, consent and blocking. A block is a row while it lasts; a message hidden from a member by a block
+            // is a row for good (an unblock shows what follows, never what was hidden). A stranger add counts for an
+            // hour against its adder (`--stranger-adds-per-hour`); rows older than that are deleted as the adder adds.
+            try db.execute(
+                sql: """
+                    CREATE TABLE blocks(
+                        blocker TEXT NOT NULL,
+                        blocked TEXT NOT NULL,
+                        at INTEGER NOT NULL,
+                        PRIMARY KEY(blocker, blocked)) WITHOUT ROWID;
+                    CREATE INDEX blocks_blocked ON blocks(blocked, blocker);
+                    CREATE TABLE hidden_messages(
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        user_id TEXT NOT NULL,
+                        sender_id TEXT NOT NULL,
+                        PRIMARY KEY(conversation_id, seq, user_id)) WITHOUT ROWID;
+                    CREATE INDEX hidden_messages_user ON hidden_messages(conversation_id, user_id, seq);
+                    CREATE INDEX hidden_messages_sender ON hidden_messages(sender_id, conversation_id);
+                    CREATE TABLE stranger_adds(
+                        adder TEXT NOT NULL,
+                        added TEXT NOT NULL,
+                        at INTEGER NOT NULL,
+                        PRIMARY KEY(adder, added)) WITHOUT ROWID;
+                    ALTER TABLE members ADD COLUMN membership TEXT NOT NULL DEFAULT 'joined';
+                    CREATE INDEX members_invited ON members(conversation_id, user_id) WHERE membership = 'invited';
                     """)
         }
         return migrator

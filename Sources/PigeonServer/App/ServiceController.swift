@@ -56,7 +56,7 @@ struct ServiceController: Sendable {
         guard members.count <= maxMembers else { throw PigeonError.invalid("a conversation has at most \(maxMembers) members") }
         if let name = body.name, name.isEmpty || name.count > 256 { throw PigeonError.invalid("name must be 1-256 characters") }
         if let name = body.name, !Validation.isStorableText(name) { throw PigeonError.invalid("name must not contain the character U+0000") }
-        let conversation = try await store.createConversation(creator: owner, members: Array(members), name: body.name)
+        let conversation = try await store.createConversation(creator: owner, members: Array(members), name: body.name, admission: .everyoneJoins)
         return try JSONBody.response(conversation, status: .created)
     }
 
@@ -70,7 +70,8 @@ struct ServiceController: Sendable {
         }
         return try JSONBody.response(
             try await store.changeMembership(
-                conversationId: conversationId, by: Self.actor, .add(userIds: body.userIds, role: body.role ?? .member), maxMembers: maxMembers))
+                conversationId: conversationId, by: Self.actor, .add(userIds: body.userIds, role: body.role ?? .member), maxMembers: maxMembers,
+                admission: .everyoneJoins))
     }
 
     /// `200 Conversation`. The owner may be removed too: its heir becomes owner, as when an owner leaves.
@@ -78,7 +79,7 @@ struct ServiceController: Sendable {
         let conversationId = try Self.conversationId(context)
         let userId = try Self.userId(context)
         return try JSONBody.response(
-            try await store.changeMembership(conversationId: conversationId, by: Self.actor, .remove(userId: userId), maxMembers: maxMembers))
+            try await store.changeMembership(conversationId: conversationId, by: Self.actor, .remove(userId: userId), maxMembers: maxMembers, admission: .everyoneJoins))
     }
 
     // MARK: Messages
