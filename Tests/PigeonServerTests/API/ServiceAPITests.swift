@@ -59,6 +59,33 @@ import Testing
         }
     }
 
+    @Test func underInvitesTheServiceAPIJoinsEveryoneAndIsHeldToNoConsentRule() async throws {
+        try await Self.withServiceServer(configure: {
+            $0.appBackend.consent = .invites
+            $0.appBackend.strangerAddsPerHour = 1
+        }) { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            // bob blocks alice: a user's add of him would be refused; the app's backend's is not.
+            let blocked = try await client.request(.PUT, "/v1/blocks/alice", token: bob.token)
+            #expect(blocked.status == 204, "\(blocked.text)")
+            let answer = try await Self.service(
+                client, .POST, "/conversations",
+                body: client.json(ServiceCreateConversationRequest(members: ["alice", "bob", "carol", "dave"], name: "ops", owner: "alice")))
+            #expect(answer.status == 201, "\(answer.text)")
+            let conversation = try answer.decode(Conversation.self)
+            #expect(conversation.members.allSatisfy { $0.membership == .joined }, "\(conversation.members)")
+            let added = try await Self.service(client, .POST, "/conversations/\(conversation.id)/members", body: #"{"userIds":["erin","frank"]}"#)
+            #expect(added.status == 200, "\(added.text)")
+            #expect(try added.decode(Conversation.self).members.allSatisfy { $0.membership == .joined })
+            // The same adds by alice herself are held to the rules: frank's friend gary is a stranger past her limit of 1.
+            let userAdd = try await client.request(
+                .POST, "/v1/conversations", token: alice.token, body: #"{"members":["gary","henry"]}"#)
+            #expect(userAdd.status == 429, "\(userAdd.text)")
+            #expect(try await client.conversations(bob).map(\.id) == [conversation.id])
+        }
+    }
+
     @Test func membersAreAddedAndRemovedByTheServiceAsPigeonMembersMessages() async throws {
         try await Self.withServiceServer { client in
             let alice = try await client.register("alice")
