@@ -24,10 +24,21 @@ public enum ConversationKind: String, Codable, Sendable {
     case group
 }
 
+/// Whether a member took part in a conversation (API.md 1.2, "Consent and blocking"): with `--consent invites`, a
+/// member a stranger added is `invited` until it accepts; everyone else is `joined`.
+public enum MembershipState: String, Codable, Sendable, CaseIterable {
+    /// Added by a user it shares no joined conversation with: it may read the conversation, and gets no `message.new`,
+    /// no push and no unread count until it accepts (`POST /v1/conversations/{id}/accept`).
+    case invited
+    case joined
+}
+
 /// A member of a conversation with its role, when it joined, and its receipt watermarks.
 public struct ConversationMember: Codable, Sendable, Equatable {
     public var userId: String
     public var role: MemberRole
+    /// `invited` until a member a stranger added accepts; `joined` otherwise (servers before API 1.2: always joined).
+    public var membership: MembershipState
     /// The seq of the member change that added it; 0 for a founding member. It sees the conversation from here on.
     public var joinedSeq: Int64
     /// Highest seq every device of this member has acknowledged as delivered.
@@ -35,23 +46,28 @@ public struct ConversationMember: Codable, Sendable, Equatable {
     /// Highest seq this member has read. Never lower than ``deliveredSeq`` would allow: read implies delivered.
     public var readSeq: Int64
 
-    public init(userId: String, role: MemberRole = .member, joinedSeq: Int64 = 0, deliveredSeq: Int64, readSeq: Int64) {
+    public init(
+        userId: String, role: MemberRole = .member, joinedSeq: Int64 = 0, deliveredSeq: Int64, readSeq: Int64, membership: MembershipState = .joined
+    ) {
         self.userId = userId
         self.role = role
+        self.membership = membership
         self.joinedSeq = joinedSeq
         self.deliveredSeq = deliveredSeq
         self.readSeq = readSeq
     }
 
     private enum CodingKeys: String, CodingKey {
-        case userId, role, joinedSeq, deliveredSeq, readSeq
+        case userId, role, membership, joinedSeq, deliveredSeq, readSeq
     }
 
-    /// Servers before API 1.1 send neither `role` nor `joinedSeq`: a plain founding member then.
+    /// Servers before API 1.1 send neither `role` nor `joinedSeq`: a plain founding member then; before API 1.2 no
+    /// `membership`: joined.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         userId = try container.decode(String.self, forKey: .userId)
         role = try container.decodeIfPresent(MemberRole.self, forKey: .role) ?? .member
+        membership = try container.decodeIfPresent(MembershipState.self, forKey: .membership) ?? .joined
         joinedSeq = try container.decodeIfPresent(Int64.self, forKey: .joinedSeq) ?? 0
         deliveredSeq = try container.decode(Int64.self, forKey: .deliveredSeq)
         readSeq = try container.decode(Int64.self, forKey: .readSeq)
