@@ -4,7 +4,8 @@ import PigeonProtocol
 /// Every HTTP route of the server, in the order of the OpenAPI document. Adding a route to the server means adding
 /// its row here (the contract tests compare this table with the router and name what is missing on either side).
 extension ContractRoute {
-    package static let all: [ContractRoute] = devices + conversations + messages + reactions + attachments + streams + operations + admin + contract + pages
+    package static let all: [ContractRoute] =
+        devices + conversations + blocks + messages + reactions + attachments + streams + operations + admin + contract + pages
 
     // MARK: Parameters
 
@@ -16,6 +17,9 @@ extension ContractRoute {
     private static let notMember = Refusal.notFound("The conversation is unknown, closed, or the caller is not a member.")
     private static let membershipRate = Refusal.rateLimited(
         "Over --conversations-per-minute conversation creations and changes of the user, or --stored-bytes-per-minute of storage.")
+    private static let addRate = Refusal.rateLimited(
+        "Over --conversations-per-minute conversation creations and changes of the user, --stored-bytes-per-minute of storage, or --stranger-adds-per-hour users added with whom the caller shares no joined conversation (nothing is created; Retry-After says when enough of the hour's adds expire).")
+    private static let blockedAdd = Refusal.forbidden("A user added blocks the caller (\"this user does not accept invitations from you\"); nothing changed.")
     private static let sendRate = Refusal.rateLimited("Over --rate-limit sends of the device, or --stored-bytes-per-minute of storage of the user.")
     private static let after = Parameter.query("after", Schema.integer(nil, minimum: 0, maximum: Int64.max), "The page after this seq (gap recovery).")
     private static let before = Parameter.query("before", Schema.integer(nil, minimum: 1, maximum: Int64.max), "The page just before this seq (scrolling back).")
@@ -68,8 +72,9 @@ extension ContractRoute {
         ContractRoute(
             method: .post, path: "/v1/conversations", operationId: "createConversation", tag: "conversations", summary: "Create a conversation",
             description: "The caller is a member and its owner. One other member and no name: direct, else group.", security: .device,
-            request: "CreateConversationRequest", answers: [.json(201, "Conversation", "The new conversation.")],
-            refusals: [.invalid("A bad member userId, name, or over --max-members members."), .unauthorized(), .tooLarge, membershipRate]),
+            request: "CreateConversationRequest",
+            answers: [.json(201, "Conversation", "The new conversation; under --consent invites, members who are strangers to the caller are invited.")],
+            refusals: [.invalid("A bad member userId, name, or over --max-members members."), .unauthorized(), blockedAdd, .tooLarge, addRate]),
         ContractRoute(
             method: .get, path: "/v1/conversations", operationId: "listConversations", tag: "conversations",
             summary: "The caller's conversations, newest activity first", security: .device,
@@ -78,8 +83,11 @@ extension ContractRoute {
                 .query(
                     "before", Schema.string(nil, pattern: "^[0-9]{1,18}(:[0-9a-f-]{1,64})?$"),
                     "`<updatedAt>` (strictly older) or `<updatedAt>:<id>` (the answer's nextBefore); anything else is 400."),
+                .query(
+                    "membership", Schema.ref("MembershipState"),
+                    "joined (the default): the conversations the caller joined; invited: its invitations (--consent invites)."),
             ],
-            answers: [.json(200, "ConversationList", "A page.")], refusals: [.invalid("A bad limit or before."), .unauthorized()]),
+            answers: [.json(200, "ConversationList", "A page.")], refusals: [.invalid("A bad limit, before or membership."), .unauthorized()]),
         ContractRoute(
             method: .get, path: "/v1/conversations/{id}", operationId: "getConversation", tag: "conversations", summary: "One conversation",
             security: .device, parameters: [conversationId], answers: [.json(200, "Conversation", "The conversation, as the caller sees it.")],
@@ -96,10 +104,25 @@ extension ContractRoute {
         ContractRoute(
             method: .post, path: "/v1/conversations/{id}/members", operationId: "addMembers", tag: "conversations",
             summary: "Add members (owner and admins)", security: .device, parameters: [conversationId], request: "AddMembersRequest",
-            answers: [.json(200, "Conversation", "The conversation after the change.")],
+            answers: [.json(200, "Conversation", "The conversation after the change; under --consent invites, strangers to the caller are invited.")],
             refusals: [
                 .invalid("A bad userId, role owner, a direct conversation, or over --max-members members after the change."), .unauthorized(),
-                .forbidden("A plain member."), notMember, .tooLarge, membershipRate,
+                .forbidden("A plain member, or a user added blocks the caller (nothing changed)."), notMember, .tooLarge, addRate,
+            ]),
+        ContractRoute(
+            method: .post, path: "/v1/conversations/{id}/accept", operationId: "acceptInvitation", tag: "conversations",
+            summary: "Accept an invitation",
+            description:
+                "The invited caller becomes a joined member: from now on it gets message.new, pushes and an unread count; its devices get conversation.created again (membership joined) and page the history they lack. A joined member's call changes nothing.",
+            security: .device, parameters: [conversationId], answers: [.json(200, "Conversation", "The conversation as the caller now sees it.")],
+            refusals: [.invalid("The id is not a UUID."), .unauthorized(), notMember]),
+        ContractRoute(
+            method: .post, path: "/v1/conversations/{id}/decline", operationId: "declineInvitation", tag: "conversations",
+            summary: "Decline an invitation", description: "The invited caller leaves, as a leave does (a pigeon.members message, left).",
+            security: .device, parameters: [conversationId], answers: [.empty(204, "Left.")],
+            refusals: [
+                .invalid("The id is not a UUID."), .unauthorized(), notMember,
+                .conflict("The caller joined the conversation: not an invitation (leave with DELETE .../members/{userId})."),
             ]),
         ContractRoute(
             method: .delete, path: "/v1/conversations/{id}/members/{userId}", operationId: "removeMember", tag: "conversations",
@@ -117,6 +140,30 @@ extension ContractRoute {
                 .invalid("A malformed userId, role owner, or the owner's own role."), .unauthorized(), .forbidden("Not the owner."),
                 .notFound("The conversation is unknown or not the caller's, or the user is not a member."), .tooLarge, membershipRate,
             ]),
+    ]
+
+    // MARK: Blocks
+
+    private static let blockedUser = Parameter.path("userId", ContractSchemas.userId, "The user to block or unblock (not the caller; 400 otherwise).")
+
+    private static let blocks: [ContractRoute] = [
+        ContractRoute(
+            method: .get, path: "/v1/blocks", operationId: "listBlocks", tag: "blocks", summary: "The users the caller blocks", security: .device,
+            answers: [.json(200, "BlockList", "Oldest block first.")], refusals: [.unauthorized()]),
+        ContractRoute(
+            method: .put, path: "/v1/blocks/{userId}", operationId: "blockUser", tag: "blocks", summary: "Block a user",
+            description:
+                "From now on the user cannot add the caller (403), and in conversations both are in its messages, reactions and typing never reach the caller's devices (history, sync, streams, unread counts, pushes); its messages never show ✓✓ from the caller. The block is not announced. Idempotent.",
+            security: .device, parameters: [blockedUser], answers: [.empty(204, "Blocked (also when it was already).")],
+            refusals: [
+                .invalid("A malformed userId, the caller itself, or over 10,000 blocks."), .unauthorized(),
+                .rateLimited("Over --stored-bytes-per-minute of storage of the user."),
+            ]),
+        ContractRoute(
+            method: .delete, path: "/v1/blocks/{userId}", operationId: "unblockUser", tag: "blocks", summary: "Unblock a user",
+            description: "What the user sends from now on reaches the caller; what was hidden stays hidden. Idempotent.", security: .device,
+            parameters: [blockedUser], answers: [.empty(204, "Unblocked (also when there was no block).")],
+            refusals: [.invalid("A malformed userId or the caller itself."), .unauthorized()]),
     ]
 
     // MARK: Messages, receipts, typing

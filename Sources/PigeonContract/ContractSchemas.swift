@@ -164,14 +164,34 @@ package enum ContractSchemas {
                     ])
             ),
             ("MemberRole", Schema.enumeration(MemberRole.allCases.map(\.rawValue))),
+            ("MembershipState", Schema.enumeration(MembershipState.allCases.map(\.rawValue))),
+            (
+                "Block",
+                Schema.object(
+                    "A user the caller blocks.", required: ["userId", "at"],
+                    [("userId", userId), ("at", Schema.described(millis, "When the block was made (a repeated PUT keeps it)."))])
+            ),
+            ("BlockList", Schema.object(required: ["blocks"], [("blocks", Schema.array(Schema.ref("Block"), "Oldest block first."))])),
             (
                 "ConversationMember",
                 Schema.object(
-                    required: ["userId", "role", "joinedSeq", "deliveredSeq", "readSeq"],
+                    required: ["userId", "role", "membership", "joinedSeq", "deliveredSeq", "readSeq"],
                     [
                         ("userId", userId), ("role", Schema.ref("MemberRole")),
+                        (
+                            "membership",
+                            Schema.described(
+                                Schema.ref("MembershipState"),
+                                "invited: added by a stranger under --consent invites, not accepted yet (no message.new, push or unread count); joined otherwise."
+                            )
+                        ),
                         ("joinedSeq", Schema.described(seq, "The seq of the change that added it; 0 for a founding member.")),
-                        ("deliveredSeq", seq), ("readSeq", seq),
+                        (
+                            "deliveredSeq",
+                            Schema.described(
+                                seq, "As the caller is shown it: below the caller's first message this member's block hid from it, if any.")
+                        ),
+                        ("readSeq", Schema.described(seq, "As deliveredSeq is shown.")),
                     ])
             ),
             (

@@ -43,7 +43,8 @@ package enum OpenAPIDocument {
 
     private static let tags: [(String, String)] = [
         ("devices", "Registration, the user's devices, push registration."),
-        ("conversations", "Conversations, members, roles and names."),
+        ("conversations", "Conversations, members, roles and names, invitations."),
+        ("blocks", "Blocking users: what they send never reaches the caller."),
         ("messages", "Sending (replies and thread replies too), history, thread pages, edits and deletes, receipts, typing."),
         ("attachments", "Uploads (photos, voice notes, files) that messages carry, and reading them back."),
         ("reactions", "Reactions to messages: adding, removing, who reacted."),

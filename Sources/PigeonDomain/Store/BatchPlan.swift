@@ -84,13 +84,22 @@ package enum MessageEvents {
         return members
     }
 
-    /// The events of `message` stored as `stored` in a conversation of `members`.
+    /// The events of `message` stored as `stored` in a conversation of `members`; the `withheld` members (who block
+    /// the sender, or are invited and not joined yet) get no `message.new` and do not count in `recipientsOnline`.
     package static func writes(
-        of message: BufferedMessage, stored: Message, members: [String], presence: any Presence, payloads: EventPayload
+        of message: BufferedMessage, stored: Message, members: [String], withheld: Set<String> = [], presence: any Presence, payloads: EventPayload
     ) -> Writes {
-        Writes(
-            newPayload: payloads.messageNew(stored), newRecipients: newMessageRecipients(of: message, members: members),
-            storedPayload: payloads.messageStored(Self.stored(message, seq: stored.seq, storedAt: stored.storedAt, members: members, presence: presence)))
+        let receiving = withheld.isEmpty ? members : members.filter { !withheld.contains($0) }
+        return Writes(
+            newPayload: payloads.messageNew(stored), newRecipients: newMessageRecipients(of: message, members: receiving),
+            storedPayload: payloads.messageStored(Self.stored(message, seq: stored.seq, storedAt: stored.storedAt, members: receiving, presence: presence)))
+    }
+
+    /// Of the members who block a message's sender (`blockers`), those it is hidden from: all of them, except for the
+    /// server's `pigeon.members` changes, which every member sees (who is in the room is no one's to hide).
+    package static func hiddenFrom(_ message: BufferedMessage, blockers: Set<String>, members: [String]) -> [String] {
+        guard !blockers.isEmpty, message.type != ServerMessageType.members else { return [] }
+        return members.filter { blockers.contains($0) && $0 != message.senderId }
     }
 
     /// Who gets `message.new` for a stored message: every member of the conversation, the sender's own user

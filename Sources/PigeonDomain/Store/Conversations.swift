@@ -5,12 +5,27 @@ import PigeonProtocol
 /// founding member joined at seq 0, and the `conversation.created` payload each member's log gets.
 package enum NewConversation {
     package static func make(creator: String, members: [String], name: String?) throws -> (Conversation, userIds: [String], payload: String) {
+        let (conversation, userIds) = make(creator: creator, members: members, name: name, invited: [])
+        return (conversation, userIds, try EventPayload().conversationCreated(conversation))
+    }
+
+    /// The conversation with the `invited` members (``ConsentCheck``) starting as invited, without its payload.
+    package static func make(creator: String, members: [String], name: String?, invited: Set<String>) -> (Conversation, userIds: [String]) {
         let userIds = Array(Set(members + [creator])).sorted()
         let conversation = Conversation(
             id: Identifiers.uuidV7(), kind: Conversation.kind(name: name, memberCount: userIds.count), name: name,
             createdAt: WallClock.nowMillis(), lastSeq: 0,
-            members: userIds.map { ConversationMember(userId: $0, role: $0 == creator ? .owner : .member, joinedSeq: 0, deliveredSeq: 0, readSeq: 0) })
-        return (conversation, userIds, try EventPayload().conversationCreated(conversation))
+            members: userIds.map {
+                ConversationMember(
+                    userId: $0, role: $0 == creator ? .owner : .member, joinedSeq: 0, deliveredSeq: 0, readSeq: 0,
+                    membership: invited.contains($0) && $0 != creator ? .invited : .joined)
+            })
+        return (conversation, userIds)
+    }
+
+    /// The users a creation adds besides its creator, sorted, without repeats: whom the consent rules look at.
+    package static func added(by creator: String, members: [String]) -> [String] {
+        Array(Set(members).subtracting([creator])).sorted()
     }
 }
 

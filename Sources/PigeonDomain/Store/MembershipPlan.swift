@@ -124,6 +124,21 @@ package struct MembershipPlan: Equatable {
         membersAfter = after.sorted { $0.userId < $1.userId }
     }
 
+    /// Applies the consent decision of the members this change adds (``ConsentCheck``): the invited ones start
+    /// invited. Members still invited before the change (`members`) get none of its messages, unless it removes them:
+    /// an invitation brings `conversation.created` or the `added` message, then nothing until it is accepted.
+    package mutating func admit(_ admission: ConsentCheck.Admission, before members: [ConversationMember]) {
+        if !admission.invited.isEmpty {
+            for index in added.indices where admission.invited.contains(added[index].userId) { added[index].membership = .invited }
+            for index in membersAfter.indices where admission.invited.contains(membersAfter[index].userId) {
+                membersAfter[index].membership = .invited
+            }
+        }
+        let invitedBefore = Set(members.filter { $0.membership == .invited }.map(\.userId)).subtracting(removed)
+        guard !invitedBefore.isEmpty else { return }
+        for index in changes.indices { changes[index].recipients.removeAll { invitedBefore.contains($0) } }
+    }
+
     private mutating func next() -> Int64 {
         lastSeq += 1
         return lastSeq

@@ -34,7 +34,7 @@ public struct MessageTarget: Sendable, Equatable {
 ///   different partitions;
 /// - watermarks only move up, read implies delivered, and both are clamped to the conversation's last seq.
 public protocol MessageStore: DeviceStore, ConversationStore, MessageHistory, MessageProcessing, ReceiptStore, ReactionStore, EventLog, DeadLetterStore,
-    StoreHealth {}
+    StoreHealth, BlockStore {}
 
 /// Devices: registration, tokens, revocation, last seen, and devices seen through a JWT.
 public protocol DeviceStore: Sendable {
@@ -67,11 +67,13 @@ public protocol DeviceStore: Sendable {
 public protocol ConversationStore: Sendable {
     /// Creates a conversation of `creator` and `members` (the creator always included, repeats dropped; the routes
     /// validate the list first) and, in the same transaction, a `conversation.created` event for every member, whose
-    /// payload is stored once; its id is time-ordered.
-    func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation
-    /// A page of `userId`'s conversations, newest `updatedAt` first (ties: greater id first), starting after
-    /// `before` (nil: the newest), at most `limit`.
-    func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList
+    /// payload is stored once; its id is time-ordered. With ``MemberAdmission/consentRules`` the creation is held to the
+    /// store's ``ConsentRules`` (``ConsentCheck``: a member who blocks the creator `forbidden`, past the strangers limit
+    /// `rate_limited`, strangers invited under invitations), checked and recorded in the same transaction.
+    func createConversation(creator: String, members: [String], name: String?, admission: MemberAdmission) async throws -> Conversation
+    /// A page of `userId`'s conversations whose membership is `membership`, newest `updatedAt` first (ties: greater id
+    /// first), starting after `before` (nil: the newest), at most `limit`.
+    func conversations(of userId: String, before: ConversationCursor?, limit: Int, membership: MembershipState) async throws -> ConversationList
     /// The conversation if `userId` is a member, else `nil` (unknown and forbidden look the same).
     func conversation(id: String, for userId: String) async throws -> Conversation?
     /// The conversation with every member's role, joinedSeq and watermarks, as an operator sees it (no member's view:
@@ -84,9 +86,30 @@ public protocol ConversationStore: Sendable {
     /// Applies a membership, role or name change by `actor` (``MembershipPlan`` has the rules) under the
     /// conversation's lock: the members' rows, and each change as a `pigeon.members` message with the next seq and its
     /// `message.new` events, in one transaction. Answers the conversation as `actor` sees it after the change (after
-    /// leaving: without the caller, `lastMessage` null). `not_found` when the actor is not a member.
-    func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
+    /// leaving: without the caller, `lastMessage` null). `not_found` when the actor is not a member. Added members are
+    /// admitted as ``createConversation(creator:members:name:admission:)`` admits them, against the actor.
+    func changeMembership(
+        conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int, admission: MemberAdmission
+    ) async throws -> Conversation
+}
+
+extension ConversationStore {
+    /// A creation held to the consent rules (a user's route).
+    public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
+        try await createConversation(creator: creator, members: members, name: name, admission: .consentRules)
+    }
+
+    /// The conversations `userId` joined.
+    public func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList {
+        try await conversations(of: userId, before: before, limit: limit, membership: .joined)
+    }
+
+    /// A change held to the consent rules (a user's route).
+    public func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
         -> Conversation
+    {
+        try await changeMembership(conversationId: conversationId, by: actor, operation, maxMembers: maxMembers, admission: .consentRules)
+    }
 }
 
 /// Stored messages as the routes read them: history pages, a message's status, what an edit or delete targets, a resend's original.

@@ -91,6 +91,7 @@ public final class PostgresFanout: Fanout, Service {
         case .revoked: revocations.wake()
         case .frame(let frame): frames.receive(frame)
         case .membersChanged(_, let conversationId): frames.receiveMembersChange(conversationId)
+        case .blocksChanged(_, let userId): frames.receiveBlocksChange(userId)
         case .presence(let change): presence.receive(change)
         }
     }
@@ -114,6 +115,14 @@ public final class PostgresFanout: Fanout, Service {
 
     /// Tells the other nodes that the members of `conversationId` changed (after the change committed).
     package func announceMembersChange(_ conversationId: String) async { await frames.announceMembersChange(conversationId) }
+
+    // MARK: Blocks
+
+    /// Sets what runs when another node announces that a block of a user was made or ended.
+    package func onBlocksChanged(_ handler: @escaping @Sendable (String) -> Void) { frames.onBlocksChanged(handler) }
+
+    /// Tells the other nodes that a block of `userId` was made or ended (after it committed).
+    package func announceBlocksChange(_ userId: String) async { await frames.announceBlocksChange(userId) }
 }
 
 extension PostgresFanout: NodeRoster {

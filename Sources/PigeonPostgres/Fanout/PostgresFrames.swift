@@ -15,6 +15,8 @@ final class PostgresFrames: Sendable {
     private let queue: AsyncStream<EphemeralFrame>
     /// What runs when another node announces a membership change (``announceMembersChange(_:)``).
     private let membersChanged = NIOLockedValueBox<Callback<String>?>(nil)
+    /// What runs when another node announces a block change (``announceBlocksChange(_:)``).
+    private let blocksChanged = NIOLockedValueBox<Callback<String>?>(nil)
 
     init(local: LocalFanout, notifications: PostgresNotifications, nodeId: String, logger: Logger) {
         self.local = local
@@ -72,6 +74,26 @@ final class PostgresFrames: Sendable {
             try await notifications.send(.membersChanged(node: nodeId, conversationId: conversationId))
         } catch {
             logger.warning("membership change not announced", metadata: ["conversation": "\(conversationId)", "error": "\(String(reflecting: error))"])
+        }
+    }
+
+    func onBlocksChanged(_ handler: @escaping @Sendable (String) -> Void) {
+        blocksChanged.withLockedValue { $0 = Callback(handler) }
+    }
+
+    /// Another node announced that a block of `userId` was made or ended.
+    func receiveBlocksChange(_ userId: String) {
+        blocksChanged.withLockedValue { $0 }?.call(userId)
+    }
+
+    /// Tells the other nodes that a block of `userId` was made or ended (after it committed). Best effort: what the
+    /// other nodes cache of it serves only typing (a lost notification lets typing through until their cache starts
+    /// over); messages, reactions and adds read the blocks in their own transactions.
+    func announceBlocksChange(_ userId: String) async {
+        do {
+            try await notifications.send(.blocksChanged(node: nodeId, userId: userId))
+        } catch {
+            logger.warning("block change not announced", metadata: ["user": "\(userId)", "error": "\(String(reflecting: error))"])
         }
     }
 }

@@ -17,13 +17,15 @@ package enum NodeNotification: Sendable, Equatable {
     case frame(EphemeralFrame)
     /// The members of a conversation changed on `node`: the others forget what they cached of them.
     case membersChanged(node: String, conversationId: String)
+    /// A block of `userId` was made or ended on `node`: the others forget who they cached as blocking it.
+    case blocksChanged(node: String, userId: String)
     /// One change set of a node's presence (announced in the transaction that wrote it, so in commit order).
     case presence(PresenceChange)
 
     /// The node that sent it; a node ignores its own.
     package var node: String {
         switch self {
-        case .committed(let node), .revoked(let node), .membersChanged(let node, _): node
+        case .committed(let node), .revoked(let node), .membersChanged(let node, _), .blocksChanged(let node, _): node
         case .frame(let frame): frame.node
         case .presence(let change): change.node
         }
@@ -75,11 +77,11 @@ package struct PresenceChange: Sendable, Codable, Equatable {
 extension NodeNotification: Codable {
     /// `{"k": kind, …}`: short keys, a `NOTIFY` payload must stay under 8,000 bytes.
     private enum CodingKeys: String, CodingKey {
-        case kind = "k", node = "n", conversationId = "c", frame = "f", presence = "p"
+        case kind = "k", node = "n", conversationId = "c", frame = "f", presence = "p", userId = "u"
     }
 
     private enum Kind: String, Codable {
-        case committed = "c", revoked = "r", frame = "f", membersChanged = "m", presence = "p"
+        case committed = "c", revoked = "r", frame = "f", membersChanged = "m", presence = "p", blocksChanged = "b"
     }
 
     package init(from decoder: any Decoder) throws {
@@ -92,6 +94,8 @@ extension NodeNotification: Codable {
             self = .membersChanged(
                 node: try container.decode(String.self, forKey: .node), conversationId: try container.decode(String.self, forKey: .conversationId))
         case .presence: self = .presence(try container.decode(PresenceChange.self, forKey: .presence))
+        case .blocksChanged:
+            self = .blocksChanged(node: try container.decode(String.self, forKey: .node), userId: try container.decode(String.self, forKey: .userId))
         }
     }
 
@@ -114,6 +118,10 @@ extension NodeNotification: Codable {
         case .presence(let change):
             try container.encode(Kind.presence, forKey: .kind)
             try container.encode(change, forKey: .presence)
+        case .blocksChanged(let node, let userId):
+            try container.encode(Kind.blocksChanged, forKey: .kind)
+            try container.encode(node, forKey: .node)
+            try container.encode(userId, forKey: .userId)
         }
     }
 

@@ -225,6 +225,9 @@ extension PostgresMessageStore {
         }
         let reached = batch.reachedSeqs.keys.sorted()
         let links = messages.links
+        let hidden = batch.hidden
+        let checkSenders = batch.consentCheck.map { $0[0] }
+        let checkConversations = batch.consentCheck.map { $0[1] }
         var firstOffsets: [Int32: Int64] = [:]
         // The conversations' rows are updated (locked) and checked before the partitions' rows are taken: the
         // offsets' arguments depend on the check.
@@ -250,7 +253,12 @@ extension PostgresMessageStore {
                             AND (SELECT count(*) FROM marks) = \(Int64(marks.userIds.count))
                             AND (SELECT count(*) FROM conversations c
                                 JOIN unnest(\(reached)::text[], \(reached.map { batch.reachedSeqs[$0]! })::bigint[]) AS q(id, s)
-                                    ON c.id = q.id AND c.last_seq >= q.s) = \(Int64(reached.count)),
+                                    ON c.id = q.id AND c.last_seq >= q.s) = \(Int64(reached.count))
+                            AND NOT EXISTS (
+                                SELECT 1 FROM unnest(\(checkSenders)::text[], \(checkConversations)::text[]) AS k(u, c)
+                                JOIN blocks b ON b.blocked = k.u JOIN members mb ON mb.conversation_id = k.c AND mb.user_id = b.blocker)
+                            AND NOT EXISTS (
+                                SELECT 1 FROM members mb WHERE mb.conversation_id = ANY(\(checkConversations)::text[]) AND mb.membership = 'invited'),
                         'a conversation or a member is not where the batch was planned on') THEN \(parts)::integer[] END,
                     \(parts.map { counts[$0]! })::bigint[])),
             stored AS (
@@ -264,6 +272,11 @@ extension PostgresMessageStore {
                     \(messages.targetIds)::text[], \(messages.editedAt)::bigint[], \(messages.deletedAt)::bigint[], \(messages.replyTos)::text[],
                     \(messages.threadRoots)::text[], \(messages.attachmentColumns)::text[])
                     AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl, rt, tr, at)),
+            hid AS (
+                INSERT INTO hidden_messages(conversation_id, seq, user_id, sender_id)
+                SELECT h.c, h.s, h.u, h.x FROM unnest(\(hidden.conversationIds)::text[], \(hidden.seqs)::bigint[], \(hidden.userIds)::text[],
+                    \(hidden.senderIds)::text[]) AS h(c, s, u, x)
+                ON CONFLICT DO NOTHING),
             carried AS (
                 UPDATE attachments a SET linked = TRUE
                 FROM (SELECT id FROM attachments WHERE id = ANY(\(messages.attachmentIds)::text[]) ORDER BY id FOR NO KEY UPDATE) AS h
@@ -367,6 +380,26 @@ package struct BatchWrite {
     package var threads = ThreadRows()
     /// The store time (a conversation's `updated_at` moves to it).
     package var now: Int64 = 0
+    /// Messages the batch hides from members who block their senders (``BlockStore``).
+    package var hidden = HiddenRows()
+    /// [sender, conversation] pairs of a batch planned as if no member blocked its sender or were invited (the
+    /// one-statement path): the write fails unless that still holds. Empty: not checked.
+    package var consentCheck: [[String]] = []
+}
+
+/// Hidden messages to record, column by column.
+package struct HiddenRows {
+    package var conversationIds: [String] = []
+    package var seqs: [Int64] = []
+    package var userIds: [String] = []
+    package var senderIds: [String] = []
+
+    package mutating func append(conversationId: String, seq: Int64, userId: String, senderId: String) {
+        conversationIds.append(conversationId)
+        seqs.append(seq)
+        userIds.append(userId)
+        senderIds.append(senderId)
+    }
 }
 
 extension BatchWrite {

@@ -11,9 +11,9 @@ extension PostgresMessageStore {
     /// Under the conversation's row lock (the one processing takes), so a change and a batch of the conversation are
     /// ordered: the change's `pigeon.members` messages take the next seqs, and a batch that planned on this node's
     /// cached last seq fails its check and re-reads the members under the lock.
-    public func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
-        -> Conversation
-    {
+    public func changeMembership(
+        conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int, admission: MemberAdmission
+    ) async throws -> Conversation {
         let (membersAfter, committed) = try await transaction { connection -> ([String]?, [StoredEvent]) in
             var found: (kind: String, name: String?, lastSeq: Int64)?
             for try await row in try await connection.query(
@@ -23,25 +23,26 @@ extension PostgresMessageStore {
             }
             guard let found else { throw PigeonError.conversationNotFound }
             var members: [ConversationMember] = []
-            for try await (userId, role, joinedSeq, delivered, read) in try await connection.query(
-                "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id",
-                logger: logger
-            ).decode((String, String, Int64, Int64, Int64).self) {
-                members.append(
-                    ConversationMember(userId: userId, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
+            for try await row in try await connection.query(
+                "SELECT \(unescaped: Self.memberColumns) FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id", logger: logger
+            ).decode(MemberTuple.self) {
+                members.append(Self.member(row))
             }
-            let plan = try MembershipPlan(
+            var plan = try MembershipPlan(
                 operation, by: actor.userId, kind: ConversationKind(rawValue: found.kind) ?? .group, name: found.name, members: members,
                 lastSeq: found.lastSeq, maxMembers: maxMembers)
             guard !plan.isEmpty else { return (nil, []) }
             let now = WallClock.nowMillis()
+            let admitted = try await admit(connection, plan.added.map(\.userId), by: actor.userId, admission: admission, now: now)
+            plan.admit(admitted, before: members)
             if !plan.added.isEmpty {
                 try await connection.query(
                     """
-                    INSERT INTO members(conversation_id, user_id, role, joined_seq, delivered_seq, read_seq)
-                    SELECT \(conversationId), u, r, j, j - 1, j - 1
-                    FROM unnest(\(plan.added.map(\.userId))::text[], \(plan.added.map(\.role.rawValue))::text[], \(plan.added.map(\.joinedSeq))::bigint[])
-                        AS t(u, r, j)
+                    INSERT INTO members(conversation_id, user_id, role, joined_seq, delivered_seq, read_seq, membership)
+                    SELECT \(conversationId), u, r, j, j - 1, j - 1, s
+                    FROM unnest(\(plan.added.map(\.userId))::text[], \(plan.added.map(\.role.rawValue))::text[], \(plan.added.map(\.joinedSeq))::bigint[],
+                        \(plan.added.map(\.membership.rawValue))::text[])
+                        AS t(u, r, j, s)
                     """, logger: logger)
             }
             if !plan.removed.isEmpty {

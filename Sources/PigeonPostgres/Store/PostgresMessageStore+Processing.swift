@@ -57,7 +57,8 @@ extension PostgresMessageStore {
             let message = item.entry.message
             return ServerMessageType.isLifecycle(message.type) || message.replyTo != nil || message.threadRoot != nil
         }
-        if known.count == conversationIds.count, membersKnown, !readsMessages {
+        let consentless = consentConversations.withLockedValue { $0.isDisjoint(with: conversationIds) }
+        if known.count == conversationIds.count, membersKnown, !readsMessages, consentless {
             do {
                 return try await processTrusting(items, lastSeqs: Dictionary(uniqueKeysWithValues: known))
             } catch {
@@ -78,8 +79,10 @@ extension PostgresMessageStore {
         let clock = ContinuousClock()
         let started = clock.now
         let members = Dictionary(uniqueKeysWithValues: lastSeqs.keys.compactMap { id in membersCache[id].map { (id, $0) } })
-        var (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: StoredBefore(), members: members, targets: [:])
+        var (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: StoredBefore(), members: members, targets: [:], consent: BatchConsent())
         batch.expectedLastSeqs = lastSeqs
+        // Planned as if no member blocked a sender or were invited: the statement checks it (else the locking path).
+        batch.consentCheck = Array(Set(items.map { [$0.entry.message.senderId, $0.entry.message.conversationId] }))
         let committed = try await client.withConnection { [stageTimer] connection in
             let leased = clock.now
             stageTimer.record(.connection, leased - started)
@@ -117,12 +120,23 @@ extension PostgresMessageStore {
                 lastSeqs[id] = lastSeq
             }
             var members: [String: [String]] = [:]
-            for try await (conversationId, userId) in try await connection.query(
-                "SELECT conversation_id, user_id FROM members WHERE conversation_id = ANY(\(conversationIds)) ORDER BY conversation_id, user_id",
+            var consent = BatchConsent()
+            for try await (conversationId, userId, membership) in try await connection.query(
+                """
+                SELECT conversation_id, user_id, membership FROM members WHERE conversation_id = ANY(\(conversationIds))
+                ORDER BY conversation_id, user_id
+                """,
                 logger: logger
-            ).decode((String, String).self) {
+            ).decode((String, String, String).self) {
                 members[conversationId, default: []].append(userId)
+                if membership == MembershipState.invited.rawValue { consent.invited[conversationId, default: []].insert(userId) }
             }
+            for try await (blocked, blocker) in try await connection.query(
+                "SELECT blocked, blocker FROM blocks WHERE blocked = ANY(\(Array(Set(messages.map(\.senderId)))))", logger: logger
+            ).decode((String, String).self) {
+                consent.blockers[blocked, default: []].insert(blocker)
+            }
+            rememberConsent(consent, messages: messages, members: members)
             for (conversationId, generation) in zip(conversationIds, generations) {
                 if let list = members[conversationId] { membersCache.store(list, for: conversationId, ifGeneration: generation) }
             }
@@ -156,7 +170,7 @@ extension PostgresMessageStore {
                 storedBefore.byClientId[[senderId, deviceId, clientMessageId]] = seq
             }
             stageTimer.record(.read, clock.now - reading)
-            let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore, members: members, targets: targets)
+            let (results, batch) = try plan(items, lastSeqs: lastSeqs, storedBefore: storedBefore, members: members, targets: targets, consent: consent)
             let writing = clock.now
             let committed = try await write(batch, connection)
             try await writeThreads(batch.threads, connection)
@@ -216,6 +230,31 @@ extension PostgresMessageStore {
             """, logger: logger)
     }
 
+    /// Who in a batch's conversations gets no `message.new` of whom: the invited members of each conversation, and who
+    /// blocks each sender (anywhere; ``MessageEvents/hiddenFrom(_:blockers:members:)`` keeps the members).
+    package struct BatchConsent {
+        package var invited: [String: Set<String>] = [:]
+        package var blockers: [String: Set<String>] = [:]
+
+        package init() {}
+    }
+
+    /// Remembers the conversations of a batch where a member blocks a sender or is invited: their batches take the
+    /// locking path from now on (the one-statement path would refuse them).
+    private func rememberConsent(_ consent: BatchConsent, messages: [BufferedMessage], members: [String: [String]]) {
+        var found = Set(consent.invited.keys)
+        for message in messages {
+            if let blockers = consent.blockers[message.senderId], let list = members[message.conversationId], !blockers.isDisjoint(with: list) {
+                found.insert(message.conversationId)
+            }
+        }
+        guard !found.isEmpty else { return }
+        consentConversations.withLockedValue { known in
+            if known.count + found.count > Self.lastSeqCacheLimit { known.removeAll(keepingCapacity: true) }
+            known.formUnion(found)
+        }
+    }
+
     /// Messages of a batch stored before, with their seqs.
     package struct StoredBefore {
         package var byServerId: [String: Int64] = [:]
@@ -228,7 +267,7 @@ extension PostgresMessageStore {
     /// before it (by serverId, with their conversation).
     package func plan(
         _ items: [ProcessingItem], lastSeqs: [String: Int64], storedBefore: StoredBefore, members membersByConversation: [String: [String]],
-        targets: [String: StoredTarget]
+        targets: [String: StoredTarget], consent: BatchConsent = BatchConsent()
     ) throws -> ([ProcessingResult], BatchWrite) {
         let payloads = EventPayload()
         let now = WallClock.nowMillis()
@@ -268,7 +307,12 @@ extension PostgresMessageStore {
                         before: batch.messages.index(of: threadRoot) == nil ? targets[threadRoot]?.thread : nil)
                 }
                 let part = partition(of: message.conversationId)
-                let writes = MessageEvents.writes(of: message, stored: stored, members: members, presence: fanout, payloads: payloads)
+                let hidden = MessageEvents.hiddenFrom(message, blockers: consent.blockers[message.senderId] ?? [], members: members)
+                var withheld = Set(hidden)
+                withheld.formUnion(consent.invited[message.conversationId] ?? [])
+                for user in hidden { batch.hidden.append(conversationId: message.conversationId, seq: seq, userId: user, senderId: message.senderId) }
+                let writes = MessageEvents.writes(
+                    of: message, stored: stored, members: members, withheld: withheld, presence: fanout, payloads: payloads)
                 for recipient in writes.newRecipients {
                     batch.events.append(
                         type: "message.new", userId: recipient.userId, excludedDeviceId: recipient.excludedDeviceId, payload: nil, at: now,

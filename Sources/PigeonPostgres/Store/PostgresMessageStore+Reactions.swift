@@ -109,6 +109,22 @@ extension PostgresMessageStore {
         }
         guard !members.isEmpty else { return reactions.map { _ in .failure(PigeonError.conversationNotFound) } }
         let target = try await lockedTarget(conversationId: conversationId, serverId: serverId, connection)
+        // A message hidden from a member is not there for it (it may not react, and hears of no reaction to it); a
+        // member who blocks a reactor hears of none of its reactions.
+        var hiddenFrom = Set<String>()
+        var blockers: [String: Set<String>] = [:]
+        if let seq = target?.seq {
+            for try await user in try await connection.query(
+                "SELECT user_id FROM hidden_messages WHERE conversation_id = \(conversationId) AND seq = \(seq)", logger: logger
+            ).decode(String.self) {
+                hiddenFrom.insert(user)
+            }
+            for try await (blocked, blocker) in try await connection.query(
+                "SELECT blocked, blocker FROM blocks WHERE blocked = ANY(\(Array(Set(reactions.map(\.userId)))))", logger: logger
+            ).decode((String, String).self) {
+                blockers[blocked, default: []].insert(blocker)
+            }
+        }
         var initial: [ReactionRow] = []
         if let seq = target?.seq {
             for try await (key, user, at) in try await connection.query(
@@ -131,6 +147,10 @@ extension PostgresMessageStore {
                 answers.append(.failure(refusal))
                 continue
             }
+            if hiddenFrom.contains(userId) {
+                answers.append(.failure(PigeonError(.notFound, "message not found")))
+                continue
+            }
             let holds = rows.contains { $0.userId == userId && $0.key == key }
             switch reaction.action {
             case .add:
@@ -150,7 +170,8 @@ extension PostgresMessageStore {
                 }
                 rows.removeAll { $0.userId == userId && $0.key == key }
             }
-            for view in ReactionRules.views(of: rows, members: members) {
+            let withheld = hiddenFrom.union(blockers[userId] ?? [])
+            for view in ReactionRules.views(of: rows, members: withheld.isEmpty ? members : members.filter { !withheld.contains($0) }) {
                 let payload = payloads.reaction(
                     ReactionEvent(
                         conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: reaction.action,

@@ -95,10 +95,13 @@ extension PostgresMessageStore {
     /// transaction that locks the members' rows first (``writeReceiptsLocking(_:)``).
     package func writeReceiptGroup(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove]) {
         let keys = Array(Set(group.map { WatermarkKey(conversationId: $0.conversationId, userId: $0.userId) }))
+        let context = try await receiptContext(keys)
         let cached = watermarkCache.withLockedValue { cache in keys.compactMap { key in cache[key].map { (key, $0) } } }
         if cached.count == keys.count {
             do {
-                if let written = try await writeReceiptsTrusting(group, cached: Dictionary(uniqueKeysWithValues: cached)) { return written }
+                if let written = try await writeReceiptsTrusting(group, cached: Dictionary(uniqueKeysWithValues: cached), context: context) {
+                    return written
+                }
             } catch {
                 // Another node moved one of these watermarks, or a receipt is beyond what this node saw stored: the
                 // locking path reads the rows.
@@ -106,18 +109,50 @@ extension PostgresMessageStore {
                 logger.debug("one-statement receipt group refused; writing it under the members' locks", metadata: ["error": "\(String(reflecting: error))"])
             }
         }
-        return try await writeReceiptsLocking(group)
+        return try await writeReceiptsLocking(group, context: context)
+    }
+
+    /// What a receipt group needs to know besides the watermarks (``BlockStore``): its conversations' last seqs, the
+    /// floors of its members' watermarks and which of them are invited, read in one statement (one snapshot). Every
+    /// message hidden at or below a conversation's last seq read here is in the floors read with it, and the group's
+    /// receipts are clamped to that last seq: a watermark shown never covers a hidden message.
+    package struct ReceiptContext {
+        package var lastSeqs: [String: Int64] = [:]
+        package var floors: [WatermarkKey: WatermarkFloors] = [:]
+        package var invited = Set<WatermarkKey>()
+    }
+
+    package func receiptContext(_ keys: [WatermarkKey]) async throws -> ReceiptContext {
+        var context = ReceiptContext()
+        for try await (conversationId, userId, lastSeq, membership, sender, first) in try await client.query(
+            """
+            SELECT k.c, k.u, c.last_seq, mb.membership, h.s, h.f
+            FROM unnest(\(keys.map(\.conversationId))::text[], \(keys.map(\.userId))::text[]) AS k(c, u)
+            JOIN conversations c ON c.id = k.c
+            JOIN members mb ON mb.conversation_id = k.c AND mb.user_id = k.u
+            LEFT JOIN LATERAL (
+                SELECT sender_id AS s, MIN(seq) AS f FROM hidden_messages WHERE conversation_id = k.c AND user_id = k.u GROUP BY sender_id) h ON TRUE
+            """, logger: logger
+        ).decode((String, String, Int64, String, String?, Int64?).self) {
+            let key = WatermarkKey(conversationId: conversationId, userId: userId)
+            context.lastSeqs[conversationId] = lastSeq
+            if membership == MembershipState.invited.rawValue { context.invited.insert(key) }
+            if let sender, let first { context.floors[key, default: WatermarkFloors()].firstHidden[sender] = first }
+        }
+        return context
     }
 
     /// The group in one statement, its own transaction, planned on the cached watermarks: the statement sets each
     /// member's watermarks only where they still are the cached ones, and only if every conversation has reached the
     /// seqs the receipts name (they are not clamped: an unknown last seq), and fails as a whole otherwise. Nil when no
     /// watermark would move (then the locking path answers with the stored ones).
-    package func writeReceiptsTrusting(_ group: [PendingReceipt], cached: [WatermarkKey: (delivered: Int64, read: Int64)]) async throws -> (
-        [ReceiptOutcome], [StoredEvent], [DeliveredMove]
-    )? {
-        let watermarks = cached.mapValues { KnownWatermarks($0.delivered, $0.read, nil) }
-        var (outcomes, batch, moves, final) = try planReceipts(group, watermarks: watermarks)
+    package func writeReceiptsTrusting(
+        _ group: [PendingReceipt], cached: [WatermarkKey: (delivered: Int64, read: Int64)], context: ReceiptContext = ReceiptContext()
+    ) async throws -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove])? {
+        let watermarks = Dictionary(uniqueKeysWithValues: cached.map { key, marks in
+            (key, KnownWatermarks(marks.delivered, marks.read, context.lastSeqs[key.conversationId]))
+        })
+        var (outcomes, batch, moves, final) = try planReceipts(group, watermarks: watermarks, context: context)
         guard !batch.watermarks.userIds.isEmpty else { return nil }
         batch.expectedWatermarks = cached
         for receipt in group {
@@ -130,7 +165,9 @@ extension PostgresMessageStore {
 
     /// One transaction for a group of receipts: lock the members' rows (in key order, so concurrent groups of
     /// several nodes cannot deadlock), apply the receipts in arrival order, write watermarks and events once.
-    package func writeReceiptsLocking(_ group: [PendingReceipt]) async throws -> ([ReceiptOutcome], [StoredEvent], [DeliveredMove]) {
+    package func writeReceiptsLocking(_ group: [PendingReceipt], context: ReceiptContext = ReceiptContext()) async throws -> (
+        [ReceiptOutcome], [StoredEvent], [DeliveredMove]
+    ) {
         let keys = Array(Set(group.map { WatermarkKey(conversationId: $0.conversationId, userId: $0.userId) }))
             .sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }
         let (outcomes, committed, moves, final) = try await transaction {
@@ -145,9 +182,11 @@ extension PostgresMessageStore {
                 ORDER BY m.conversation_id, m.user_id FOR UPDATE OF m
                 """, logger: logger
             ).decode((String, String, Int64, Int64, Int64).self) {
-                watermarks[WatermarkKey(conversationId: conversationId, userId: userId)] = (delivered, read, lastSeq)
+                // Clamped to the last seq the floors were read with: no hidden message above it is covered unseen.
+                let key = WatermarkKey(conversationId: conversationId, userId: userId)
+                watermarks[key] = (delivered, read, min(lastSeq, context.lastSeqs[conversationId] ?? lastSeq))
             }
-            let (outcomes, batch, moves, final) = try planReceipts(group, watermarks: watermarks)
+            let (outcomes, batch, moves, final) = try planReceipts(group, watermarks: watermarks, context: context)
             guard !batch.watermarks.userIds.isEmpty else { return (outcomes, [], [], final) }
             return (outcomes, try await self.write(batch, connection), moves, final)
         }
@@ -158,9 +197,11 @@ extension PostgresMessageStore {
     /// The receipts applied in arrival order to `watermarks` (a member missing there is no longer one: its receipt
     /// changes nothing): each one's outcome, the write (watermarks that moved and their `receipt` events), the
     /// delivered watermarks that moved, and every member's final watermarks.
-    package func planReceipts(_ group: [PendingReceipt], watermarks start: [WatermarkKey: KnownWatermarks]) throws -> (
-        [ReceiptOutcome], BatchWrite, [DeliveredMove], [WatermarkKey: (delivered: Int64, read: Int64)]
-    ) {
+    /// An invited member's receipt moves nothing (its watermarks wait for its acceptance); a member whose messages are
+    /// hidden from the receipt's user gets its own `upToSeq`, below its first hidden message (``WatermarkFloors``).
+    package func planReceipts(
+        _ group: [PendingReceipt], watermarks start: [WatermarkKey: KnownWatermarks], context: ReceiptContext = ReceiptContext()
+    ) throws -> ([ReceiptOutcome], BatchWrite, [DeliveredMove], [WatermarkKey: (delivered: Int64, read: Int64)]) {
         var watermarks = start
         let now = WallClock.nowMillis()
         let payloads = EventPayload()
@@ -175,18 +216,22 @@ extension PostgresMessageStore {
                 continue
             }
             let old = Watermarks(delivered: oldDelivered, read: oldRead)
-            let new = old.applying(receipt.kind, upTo: receipt.upToSeq, lastSeq: lastSeq)
+            let new = context.invited.contains(key) ? old : old.applying(receipt.kind, upTo: receipt.upToSeq, lastSeq: lastSeq)
             outcomes.append(ReceiptOutcome(watermarks: new.response, deliveredMessageStoredAt: nil))
             let moved = new.moves(from: old)
             guard !moved.isEmpty else { continue }
             watermarks[key] = (new.delivered, new.read, lastSeq)
             changed.insert(key)
             if new.delivered != old.delivered { moves.append((outcomes.count - 1, key.conversationId, key.userId, new.delivered)) }
+            let floors = context.floors[key] ?? WatermarkFloors()
             for (movedKind, seq) in moved {
-                let payload = try payloads.receipt(
-                    ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
-                events.append(
-                    type: "receipt", userIds: receipt.members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
+                let before = movedKind == .read ? oldRead : oldDelivered
+                for (shown, members) in floors.receiptRecipients(members: receipt.members, old: before, new: seq) {
+                    let payload = try payloads.receipt(
+                        ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: shown, at: now))
+                    events.append(
+                        type: "receipt", userIds: members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
+                }
             }
         }
         let rows = changed.sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }

@@ -20,8 +20,15 @@ extension PostgresMessageStore {
             found = Self.message(row)
         }
         guard let found, found.seq >= visibleFrom else { return nil }
+        if let reader {
+            for try await _ in try await client.query(
+                "SELECT 1 FROM hidden_messages WHERE conversation_id = \(conversationId) AND seq = \(found.seq) AND user_id = \(reader)", logger: logger
+            ) {
+                return nil
+            }
+        }
         let (replies, hasMore) = try await page(
-            conversationId: conversationId, threadRoot: root, after: after, before: before, limit: limit, visibleFrom: visibleFrom)
+            conversationId: conversationId, threadRoot: root, after: after, before: before, limit: limit, visibleFrom: visibleFrom, hidingFrom: reader)
         var messages = [found] + replies
         try await decorate(&messages, reader: reader)
         return ThreadPage(root: messages[0], messages: Array(messages.dropFirst()), hasMore: hasMore)

@@ -47,6 +47,14 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// Reactions waiting for the next reaction transaction (``writeReactions()``).
     package let pendingReactions = NIOLockedValueBox([PendingReaction]())
     package let reactionWakeUp = AsyncSignal()
+    /// The consent rules creations and adds are held to (``setConsentRules(_:)``).
+    package let consentRules = NIOLockedValueBox(ConsentRules.open)
+    /// Blocked user id → the users who block it (sorted), for typing; every node forgets an entry when any node changes
+    /// a block of that user (``PostgresFanout/announceBlocksChange(_:)``).
+    package let blockersCache = MembersCache(limit: 100_000)
+    /// Conversations whose batches this node stores on the locking path only, because a member blocks a sender there or
+    /// is invited: the one-statement path refuses such batches (`+Processing`), so trying it first would only cost a retry.
+    package let consentConversations = NIOLockedValueBox(Set<String>())
 
     /// Connects, applies migrations and the event log's partition layout, and reads the store's identity; ``run()``
     /// must run for queries to be served. `local` is this node's own fan-out (its stream hub). `uploadConnections` is
@@ -109,6 +117,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             readRevocations: { [client, logger] after, limit in
                 try await Self.readRevocations(client, after: after, limit: limit, logger: logger)
             })
+        fanout.onBlocksChanged { [blockersCache] userId in blockersCache.changed(userId, members: nil) }
         fanout.onMembersChanged { [membersCache, lastSeqCache, watermarkCache] conversationId in
             membersCache.changed(conversationId, members: nil)
             lastSeqCache.withLockedValue { $0[conversationId] = nil }
@@ -182,10 +191,13 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     // MARK: Conversations
 
-    public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
-        let (conversation, userIds, payload) = try NewConversation.make(creator: creator, members: members, name: name)
-        let (id, now) = (conversation.id, conversation.createdAt)
-        let committed = try await transaction { connection in
+    public func createConversation(creator: String, members: [String], name: String?, admission: MemberAdmission) async throws -> Conversation {
+        let (conversation, userIds, committed) = try await transaction { connection -> (Conversation, [String], [StoredEvent]) in
+            let admitted = try await admit(
+                connection, NewConversation.added(by: creator, members: members), by: creator, admission: admission, now: WallClock.nowMillis())
+            let (conversation, userIds) = NewConversation.make(creator: creator, members: members, name: name, invited: admitted.invited)
+            let payload = try EventPayload().conversationCreated(conversation)
+            let (id, now) = (conversation.id, conversation.createdAt)
             try await connection.query(
                 """
                 INSERT INTO conversations(id, kind, name, created_by, created_at, updated_at)
@@ -194,32 +206,39 @@ public final class PostgresMessageStore: MessageStore, Service {
                 logger: logger)
             try await connection.query(
                 """
-                INSERT INTO members(conversation_id, user_id, role, joined_seq)
-                SELECT \(id), u, r, 0 FROM unnest(\(userIds)::text[], \(conversation.members.map(\.role.rawValue))::text[]) AS t(u, r)
+                INSERT INTO members(conversation_id, user_id, role, joined_seq, membership)
+                SELECT \(id), u, r, 0, s FROM unnest(\(userIds)::text[], \(conversation.members.map(\.role.rawValue))::text[],
+                    \(conversation.members.map(\.membership.rawValue))::text[]) AS t(u, r, s)
                 """, logger: logger)
             var events = EventRows()
             events.append(type: "conversation.created", userIds: userIds, sharedPayload: payload, at: now, partition: partition(of: id))
-            return try await insert(events, connection)
+            return (conversation, userIds, try await insert(events, connection))
         }
-        membersCache.changed(id, members: userIds)
+        membersCache.changed(conversation.id, members: userIds)
         fanout.publish(committed)
         return conversation
     }
 
-    public func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList {
+    public func conversations(of userId: String, before: ConversationCursor?, limit: Int, membership: MembershipState) async throws
+        -> ConversationList
+    {
         let position: PostgresQuery
+        let state = membership.rawValue
         switch before {
         case nil:
-            position = "SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id WHERE m.user_id = \(userId)"
+            position = """
+                SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
+                WHERE m.user_id = \(userId) AND m.membership = \(state)
+                """
         case let cursor? where cursor.id == nil:
             position = """
                 SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
-                WHERE m.user_id = \(userId) AND c.updated_at < \(cursor.updatedAt)
+                WHERE m.user_id = \(userId) AND m.membership = \(state) AND c.updated_at < \(cursor.updatedAt)
                 """
         case let cursor?:
             position = """
                 SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
-                WHERE m.user_id = \(userId) AND (c.updated_at, c.id) < (\(cursor.updatedAt), \(cursor.id ?? ""))
+                WHERE m.user_id = \(userId) AND m.membership = \(state) AND (c.updated_at, c.id) < (\(cursor.updatedAt), \(cursor.id ?? ""))
                 """
         }
         var query = position
@@ -235,15 +254,13 @@ public final class PostgresMessageStore: MessageStore, Service {
         }
         let ids = conversations.prefix(limit).map(\.id)
         var membersByConversation: [String: [ConversationMember]] = [:]
-        for try await (conversationId, member, role, joinedSeq, delivered, read) in try await client.query(
+        for try await (conversationId, member, role, joinedSeq, delivered, read, membership) in try await client.query(
             """
-            SELECT conversation_id, user_id, role, joined_seq, delivered_seq, read_seq FROM members
+            SELECT conversation_id, \(unescaped: Self.memberColumns) FROM members
             WHERE conversation_id = ANY(\(ids)) ORDER BY conversation_id, user_id
             """, logger: logger
-        ).decode((String, String, String, Int64, Int64, Int64).self) {
-            membersByConversation[conversationId, default: []].append(
-                ConversationMember(
-                    userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
+        ).decode((String, String, String, Int64, Int64, Int64, String).self) {
+            membersByConversation[conversationId, default: []].append(Self.member((member, role, joinedSeq, delivered, read, membership)))
         }
         for index in conversations.indices {
             conversations[index].members = membersByConversation[conversations[index].id] ?? []
@@ -272,13 +289,10 @@ public final class PostgresMessageStore: MessageStore, Service {
                 updatedAt: updatedAt, members: [])
         }
         guard var conversation else { return nil }
-        for try await (member, role, joinedSeq, delivered, read) in try await client.query(
-            "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = \(id) ORDER BY user_id",
-            logger: logger
-        ).decode((String, String, Int64, Int64, Int64).self) {
-            conversation.members.append(
-                ConversationMember(
-                    userId: member, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read))
+        for try await row in try await client.query(
+            "SELECT \(unescaped: Self.memberColumns) FROM members WHERE conversation_id = \(id) ORDER BY user_id", logger: logger
+        ).decode(MemberTuple.self) {
+            conversation.members.append(Self.member(row))
         }
         guard let userId else { return conversation }
         var one = [conversation]
@@ -290,14 +304,25 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// a late joiner joined at a seq at or below it), and the other members' messages above the caller's read
     /// watermark, not counting the server's own `pigeon.*` ones. Two statements for a whole page; a non-member (who
     /// just left) sees neither.
+    ///
+    /// A message hidden from the caller by a block is neither its last message nor unread (the newest one it may see is
+    /// looked up only where the newest of all is hidden from it); an invited member has no unread count until it
+    /// accepts; the other members' watermarks are shown as ``WatermarkFloors`` say.
     private func addCallerView(_ conversations: inout [Conversation], ids: [String], userId: String) async throws {
         let ids = ids.filter { id in conversations.contains { $0.id == id && $0.members.contains { $0.userId == userId } } }
         guard !ids.isEmpty else { return }
+        let floors = try await viewerFloors(ids, viewer: userId)
+        for index in conversations.indices {
+            if let memberFloors = floors[conversations[index].id] { conversations[index].showWatermarks(to: userId, floors: memberFloors) }
+        }
         var last: [String: Message] = [:]
         for try await row in try await client.query(
             """
-            SELECT \(unescaped: Self.messageColumns) FROM messages
-            WHERE (conversation_id, seq) IN (SELECT id, last_seq FROM conversations WHERE id = ANY(\(ids)))
+            SELECT \(unescaped: Self.joinedMessageColumns) FROM unnest(\(ids)::text[]) AS k(id)
+            CROSS JOIN LATERAL (
+                SELECT * FROM messages m WHERE m.conversation_id = k.id
+                    AND NOT EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = \(userId))
+                ORDER BY m.seq DESC LIMIT 1) m
             """, logger: logger
         ).decode(MessageTuple.self) {
             let message = Self.message(row)
@@ -312,7 +337,8 @@ public final class PostgresMessageStore: MessageStore, Service {
             SELECT me.conversation_id, count(m.seq) FROM members me
             JOIN messages m ON m.conversation_id = me.conversation_id AND m.seq > me.read_seq AND m.sender_id <> me.user_id
                 AND m.type NOT LIKE 'pigeon.%'
-            WHERE me.user_id = \(userId) AND me.conversation_id = ANY(\(ids)) GROUP BY me.conversation_id
+                AND NOT EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = me.user_id)
+            WHERE me.user_id = \(userId) AND me.membership = 'joined' AND me.conversation_id = ANY(\(ids)) GROUP BY me.conversation_id
             """, logger: logger
         ).decode((String, Int64).self) {
             unread[conversationId] = Int(count)
@@ -338,11 +364,11 @@ public final class PostgresMessageStore: MessageStore, Service {
     }
 
     public func member(_ userId: String, of conversationId: String) async throws -> ConversationMember? {
-        for try await (role, joinedSeq, delivered, read) in try await client.query(
-            "SELECT role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId)",
+        for try await row in try await client.query(
+            "SELECT \(unescaped: Self.memberColumns) FROM members WHERE conversation_id = \(conversationId) AND user_id = \(userId)",
             logger: logger
-        ).decode((String, Int64, Int64, Int64).self) {
-            return ConversationMember(userId: userId, role: MemberRole(rawValue: role) ?? .member, joinedSeq: joinedSeq, deliveredSeq: delivered, readSeq: read)
+        ).decode(MemberTuple.self) {
+            return Self.member(row)
         }
         return nil
     }
@@ -357,6 +383,9 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     /// A message row's columns, in ``MessageTuple``'s order.
     package static let messageColumns = messageColumnNames.joined(separator: ", ")
+
+    /// ``messageColumns`` of the messages row `m`.
+    package static let joinedMessageColumns = messageColumnNames.map { "m." + $0 }.joined(separator: ", ")
 
     package typealias MessageTuple = (
         String, String, String, Int64, String, String, String, String, Int64, Int64, Int64, Int64?, Int64?, String?, String?, Int32, Int64?, String?,
@@ -425,40 +454,47 @@ public final class PostgresMessageStore: MessageStore, Service {
         -> MessagePage
     {
         var (messages, hasMore) = try await page(
-            conversationId: conversationId, threadRoot: nil, after: after, before: before, limit: limit, visibleFrom: visibleFrom)
+            conversationId: conversationId, threadRoot: nil, after: after, before: before, limit: limit, visibleFrom: visibleFrom, hidingFrom: reader)
         try await decorate(&messages, reader: reader)
         return MessagePage(messages: messages, hasMore: hasMore)
     }
 
     /// A page of the conversation's messages (only the replies in the thread of `threadRoot` when given), ascending by
-    /// seq, as ``messages(conversationId:after:before:limit:visibleFrom:reader:)`` pages them, undecorated.
-    package func page(conversationId: String, threadRoot: String?, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64) async throws -> (
-        messages: [Message], hasMore: Bool
-    ) {
+    /// seq, as ``messages(conversationId:after:before:limit:visibleFrom:reader:)`` pages them, undecorated, without
+    /// the messages hidden from `hidingFrom` by a block.
+    package func page(
+        conversationId: String, threadRoot: String?, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, hidingFrom: String?
+    ) async throws -> (messages: [Message], hasMore: Bool) {
         let query: PostgresQuery
+        // "" matches no user: no message is hidden from no one.
+        let reader = hidingFrom ?? ""
         switch (threadRoot, after) {
         case (nil, let after?):
             query = """
-                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId)
+                SELECT \(unescaped: Self.messageColumns) FROM messages m WHERE conversation_id = \(conversationId)
                     AND seq > \(max(after, visibleFrom - 1))
+                    AND NOT EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = \(reader))
                 ORDER BY seq LIMIT \(limit + 1)
                 """
         case (nil, nil):
             query = """
-                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND seq < \(before ?? Int64.max)
+                SELECT \(unescaped: Self.messageColumns) FROM messages m WHERE conversation_id = \(conversationId) AND seq < \(before ?? Int64.max)
                     AND seq >= \(visibleFrom)
+                    AND NOT EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = \(reader))
                 ORDER BY seq DESC LIMIT \(limit + 1)
                 """
         case (let root?, let after?):
             query = """
-                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND thread_root = \(root)
+                SELECT \(unescaped: Self.messageColumns) FROM messages m WHERE conversation_id = \(conversationId) AND thread_root = \(root)
                     AND seq > \(max(after, visibleFrom - 1))
+                    AND NOT EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = \(reader))
                 ORDER BY seq LIMIT \(limit + 1)
                 """
         case (let root?, nil):
             query = """
-                SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND thread_root = \(root)
+                SELECT \(unescaped: Self.messageColumns) FROM messages m WHERE conversation_id = \(conversationId) AND thread_root = \(root)
                     AND seq < \(before ?? Int64.max) AND seq >= \(visibleFrom)
+                    AND NOT EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = \(reader))
                 ORDER BY seq DESC LIMIT \(limit + 1)
                 """
         }

@@ -376,6 +376,42 @@ package enum PostgresSchema {
                 "ALTER TABLE dead_letters ADD COLUMN attachments TEXT",
             ]
         ),
+        (
+            12,
+            [
+                // API.md 1.2, consent and blocking. A block is a row while it lasts; a message hidden from a member by a
+                // block is a row for good, written with the message (an unblock shows what follows, never what was
+                // hidden). A stranger add counts for an hour against its adder (`--stranger-adds-per-hour`), on every
+                // node; older rows are deleted as the adder adds. Members gain their membership (invited or joined).
+                """
+                CREATE TABLE blocks(
+                    blocker TEXT NOT NULL,
+                    blocked TEXT NOT NULL,
+                    at BIGINT NOT NULL,
+                    PRIMARY KEY (blocker, blocked))
+                """,
+                "CREATE INDEX blocks_blocked ON blocks(blocked, blocker)",
+                """
+                CREATE TABLE hidden_messages(
+                    conversation_id TEXT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    sender_id TEXT NOT NULL,
+                    PRIMARY KEY (conversation_id, seq, user_id))
+                """,
+                "CREATE INDEX hidden_messages_user ON hidden_messages(conversation_id, user_id, seq)",
+                "CREATE INDEX hidden_messages_sender ON hidden_messages(sender_id, conversation_id)",
+                """
+                CREATE TABLE stranger_adds(
+                    adder TEXT NOT NULL,
+                    added TEXT NOT NULL,
+                    at BIGINT NOT NULL,
+                    PRIMARY KEY (adder, added))
+                """,
+                "ALTER TABLE members ADD COLUMN membership TEXT NOT NULL DEFAULT 'joined'",
+                "CREATE INDEX members_invited ON members(conversation_id, user_id) WHERE membership = 'invited'",
+            ]
+        ),
     ]
 
     package static var latestVersion: Int { migrations.last?.version ?? 0 }

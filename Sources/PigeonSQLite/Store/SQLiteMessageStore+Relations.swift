@@ -61,7 +61,8 @@ extension SQLiteMessageStore {
     public func threadMessages(
         conversationId: String, root: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?
     ) async throws -> ThreadPage? {
-        try await pool.read { db in
+        let hiding = mayHide ? reader : nil
+        return try await pool.read { db in
             guard
                 let row = try Row.fetchOne(
                     db.cachedStatement(sql: "SELECT \(Self.messageColumns) FROM messages WHERE server_id = ? AND conversation_id = ?"),
@@ -69,9 +70,11 @@ extension SQLiteMessageStore {
             else { return nil }
             var roots = [Self.message(row, from: 0)]
             guard roots[0].seq >= visibleFrom else { return nil }
+            if let hiding, try Self.hiddenFrom(db, conversationId: conversationId, seq: roots[0].seq).contains(hiding) { return nil }
             try Self.decorate(db, &roots, reader: reader)
             let page = try Self.page(
-                db, conversationId: conversationId, thread: root, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader)
+                db, conversationId: conversationId, thread: root, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader,
+                hidingFrom: hiding)
             return ThreadPage(root: roots[0], messages: page.messages, hasMore: page.hasMore)
         }
     }
@@ -166,6 +169,14 @@ extension SQLiteMessageStore {
                 let target = try Self.target(db, conversationId: conversationId, serverId: serverId)
                 if let refusal = ReactionRules.refusal(target: target, joinedSeq: joinedSeq) { throw refusal }
                 let seq = target!.seq
+                // A message hidden from the reactor is not there for it; the reaction of a user a member blocks, or to
+                // a message hidden from a member, does not reach that member.
+                var withheld = Set<String>()
+                if mayHide {
+                    let hiddenFrom = try Self.hiddenFrom(db, conversationId: conversationId, seq: seq)
+                    if hiddenFrom.contains(userId) { throw PigeonError(.notFound, "message not found") }
+                    withheld = hiddenFrom.union(try Self.blockers(db, of: userId, among: members))
+                }
                 var rows = try Self.reactionRows(db, conversationId: conversationId, seq: seq)
                 let held = rows.firstIndex { $0.key == key && $0.userId == userId }
                 switch (action, held) {
@@ -184,7 +195,7 @@ extension SQLiteMessageStore {
                 }
                 let payloads = EventPayload()
                 var events: [StoredEvent] = []
-                for view in ReactionRules.views(of: rows, members: members) {
+                for view in ReactionRules.views(of: rows, members: members.filter { !withheld.contains($0) }) {
                     let payload = payloads.reaction(
                         ReactionEvent(
                             conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: action, reactions: view.reactions,
@@ -201,6 +212,12 @@ extension SQLiteMessageStore {
             },
             afterCommit: { [fanout] write in fanout.publish(write.events) }
         ).reactions
+    }
+
+    /// The members a message is hidden from.
+    static func hiddenFrom(_ db: Database, conversationId: String, seq: Int64) throws -> Set<String> {
+        Set(try String.fetchAll(
+            db.cachedStatement(sql: "SELECT user_id FROM hidden_messages WHERE conversation_id = ? AND seq = ?"), arguments: [conversationId, seq]))
     }
 
     private static func reactionRows(_ db: Database, conversationId: String, seq: Int64) throws -> [ReactionRow] {

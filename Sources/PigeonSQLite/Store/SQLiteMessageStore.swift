@@ -17,6 +17,10 @@ public final class SQLiteMessageStore: MessageStore {
     /// conversation id → sorted member user ids.
     package let membersCache = MembersCache()
     package let diskHealth: SQLiteDiskHealth
+    /// The consent rules and whether blocks or invitations exist (`+Consent`).
+    package let consent = NIOLockedValueBox(SQLiteConsentState())
+    /// Blocked user id → the users who block it (sorted), for typing (``blockers(of:)``).
+    package let blockersCache = MembersCache(limit: 100_000)
 
     public init(path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil) throws {
         self.diskHealth = SQLiteDiskHealth(path: path)
@@ -27,6 +31,16 @@ public final class SQLiteMessageStore: MessageStore {
             let epoch = Identifiers.randomHex(bytes: 4)
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('epoch', ?)", arguments: [epoch])
             return epoch
+        }
+        let (blocksExist, invitesExist) = try pool.read { db in
+            (
+                try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM blocks) OR EXISTS(SELECT 1 FROM hidden_messages)") ?? false,
+                try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM members WHERE membership = 'invited')") ?? false
+            )
+        }
+        consent.withLockedValue {
+            $0.blocksExist = blocksExist
+            $0.invitesExist = invitesExist
         }
         self.writer = GroupCommitWriter(writer: pool)
         self.fanout = fanout
@@ -56,36 +70,42 @@ public final class SQLiteMessageStore: MessageStore {
 
     // MARK: Conversations
 
-    public func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
-        let (conversation, userIds, payload) = try NewConversation.make(creator: creator, members: members, name: name)
-        let (id, now) = (conversation.id, conversation.createdAt)
-        try await write(
-            { db -> [StoredEvent] in
+    public func createConversation(creator: String, members: [String], name: String?, admission: MemberAdmission) async throws -> Conversation {
+        let written = try await write(
+            { [self] db -> (Conversation, [String], [StoredEvent]) in
+                let admitted = try admit(
+                    db, NewConversation.added(by: creator, members: members), by: creator, admission: admission, now: WallClock.nowMillis())
+                let (conversation, userIds) = NewConversation.make(creator: creator, members: members, name: name, invited: admitted.invited)
+                let payload = try EventPayload().conversationCreated(conversation)
+                let (id, now) = (conversation.id, conversation.createdAt)
                 try db.execute(
                     sql: "INSERT INTO conversations(id, kind, name, created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
                     arguments: [id, conversation.kind.rawValue, name, creator, now, now])
                 for member in conversation.members {
-                    try db.cachedStatement(sql: "INSERT INTO members(conversation_id, user_id, role, joined_seq) VALUES (?, ?, ?, ?)")
-                        .execute(arguments: [id, member.userId, member.role.rawValue, member.joinedSeq])
+                    try db.cachedStatement(sql: "INSERT INTO members(conversation_id, user_id, role, joined_seq, membership) VALUES (?, ?, ?, ?, ?)")
+                        .execute(arguments: [id, member.userId, member.role.rawValue, member.joinedSeq, member.membership.rawValue])
                 }
                 let payloadId = try Self.insertSharedPayload(db, payload)
-                return try userIds.map { userId in
+                let events = try userIds.map { userId in
                     try Self.insertEvent(
                         db, type: "conversation.created", userId: userId, deviceId: nil, excludedDeviceId: nil,
                         payload: payload, at: now, payloadId: payloadId)
                 }
+                return (conversation, userIds, events)
             },
-            afterCommit: { [fanout, membersCache] events in
-                membersCache.changed(id, members: userIds)
-                fanout.publish(events)
+            afterCommit: { [fanout, membersCache] written in
+                membersCache.changed(written.0.id, members: written.1)
+                fanout.publish(written.2)
             })
-        return conversation
+        return written.0
     }
 
-    public func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList {
+    public func conversations(of userId: String, before: ConversationCursor?, limit: Int, membership: MembershipState) async throws
+        -> ConversationList
+    {
         try await pool.read { db in
             let position: String
-            var arguments: StatementArguments = [userId]
+            var arguments: StatementArguments = [userId, membership.rawValue]
             switch before {
             case nil:
                 position = ""
@@ -101,7 +121,7 @@ public final class SQLiteMessageStore: MessageStore {
                 db,
                 sql: """
                     SELECT c.id, c.kind, c.name, c.created_at, c.last_seq, c.updated_at FROM members m JOIN conversations c ON c.id = m.conversation_id
-                    WHERE m.user_id = ? \(position) ORDER BY c.updated_at DESC, c.id DESC LIMIT ?
+                    WHERE m.user_id = ? AND m.membership = ? \(position) ORDER BY c.updated_at DESC, c.id DESC LIMIT ?
                     """,
                 arguments: arguments
             ).map(Self.conversation)
@@ -123,7 +143,7 @@ public final class SQLiteMessageStore: MessageStore {
     }
 
     /// The conversation with its members and `userId`'s view of it (nil: no one's), whether or not `userId` is a member.
-    private static func conversationView(_ db: Database, id: String, for userId: String?) throws -> Conversation? {
+    static func conversationView(_ db: Database, id: String, for userId: String?) throws -> Conversation? {
         guard
             let row = try Row.fetchOne(
                 db, sql: "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = ?", arguments: [id])
@@ -137,19 +157,38 @@ public final class SQLiteMessageStore: MessageStore {
     /// The caller's view of a conversation (API.md 1.1): its newest message visible to it (from its joinedSeq on),
     /// and the other members' messages above its read watermark, not counting the server's own `pigeon.*` ones. A
     /// non-member (who just left) sees neither.
+    ///
+    /// Messages hidden from the caller by a block are neither its last message nor unread; an invited member has no
+    /// unread count until it accepts. The other members' watermarks are shown as ``WatermarkFloors`` say.
     private static func addCallerView(_ db: Database, _ conversation: inout Conversation, userId: String) throws {
         guard let me = conversation.members.first(where: { $0.userId == userId }) else { return }
+        try showWatermarks(db, &conversation, to: userId)
         var last = try Row.fetchAll(
-            db.cachedStatement(sql: "SELECT \(messageColumns) FROM messages WHERE conversation_id = ? AND seq >= ? ORDER BY seq DESC LIMIT 1"),
-            arguments: [conversation.id, me.joinedSeq]
+            db.cachedStatement(
+                sql: """
+                    SELECT \(messageColumns) FROM messages WHERE conversation_id = ? AND seq >= ?\(notHidden)
+                    ORDER BY seq DESC LIMIT 1
+                    """),
+            arguments: [conversation.id, me.joinedSeq, userId]
         ).map(Self.message)
         try Self.decorate(db, &last, reader: userId)
         conversation.lastMessage = last.first
+        guard me.membership == .joined else {
+            conversation.unreadCount = 0
+            return
+        }
         conversation.unreadCount = try Int.fetchOne(
             db.cachedStatement(
-                sql: "SELECT count(*) FROM messages WHERE conversation_id = ? AND seq > ? AND sender_id != ? AND type NOT LIKE 'pigeon.%'"),
-            arguments: [conversation.id, max(me.readSeq, me.joinedSeq - 1), userId]) ?? 0
+                sql: """
+                    SELECT count(*) FROM messages WHERE conversation_id = ? AND seq > ? AND sender_id != ? AND type NOT LIKE 'pigeon.%'\(notHidden)
+                    """),
+            arguments: [conversation.id, max(me.readSeq, me.joinedSeq - 1), userId, userId]) ?? 0
     }
+
+    /// Leaves out of a read of `messages` the messages hidden from the reader (the next argument).
+    static let notHidden = """
+         AND NOT EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = messages.conversation_id AND h.seq = messages.seq AND h.user_id = ?)
+        """
 
     /// A conversation from a row of (id, kind, name, created_at, last_seq, updated_at), without its members.
     private static func conversation(_ row: Row) -> Conversation {
@@ -161,14 +200,16 @@ public final class SQLiteMessageStore: MessageStore {
     private static func conversationMembers(_ db: Database, _ conversationId: String) throws -> [ConversationMember] {
         try Row.fetchAll(
             db.cachedStatement(
-                sql: "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = ? ORDER BY user_id"),
+                sql: "SELECT user_id, role, joined_seq, delivered_seq, read_seq, membership FROM members WHERE conversation_id = ? ORDER BY user_id"),
             arguments: [conversationId]
         ).map(Self.member)
     }
 
-    /// A member from a row of (user_id, role, joined_seq, delivered_seq, read_seq).
+    /// A member from a row of (user_id, role, joined_seq, delivered_seq, read_seq, membership).
     private static func member(_ row: Row) -> ConversationMember {
-        ConversationMember(userId: row[0], role: MemberRole(rawValue: row[1]) ?? .member, joinedSeq: row[2], deliveredSeq: row[3], readSeq: row[4])
+        ConversationMember(
+            userId: row[0], role: MemberRole(rawValue: row[1]) ?? .member, joinedSeq: row[2], deliveredSeq: row[3], readSeq: row[4],
+            membership: MembershipState(rawValue: row[5]) ?? .joined)
     }
 
     public func members(of conversationId: String) async throws -> [String]? {
@@ -190,7 +231,7 @@ public final class SQLiteMessageStore: MessageStore {
         try await pool.read { db in
             try Row.fetchOne(
                 db.cachedStatement(
-                    sql: "SELECT user_id, role, joined_seq, delivered_seq, read_seq FROM members WHERE conversation_id = ? AND user_id = ?"),
+                    sql: "SELECT user_id, role, joined_seq, delivered_seq, read_seq, membership FROM members WHERE conversation_id = ? AND user_id = ?"),
                 arguments: [conversationId, userId]
             ).map(Self.member)
         }
@@ -203,24 +244,33 @@ public final class SQLiteMessageStore: MessageStore {
         var events: [StoredEvent]
     }
 
-    public func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
-        -> Conversation
-    {
+    public func changeMembership(
+        conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int, admission: MemberAdmission
+    ) async throws -> Conversation {
         let written = try await write(
-            { [membersCache] db -> MembershipWrite? in
+            { [self, membersCache] db -> MembershipWrite? in
                 guard let row = try Row.fetchOne(db, sql: "SELECT kind, name, last_seq FROM conversations WHERE id = ?", arguments: [conversationId])
                 else { throw PigeonError.conversationNotFound }
-                let plan = try MembershipPlan(
+                let members = try Self.conversationMembers(db, conversationId)
+                var plan = try MembershipPlan(
                     operation, by: actor.userId, kind: ConversationKind(rawValue: row[0]) ?? .group, name: row[1],
-                    members: try Self.conversationMembers(db, conversationId), lastSeq: row[2], maxMembers: maxMembers)
+                    members: members, lastSeq: row[2], maxMembers: maxMembers)
                 guard !plan.isEmpty else { return nil }
+                let now = WallClock.nowMillis()
+                let admitted = try admit(db, plan.added.map(\.userId), by: actor.userId, admission: admission, now: now)
+                plan.admit(admitted, before: members)
                 // Processing later in this group commit must read the new list from the tables, not the cache.
                 membersCache.changed(conversationId, members: nil)
-                let now = WallClock.nowMillis()
                 for member in plan.added {
                     try db.execute(
-                        sql: "INSERT INTO members(conversation_id, user_id, role, joined_seq, delivered_seq, read_seq) VALUES (?, ?, ?, ?, ?, ?)",
-                        arguments: [conversationId, member.userId, member.role.rawValue, member.joinedSeq, member.deliveredSeq, member.readSeq])
+                        sql: """
+                            INSERT INTO members(conversation_id, user_id, role, joined_seq, delivered_seq, read_seq, membership)
+                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            """,
+                        arguments: [
+                            conversationId, member.userId, member.role.rawValue, member.joinedSeq, member.deliveredSeq, member.readSeq,
+                            member.membership.rawValue,
+                        ])
                 }
                 for userId in plan.removed {
                     try db.execute(sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?", arguments: [conversationId, userId])
@@ -428,7 +478,9 @@ public final class SQLiteMessageStore: MessageStore {
             if lifecycle.newBody == nil { try Self.forgetDeleted(db, conversationId: message.conversationId, serverId: lifecycle.serverId) }
         }
         if let root = message.threadRoot { try Self.addReply(db, conversationId: message.conversationId, root: root, by: message.senderId, at: now) }
-        let writes = MessageEvents.writes(of: message, stored: stored, members: members, presence: fanout, payloads: payloads)
+        let (hidden, withheld) = try self.withheld(db, message, members: members)
+        try Self.insertHidden(db, conversationId: message.conversationId, seq: seq, senderId: message.senderId, from: hidden)
+        let writes = MessageEvents.writes(of: message, stored: stored, members: members, withheld: withheld, presence: fanout, payloads: payloads)
         for recipient in writes.newRecipients {
             events.append(
                 try Self.insertEvent(
@@ -570,28 +622,40 @@ public final class SQLiteMessageStore: MessageStore {
     public func messages(conversationId: String, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?) async throws
         -> MessagePage
     {
-        try await pool.read { db in
-            try Self.page(db, conversationId: conversationId, thread: nil, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader)
+        let hiding = mayHide ? reader : nil
+        return try await pool.read { db in
+            try Self.page(
+                db, conversationId: conversationId, thread: nil, after: after, before: before, limit: limit, visibleFrom: visibleFrom, reader: reader,
+                hidingFrom: hiding)
         }
     }
 
-    /// A page of the conversation's messages (of one thread's replies with `thread`), decorated for `reader`.
+    /// A page of the conversation's messages (of one thread's replies with `thread`), decorated for `reader`, without
+    /// the messages hidden from `hidingFrom` by a block.
     static func page(
-        _ db: Database, conversationId: String, thread: String?, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?
+        _ db: Database, conversationId: String, thread: String?, after: Int64?, before: Int64?, limit: Int, visibleFrom: Int64, reader: String?,
+        hidingFrom: String? = nil
     ) throws -> MessagePage {
         let inThread = thread == nil ? "" : " AND thread_root = ?"
+        let notHidden = hidingFrom == nil ? "" : Self.notHidden
+        let hiddenArgument: [String] = hidingFrom.map { [$0] } ?? []
         var messages: [Message]
         if let after {
             messages = try Row.fetchAll(
                 db.cachedStatement(
-                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ?\(inThread) AND seq > ? ORDER BY seq LIMIT ?"),
-                arguments: StatementArguments([conversationId] + (thread.map { [$0] } ?? []) + [max(after, visibleFrom - 1), limit + 1])
+                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ?\(inThread) AND seq > ?\(notHidden) ORDER BY seq LIMIT ?"),
+                arguments: StatementArguments(
+                    [conversationId] + (thread.map { [$0] } ?? []) + [max(after, visibleFrom - 1)] + hiddenArgument + [limit + 1])
             ).map(Self.message)
         } else {
             messages = try Row.fetchAll(
                 db.cachedStatement(
-                    sql: "SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ?\(inThread) AND seq < ? AND seq >= ? ORDER BY seq DESC LIMIT ?"),
-                arguments: StatementArguments([conversationId] + (thread.map { [$0] } ?? []) + [before ?? Int64.max, visibleFrom, limit + 1])
+                    sql: """
+                        SELECT \(Self.messageColumns) FROM messages WHERE conversation_id = ?\(inThread) AND seq < ? AND seq >= ?\(notHidden)
+                        ORDER BY seq DESC LIMIT ?
+                        """),
+                arguments: StatementArguments(
+                    [conversationId] + (thread.map { [$0] } ?? []) + [before ?? Int64.max, visibleFrom] + hiddenArgument + [limit + 1])
             ).map(Self.message)
         }
         let hasMore = messages.count > limit
@@ -615,30 +679,37 @@ public final class SQLiteMessageStore: MessageStore {
                     let row = try Row.fetchOne(
                         db.cachedStatement(
                             sql: """
-                                SELECT m.delivered_seq, m.read_seq, c.last_seq FROM members m JOIN conversations c ON c.id = m.conversation_id
+                                SELECT m.delivered_seq, m.read_seq, c.last_seq, m.membership FROM members m JOIN conversations c ON c.id = m.conversation_id
                                 WHERE m.conversation_id = ? AND m.user_id = ?
                                 """),
                         arguments: [conversationId, userId])
                 else { throw PigeonError.conversationNotFound }
                 let old = Watermarks(delivered: row[0], read: row[1])
-                let new = old.applying(kind, upTo: upToSeq, lastSeq: row[2])
+                // An invited member's watermarks wait for its acceptance: its messages are not delivered to it before.
+                let invited = (row[3] as String) == MembershipState.invited.rawValue
+                let new = invited ? old : old.applying(kind, upTo: upToSeq, lastSeq: row[2])
                 let (delivered, read) = (new.delivered, new.read)
                 var result = ReceiptWrite(outcome: ReceiptOutcome(watermarks: new.response, deliveredMessageStoredAt: nil), events: [])
                 let moved = new.moves(from: old)
                 guard !moved.isEmpty else { return result }
+                let floors = try mayHide ? Self.floors(db, conversationId: conversationId, userId: userId) : WatermarkFloors()
                 try db.cachedStatement(sql: "UPDATE members SET delivered_seq = ?, read_seq = ? WHERE conversation_id = ? AND user_id = ?")
                     .execute(arguments: [delivered, read, conversationId, userId])
                 let now = WallClock.nowMillis()
                 let payloads = EventPayload()
                 for (movedKind, seq) in moved {
-                    let payload = try payloads.receipt(
-                        ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: seq, at: now))
-                    let payloadId = try Self.insertSharedPayload(db, payload)
-                    for member in members {
-                        result.events.append(
-                            try Self.insertEvent(
-                                db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now,
-                                payloadId: payloadId))
+                    let before = movedKind == .read ? old.read : old.delivered
+                    // Members whose messages are hidden from this one see its watermark stop below them (``WatermarkFloors``).
+                    for (shown, recipients) in floors.receiptRecipients(members: members, old: before, new: seq) {
+                        let payload = try payloads.receipt(
+                            ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: shown, at: now))
+                        let payloadId = try Self.insertSharedPayload(db, payload)
+                        for member in recipients {
+                            result.events.append(
+                                try Self.insertEvent(
+                                    db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now,
+                                    payloadId: payloadId))
+                        }
                     }
                 }
                 if delivered != old.delivered,

@@ -28,6 +28,10 @@ import GRDB
 /// v8 (API.md 1.2, attachments): uploads (`attachments`, the bytes themselves are files named by their SHA-256,
 /// ``SQLiteAttachmentStore``), which stored messages carry them (`message_attachments`, what a reader's right to an
 /// upload and the sweep read), and the attachments' metadata on the message and on its dead letter.
+///
+/// v9 (API.md 1.2, consent and blocking): who blocks whom (`blocks`), which messages are hidden from whom
+/// (`hidden_messages`, written with the message: ``BlockStore``), the strangers each user added in the last hour
+/// (`stranger_adds`), and members' `membership` (invited or joined).
 package enum SQLiteSchema {
     package static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -229,6 +233,35 @@ package enum SQLiteSchema {
                     CREATE INDEX message_attachments_message ON message_attachments(conversation_id, seq);
                     ALTER TABLE messages ADD COLUMN attachments TEXT;
                     ALTER TABLE dead_letters ADD COLUMN attachments TEXT;
+                    """)
+        }
+        migrator.registerMigration("v9") { db in
+            // API.md 1.2, consent and blocking. A block is a row while it lasts; a message hidden from a member by a block
+            // is a row for good (an unblock shows what follows, never what was hidden). A stranger add counts for an
+            // hour against its adder (`--stranger-adds-per-hour`); rows older than that are deleted as the adder adds.
+            try db.execute(
+                sql: """
+                    CREATE TABLE blocks(
+                        blocker TEXT NOT NULL,
+                        blocked TEXT NOT NULL,
+                        at INTEGER NOT NULL,
+                        PRIMARY KEY(blocker, blocked)) WITHOUT ROWID;
+                    CREATE INDEX blocks_blocked ON blocks(blocked, blocker);
+                    CREATE TABLE hidden_messages(
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        user_id TEXT NOT NULL,
+                        sender_id TEXT NOT NULL,
+                        PRIMARY KEY(conversation_id, seq, user_id)) WITHOUT ROWID;
+                    CREATE INDEX hidden_messages_user ON hidden_messages(conversation_id, user_id, seq);
+                    CREATE INDEX hidden_messages_sender ON hidden_messages(sender_id, conversation_id);
+                    CREATE TABLE stranger_adds(
+                        adder TEXT NOT NULL,
+                        added TEXT NOT NULL,
+                        at INTEGER NOT NULL,
+                        PRIMARY KEY(adder, added)) WITHOUT ROWID;
+                    ALTER TABLE members ADD COLUMN membership TEXT NOT NULL DEFAULT 'joined';
+                    CREATE INDEX members_invited ON members(conversation_id, user_id) WHERE membership = 'invited';
                     """)
         }
         return migrator

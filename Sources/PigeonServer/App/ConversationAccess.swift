@@ -4,7 +4,7 @@ import PigeonProtocol
 /// What a device may do in a conversation, the same over HTTP and over its WebSocket: find a conversation it is a
 /// member of, record its receipts and reactions, update its typing state.
 struct ConversationAccess: Sendable {
-    let store: any ConversationStore & ReceiptStore & ReactionStore
+    let store: any ConversationStore & ReceiptStore & ReactionStore & BlockStore
     let abuse: AbuseGuard
     let metrics: PigeonMetrics
     let typing: TypingTracker
@@ -60,6 +60,9 @@ struct ConversationAccess: Sendable {
             throw PigeonError(.rateLimited, "too many typing updates from this device; retry in \(wait) s", retryAfter: wait)
         }
         let conversation = try await memberConversation(conversationId, device: device)
-        typing.update(conversationId: conversation.id, device: device, active: active, members: conversation.members)
+        // A member who blocks the typist sees none of it (the block set is cached, forgotten on every node when it changes).
+        let blockers = try await store.blockers(of: device.userId)
+        let members = blockers.isEmpty ? conversation.members : conversation.members.filter { !blockers.contains($0) }
+        typing.update(conversationId: conversation.id, device: device, active: active, members: members)
     }
 }

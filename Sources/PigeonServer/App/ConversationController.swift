@@ -5,7 +5,7 @@ import PigeonProtocol
 /// Conversations, their messages, receipts and typing: the request/response part of API.md, for an authenticated
 /// device (``DeviceRequestContext``).
 struct ConversationController: Sendable {
-    let store: any ConversationStore & MessageHistory & ReactionStore
+    let store: any ConversationStore & MessageHistory & ReactionStore & BlockStore
     let ingest: Ingest
     let access: ConversationAccess
     let abuse: AbuseGuard
@@ -30,6 +30,8 @@ struct ConversationController: Sendable {
         group.delete("/conversations/:id/messages/:serverId/reactions/:key", use: removeReaction)
         group.get("/conversations/:id/messages/:serverId/reactions", use: reactionUsers)
         group.get("/conversations/:id/threads/:serverId/messages", use: thread)
+        group.post("/conversations/:id/accept", use: accept)
+        group.post("/conversations/:id/decline", use: decline)
     }
 
     @Sendable func create(_ request: Request, context: DeviceRequestContext) async throws -> Response {
@@ -54,7 +56,35 @@ struct ConversationController: Sendable {
     @Sendable func list(_ request: Request, context: DeviceRequestContext) async throws -> Response {
         let pageLimit = try request.integerParameter("limit", range: 1...500) ?? 100
         let before = try request.uri.queryParameters.get("before").map(ConversationCursor.init(parameter:))
-        return try JSONBody.response(try await store.conversations(of: context.device.userId, before: before, limit: Int(pageLimit)))
+        var membership = MembershipState.joined
+        if let raw = request.uri.queryParameters.get("membership") {
+            guard let state = MembershipState(rawValue: String(raw)) else { throw PigeonError.invalid("membership must be joined or invited") }
+            membership = state
+        }
+        return try JSONBody.response(
+            try await store.conversations(of: context.device.userId, before: before, limit: Int(pageLimit), membership: membership))
+    }
+
+    // MARK: Invitations (API.md 1.2)
+
+    /// `POST /v1/conversations/{id}/accept`: the caller's invitation becomes membership (a joined member's call changes
+    /// nothing); `200` with the conversation as it now sees it.
+    @Sendable func accept(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let conversation = try await access.memberConversation(context.parameters.decoded("id"), device: context.device)
+        return try JSONBody.response(try await store.acceptInvitation(conversationId: conversation.id, userId: context.device.userId))
+    }
+
+    /// `POST /v1/conversations/{id}/decline`: the invited caller leaves, as a leave does (`pigeon.members` "left");
+    /// `204`. A joined member is `409` (it leaves with `DELETE …/members/{its userId}`).
+    @Sendable func decline(_ request: Request, context: DeviceRequestContext) async throws -> Response {
+        let conversation = try await access.memberConversation(context.parameters.decoded("id"), device: context.device)
+        guard let member = try await store.member(context.device.userId, of: conversation.id) else { throw PigeonError.conversationNotFound }
+        guard member.membership == .invited else {
+            throw PigeonError(.conflict, "not an invitation: the caller joined this conversation; leave it instead")
+        }
+        _ = try await store.changeMembership(
+            conversationId: conversation.id, by: context.device, .remove(userId: context.device.userId), maxMembers: maxMembers)
+        return Response(status: .noContent)
     }
 
     @Sendable func show(_ request: Request, context: DeviceRequestContext) async throws -> Response {

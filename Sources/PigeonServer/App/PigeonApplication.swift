@@ -37,6 +37,7 @@ public enum PigeonApplication {
             store: core.store, ingest: core.ingest, access: access, abuse: core.abuse, maxMembers: configuration.maxMembers,
             maxBodyBytes: configuration.maxBodyBytes
         ).addRoutes(to: device)
+        BlockController(store: core.store, abuse: core.abuse).addRoutes(to: device)
         streams.addSyncRoutes(to: device)
         // ...or, for the streams (a browser's EventSource cannot send a header) and attachment downloads (`<img src>`),
         // in `access_token`.

@@ -91,6 +91,8 @@ final class PigeonCore: Sendable {
             backendServices.append(opened)
             nodeRosters.append(opened.fanout)
         }
+        let appBackend = configuration.appBackend
+        store.setConsentRules(ConsentRules(invitations: appBackend.consent == .invites, strangerAddsPerHour: appBackend.strangerAddsPerHour))
         // Which devices are connected to which node (`recipientsOnline` counts every node's).
         hub.observePresence { [fanout] device, online in fanout.devicePresence(device, online: online) }
         // The accept path, chosen once: direct (the embedded store writes an accepted message at once, one durable write,
