@@ -22,7 +22,7 @@ import Testing
     }
 
     static let member = ConversationMember(userId: "alice", deliveredSeq: 0, readSeq: 0)
-    static let memberJSON = #"{"deliveredSeq":0,"joinedSeq":0,"readSeq":0,"role":"member","userId":"alice"}"#
+    static let memberJSON = #"{"deliveredSeq":0,"joinedSeq":0,"membership":"joined","readSeq":0,"role":"member","userId":"alice"}"#
 
     @Test func conversation() throws {
         let conversation = Conversation(id: "k", name: nil, createdAt: 1, lastSeq: 0, members: [Self.member])

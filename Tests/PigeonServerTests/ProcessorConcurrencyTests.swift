@@ -103,11 +103,11 @@ import Testing
         func recordJWTDevice(_ device: DeviceIdentity, issuedAt: Int64?, at now: Int64) async throws -> JWTDeviceState {
             try await base.recordJWTDevice(device, issuedAt: issuedAt, at: now)
         }
-        func createConversation(creator: String, members: [String], name: String?) async throws -> Conversation {
-            try await base.createConversation(creator: creator, members: members, name: name)
+        func createConversation(creator: String, members: [String], name: String?, admission: MemberAdmission) async throws -> Conversation {
+            try await base.createConversation(creator: creator, members: members, name: name, admission: admission)
         }
-        func conversations(of userId: String, before: ConversationCursor?, limit: Int) async throws -> ConversationList {
-            try await base.conversations(of: userId, before: before, limit: limit)
+        func conversations(of userId: String, before: ConversationCursor?, limit: Int, membership: MembershipState) async throws -> ConversationList {
+            try await base.conversations(of: userId, before: before, limit: limit, membership: membership)
         }
         func conversation(id: String, for userId: String) async throws -> Conversation? { try await base.conversation(id: id, for: userId) }
         func conversation(id: String) async throws -> Conversation? { try await base.conversation(id: id) }
@@ -139,10 +139,10 @@ import Testing
         func member(_ userId: String, of conversationId: String) async throws -> ConversationMember? {
             try await base.member(userId, of: conversationId)
         }
-        func changeMembership(conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int) async throws
-            -> Conversation
-        {
-            try await base.changeMembership(conversationId: conversationId, by: actor, operation, maxMembers: maxMembers)
+        func changeMembership(
+            conversationId: String, by actor: DeviceIdentity, _ operation: MembershipOperation, maxMembers: Int, admission: MemberAdmission
+        ) async throws -> Conversation {
+            try await base.changeMembership(conversationId: conversationId, by: actor, operation, maxMembers: maxMembers, admission: admission)
         }
         func messageTarget(conversationId: String, serverId: String) async throws -> MessageTarget? {
             try await base.messageTarget(conversationId: conversationId, serverId: serverId)
@@ -164,6 +164,14 @@ import Testing
         func removeDeadLetter(serverId: String) async throws { try await base.removeDeadLetter(serverId: serverId) }
         func deadLetterCount() async throws -> Int { try await base.deadLetterCount() }
         func isReady() async -> Bool { await base.isReady() }
+        func block(_ blocked: String, by blocker: String, at: Int64) async throws { try await base.block(blocked, by: blocker, at: at) }
+        func unblock(_ blocked: String, by blocker: String) async throws { try await base.unblock(blocked, by: blocker) }
+        func blocks(of blocker: String) async throws -> [Block] { try await base.blocks(of: blocker) }
+        func blockers(of blocked: String) async throws -> Set<String> { try await base.blockers(of: blocked) }
+        func setConsentRules(_ rules: ConsentRules) { base.setConsentRules(rules) }
+        func acceptInvitation(conversationId: String, userId: String) async throws -> Conversation {
+            try await base.acceptInvitation(conversationId: conversationId, userId: userId)
+        }
     }
 
     /// What a test works with.

@@ -168,7 +168,9 @@ extension PostgresMessageStore: PushStore {
                 SELECT me.user_id, count(m.seq) FROM members me
                 JOIN messages m ON m.conversation_id = me.conversation_id AND m.seq > GREATEST(me.read_seq, me.joined_seq - 1)
                     AND m.sender_id <> me.user_id AND m.type NOT LIKE 'pigeon.%'
-                WHERE me.user_id = ANY(\(users)) GROUP BY me.user_id
+                    AND NOT EXISTS (
+                        SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = me.user_id)
+                WHERE me.user_id = ANY(\(users)) AND me.membership = 'joined' GROUP BY me.user_id
                 """, logger: logger
             ).decode((String, Int64).self) {
                 unread[userId] = Int(count)

@@ -148,7 +148,8 @@ extension SQLiteMessageStore: PushStore {
         }
     }
 
-    /// The user's unread messages over all its conversations (the app's badge): as each conversation's `unreadCount`.
+    /// The user's unread messages over all its conversations (the app's badge): as each conversation's `unreadCount`
+    /// (joined conversations only, without the messages hidden from it by a block).
     private static func unreadCount(_ db: Database, of userId: String) throws -> Int {
         try Int.fetchOne(
             db.cachedStatement(
@@ -156,8 +157,10 @@ extension SQLiteMessageStore: PushStore {
                     SELECT COALESCE(SUM((
                         SELECT count(*) FROM messages m
                         WHERE m.conversation_id = me.conversation_id AND m.seq > MAX(me.read_seq, me.joined_seq - 1)
-                            AND m.sender_id != me.user_id AND m.type NOT LIKE 'pigeon.%')), 0)
-                    FROM members me WHERE me.user_id = ?
+                            AND m.sender_id != me.user_id AND m.type NOT LIKE 'pigeon.%'
+                            AND NOT EXISTS (
+                                SELECT 1 FROM hidden_messages h WHERE h.conversation_id = m.conversation_id AND h.seq = m.seq AND h.user_id = me.user_id))), 0)
+                    FROM members me WHERE me.user_id = ? AND me.membership = 'joined'
                     """),
             arguments: [userId]) ?? 0
     }

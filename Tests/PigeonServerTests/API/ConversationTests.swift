@@ -74,7 +74,7 @@ import Testing
             // API.md 1.1: a named one is a group; its creator is the owner; founding members joined at seq 0.
             #expect(answer.jsonObject?["kind"] as? String == "group")
             let members = (answer.jsonObject?["members"] as? [[String: Any]]) ?? []
-            #expect(Set(members.first.map { Array($0.keys) } ?? []) == ["userId", "role", "joinedSeq", "deliveredSeq", "readSeq"])
+            #expect(Set(members.first.map { Array($0.keys) } ?? []) == ["userId", "role", "membership", "joinedSeq", "deliveredSeq", "readSeq"])
             #expect(Dictionary(uniqueKeysWithValues: members.map { ($0["userId"] as? String ?? "", $0["role"] as? String ?? "") })
                 == ["alice": "owner", "bob": "member", "carol": "member"])
             #expect(members.allSatisfy { $0["joinedSeq"] as? Int == 0 })

@@ -25,7 +25,11 @@ import Testing
     /// One user cannot make the server store without bound: a 1,000-member conversation costs a row per member,
     /// so its messages spend the budget a thousand times faster than a direct chat's. Resends are still answered.
     @Test func storedBytesPerUserPerMinuteAreLimited() async throws {
-        try await withTestServer(configure: { $0.abuseLimits.storedBytesPerMinute = 600_000 }) { client in
+        // The strangers limit is lifted: it would refuse the 999 strangers first.
+        try await withTestServer(configure: {
+            $0.abuseLimits.storedBytesPerMinute = 600_000
+            $0.appBackend.strangerAddsPerHour = 0
+        }) { client in
             let alice = try await client.register("alice")
             let bob = try await client.register("bob")
             let members = (0..<999).map { "member\($0)" }

@@ -14,6 +14,11 @@ import Testing
 @Suite struct AmplificationTests {
     /// 989 members besides the creator and the 10 readers: the default maximum of 1,000.
     static let members = (1...989).map { String(format: "m%04d", $0) }
+
+    /// The conversations here have 999 members the creator shares no conversation with: the strangers limit is lifted.
+    @Sendable static func liftStrangersLimit(_ configuration: inout ServerConfiguration) {
+        configuration.appBackend.strangerAddsPerHour = 0
+    }
     /// Readers with the longest userId allowed, so a receipt payload is longer than an event row pointing at it.
     static let readers = (1...10).map { "reader-\($0)-" + String(repeating: "r", count: 64 - "reader-\($0)-".count) }
 
@@ -85,7 +90,7 @@ import Testing
     func aLargeConversationAndItsReceiptsStoreEachPayloadOnceEmbedded() async throws {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let setup = try await withTestServer(dataDirectory: directory) { client in
+        let setup = try await withTestServer(dataDirectory: directory, configure: Self.liftStrangersLimit) { client in
             let alice = try await client.register("alice")
             var readers: [TestDevice] = []
             for reader in Self.readers { readers.append(try await client.register(reader)) }
@@ -94,18 +99,18 @@ import Testing
         }
         let (alice, readers) = setup
         let empty = try Self.directoryBytes(directory)
-        let (conversation, conversationPayload) = try await withTestServer(dataDirectory: directory) { client in
+        let (conversation, conversationPayload) = try await withTestServer(dataDirectory: directory, configure: Self.liftStrangersLimit) { client in
             var last: Conversation?
             for _ in 0..<10 { last = try await client.createConversation(alice, members: Self.members + Self.readers) }
             return (last!, try await Self.payloadBytes(ofType: "conversation.created", client, alice))
         }
         let afterConversations = try Self.directoryBytes(directory)
-        try await withTestServer(dataDirectory: directory) { client in
+        try await withTestServer(dataDirectory: directory, configure: Self.liftStrangersLimit) { client in
             for index in 0..<10 { try await client.sendAccepted(alice, to: conversation.id, body: "message \(index)") }
             _ = try await client.waitForCount(alice, conversation.id, 10)
         }
         let beforeReceipts = try Self.directoryBytes(directory)
-        let receiptPayload = try await withTestServer(dataDirectory: directory) { client in
+        let receiptPayload = try await withTestServer(dataDirectory: directory, configure: Self.liftStrangersLimit) { client in
             for reader in readers {
                 let answer = try await client.request(
                     .POST, "/v1/conversations/\(conversation.id)/receipts", token: reader.token, body: #"{"kind":"read","upToSeq":10}"#)
@@ -123,7 +128,10 @@ import Testing
     @Test(.enabled(if: TestBackend.current.usesPostgres))
     func aLargeConversationAndItsReceiptsStoreEachPayloadOncePostgres() async throws {
         let schemaOfServer = NIOLockedValueBox<String?>(nil)
-        try await withTestServer(configure: { configuration in schemaOfServer.withLockedValue { $0 = Self.schema(of: configuration) } }) { client in
+        try await withTestServer(configure: { configuration in
+            Self.liftStrangersLimit(&configuration)
+            schemaOfServer.withLockedValue { $0 = Self.schema(of: configuration) }
+        }) { client in
             guard let schema = schemaOfServer.withLockedValue({ $0 }) else { throw TestFailure("no PostgreSQL schema") }
             let alice = try await client.register("alice")
             var readers: [TestDevice] = []

@@ -1,0 +1,278 @@
+import Foundation
+import NIOHTTP1
+import PigeonProtocol
+@testable import PigeonServer
+import PigeonTestSupport
+import Testing
+
+/// API.md 1.2, "Consent and blocking": blocks, the strangers limit and invitations, through the real HTTP, WebSocket,
+/// SSE, sync and push stack, on every test backend.
+@Suite struct BlockingTests {
+    static func block(_ client: PigeonTestClient, _ device: TestDevice, _ userId: String, remove: Bool = false) async throws -> HTTPAnswer {
+        try await client.request(remove ? .DELETE : .PUT, "/v1/blocks/\(userId)", token: device.token)
+    }
+
+    static func blocks(_ client: PigeonTestClient, _ device: TestDevice) async throws -> [Block] {
+        let answer = try await client.request(.GET, "/v1/blocks", token: device.token)
+        guard answer.status == 200 else { throw TestFailure("blocks: \(answer.status) \(answer.text)") }
+        return try answer.decode(BlockList.self).blocks
+    }
+
+    static func create(_ client: PigeonTestClient, _ device: TestDevice, members: [String], name: String? = "g") async throws -> HTTPAnswer {
+        try await client.request(.POST, "/v1/conversations", token: device.token, body: client.json(CreateConversationRequest(members: members, name: name)))
+    }
+
+    static func newMessages(_ events: [ServerEvent], in conversationId: String) -> [Message] {
+        events.compactMap { if case .messageNew(_, let message) = $0, message.conversationId == conversationId { message } else { nil } }
+    }
+
+    // MARK: Routes
+
+    /// The routes: `PUT` and `DELETE` answer `204` and are idempotent, `GET` lists oldest first; a malformed user id or
+    /// the caller itself is `400` and changes nothing; no token is `401`.
+    @Test func blockRoutesAreIdempotentAndRefuseBadInput() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            #expect(try await Self.block(client, alice, "mallory").status == 204)
+            #expect(try await Self.block(client, alice, "mallory").status == 204)
+            #expect(try await Self.block(client, alice, "zed").status == 204)
+            let listed = try await Self.blocks(client, alice)
+            #expect(listed.map(\.userId) == ["mallory", "zed"])
+            #expect(listed.allSatisfy { abs($0.at - nowMillis()) < 60_000 })
+            expectError(try await Self.block(client, alice, "alice"), 400, .invalidRequest, "blocking oneself")
+            expectError(try await Self.block(client, alice, "bad%20id"), 400, .invalidRequest, "a malformed user id")
+            expectError(try await Self.block(client, alice, String(repeating: "x", count: 65)), 400, .invalidRequest, "a user id too long")
+            expectError(try await Self.block(client, alice, "alice", remove: true), 400, .invalidRequest, "unblocking oneself")
+            expectError(try await client.request(.PUT, "/v1/blocks/mallory"), 401, .unauthorized, "no token")
+            expectError(try await client.request(.GET, "/v1/blocks"), 401, .unauthorized, "no token")
+            #expect(try await Self.blocks(client, alice).map(\.userId) == ["mallory", "zed"], "nothing changed")
+            #expect(try await Self.block(client, alice, "zed", remove: true).status == 204)
+            #expect(try await Self.block(client, alice, "zed", remove: true).status == 204)
+            #expect(try await Self.blocks(client, alice).map(\.userId) == ["mallory"])
+        }
+    }
+
+    // MARK: What a block hides
+
+    /// Once alice blocks mallory, in a group both are in: mallory's messages, reactions and typing reach neither
+    /// alice's WebSocket nor her SSE stream, nor her sync, history, unread count or last message, while bob gets
+    /// everything; alice's watermarks, as mallory sees them, never cover the hidden message (✓, never ✓✓); mallory
+    /// hears nothing of the block. After the unblock, what mallory sends reaches alice; the hidden message stays hidden.
+    @Test func aBlockedUsersMessagesReactionsAndTypingNeverReachTheBlocker() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let mallory = try await client.register("mallory")
+            let group = try await client.createConversation(bob, members: ["alice", "mallory"], name: "team")
+            let before = try await client.sendAccepted(mallory, to: group.id, body: "before the block")
+            _ = try await client.waitForCount(alice, group.id, 1)
+            let aliceCursor = try await client.headCursor(alice)
+            let malloryCursor = try await client.headCursor(mallory)
+            #expect(try await Self.block(client, alice, "mallory").status == 204)
+            let aliceSocket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            defer { Task { await aliceSocket.close() } }
+            let aliceSSE = try await TestSSE.open(port: client.port, token: alice.token)
+            defer { Task { await aliceSSE.close() } }
+            let bobSocket = try await TestWebSocket.connect(port: client.port, token: bob.token)
+            defer { Task { await bobSocket.close() } }
+
+            let hidden = try await client.sendAccepted(mallory, to: group.id, body: "you cannot see this")
+            #expect(try await client.typing(mallory, group.id, active: true).status == 204)
+            #expect(try await ReactionsAndThreadsTests.react(client, mallory, group.id, before.serverId, "👍").status == 200)
+            let visible = try await client.sendAccepted(bob, to: group.id, body: "from bob")
+            // Bob gets all of it; alice bob's message only, on either stream.
+            // (bob's own message comes to his sending device as message.stored.)
+            let bobFrames = await bobSocket.frames { frame in frame.event?.stored?.serverId == visible.serverId }
+            let bobEvents = bobFrames.compactMap(\.event)
+            #expect(Self.newMessages(bobEvents, in: group.id).map(\.serverId) == [hidden.serverId])
+            #expect(bobEvents.contains { if case .typing(let typing) = $0 { typing.userId == "mallory" } else { false } })
+            #expect(bobEvents.contains { if case .reaction(_, let reaction) = $0 { reaction.userId == "mallory" } else { false } })
+            let aliceFrames = await aliceSocket.frames { frame in
+                if case .messageNew(_, let message)? = frame.event { message.serverId == visible.serverId } else { false }
+            }
+            let aliceEvents = aliceFrames.compactMap(\.event) + (await aliceSocket.inbox.drain(for: .milliseconds(300))).compactMap(\.event)
+            #expect(Self.newMessages(aliceEvents, in: group.id).map(\.serverId) == [visible.serverId])
+            #expect(!aliceEvents.contains { if case .typing = $0 { true } else { false } }, "\(aliceEvents)")
+            #expect(!aliceEvents.contains { if case .reaction = $0 { true } else { false } }, "\(aliceEvents)")
+            let sseVisible = await aliceSSE.first { $0.serverEvent.map { Self.newMessages([$0], in: group.id).first?.serverId == visible.serverId } ?? false }
+            #expect(sseVisible != nil)
+            let sseAll = await aliceSSE.events.drain(for: .milliseconds(300))
+            #expect(!sseAll.contains { $0.data.contains(hidden.serverId) || $0.event == "typing" || $0.event == "reaction" }, "\(sseAll)")
+            // Replayed: sync from before the block, and a new WebSocket from that cursor.
+            let synced = try await client.sync(alice, cursor: aliceCursor).events
+            #expect(Self.newMessages(synced, in: group.id).map(\.serverId) == [visible.serverId])
+            #expect(!synced.contains { if case .reaction = $0 { true } else { false } })
+            let replay = try await TestWebSocket.connect(port: client.port, token: alice.token, cursor: aliceCursor)
+            defer { Task { await replay.close() } }
+            let replayed = await replay.frames { frame in
+                if case .messageNew(_, let message)? = frame.event { message.serverId == visible.serverId } else { false }
+            }
+            #expect(Self.newMessages(replayed.compactMap(\.event), in: group.id).map(\.serverId) == [visible.serverId])
+            // History, the conversation's unread count and last message.
+            #expect(try await client.allMessages(alice, group.id).map(\.serverId) == [before.serverId, visible.serverId])
+            #expect(try await client.allMessages(bob, group.id).count == 3)
+            let hiddenLast = try await client.sendAccepted(mallory, to: group.id, body: "the newest, hidden too")
+            _ = try await client.waitForCount(bob, group.id, 4)
+            let seen = try await client.conversation(alice, group.id)
+            #expect(seen.unreadCount == 2, "mallory's message before the block and bob's")
+            #expect(seen.lastMessage?.serverId == visible.serverId)
+            #expect(try await client.conversations(alice).first?.lastMessage?.serverId == visible.serverId)
+            #expect(try await client.conversation(bob, group.id).lastMessage?.serverId == hiddenLast.serverId)
+
+            // Ticks: alice marks everything she has read (seq 3); mallory is shown 1, never her hidden seq 2 or 4.
+            let aliceRead = try await client.receipt(alice, group.id, kind: .read, upToSeq: 4)
+            #expect(try aliceRead.decode(ReceiptResponse.self).readSeq == 4, "alice's own watermark is what she asked")
+            let malloryEvents = try await client.sync(mallory, cursor: malloryCursor).events
+            let shownToMallory = malloryEvents.compactMap { event -> Int64? in
+                if case .receipt(_, let receipt) = event, receipt.userId == "alice" { receipt.upToSeq } else { nil }
+            }
+            #expect(shownToMallory.allSatisfy { $0 < 2 }, "\(shownToMallory)")
+            let malloryView = try await client.conversation(mallory, group.id).members.first { $0.userId == "alice" }
+            #expect(malloryView?.deliveredSeq == 1 && malloryView?.readSeq == 1)
+            #expect(try await client.conversation(bob, group.id).members.first { $0.userId == "alice" }?.readSeq == 4)
+            // Nothing tells mallory of the block.
+            #expect(!malloryEvents.contains { if case .unknown = $0 { true } else { false } })
+            #expect(try await Self.blocks(client, mallory).isEmpty)
+
+            // Unblocked: from now on only.
+            #expect(try await Self.block(client, alice, "mallory", remove: true).status == 204)
+            let afterward = try await client.sendAccepted(mallory, to: group.id, body: "after the unblock")
+            let arrived = await aliceSocket.firstEvent { event in Self.newMessages([event], in: group.id).first?.serverId == afterward.serverId }
+            #expect(arrived != nil)
+            #expect(try await client.allMessages(alice, group.id).map(\.serverId) == [before.serverId, visible.serverId, afterward.serverId])
+        }
+    }
+
+    /// A blocked user's message sends the blocker no push; another member's does.
+    @Test func aBlockedUsersMessageSendsTheBlockerNoPush() async throws {
+        let gateway = try await MatrixPushGateway.start()
+        defer { Task { await gateway.stop() } }
+        try await withTestServer(configure: PushTests.pushing(to: gateway)) { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let mallory = try await client.register("mallory")
+            try await PushTests.registerPush(client, alice, pushkey: "alice-phone")
+            let group = try await client.createConversation(bob, members: ["alice", "mallory"], name: "team")
+            #expect(try await Self.block(client, alice, "mallory").status == 204)
+            _ = try await client.sendAccepted(mallory, to: group.id, body: "hidden")
+            _ = try await client.waitForCount(bob, group.id, 1)
+            try await PushTests.expectStill(gateway, 0)
+            let visible = try await client.sendAccepted(bob, to: group.id, body: "visible")
+            try await waitUntil("bob's message was pushed") { gateway.received.count >= 1 }
+            try await PushTests.expectStill(gateway, 1)
+            #expect(gateway.received.first?.eventId == visible.serverId)
+            #expect(gateway.received.first?.unread == 1, "the hidden message is not counted")
+        }
+    }
+
+    /// A blocked user's add of the blocker, at creation or later, is `403` and creates nothing.
+    @Test func aBlockedUserCannotAddTheBlocker() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let mallory = try await client.register("mallory")
+            _ = try await client.register("bob")
+            #expect(try await Self.block(client, alice, "mallory").status == 204)
+            expectError(try await Self.create(client, mallory, members: ["alice"], name: nil), 403, .forbidden, "a direct conversation")
+            expectError(try await Self.create(client, mallory, members: ["bob", "alice"]), 403, .forbidden, "a group")
+            #expect(try await client.conversations(mallory).isEmpty, "nothing was created")
+            let group = try await client.createConversation(mallory, members: ["bob"], name: "g")
+            let add = try await client.request(.POST, "/v1/conversations/\(group.id)/members", token: mallory.token, body: #"{"userIds":["alice"]}"#)
+            expectError(add, 403, .forbidden, "a member add")
+            #expect(add.text.contains("does not accept invitations from you"))
+            #expect(try await client.conversation(mallory, group.id).members.map(\.userId) == ["bob", "mallory"])
+            #expect(try await client.conversations(alice).isEmpty)
+            // alice may still add mallory herself.
+            #expect(try await Self.create(client, alice, members: ["mallory"], name: nil).status == 201)
+        }
+    }
+
+    // MARK: Strangers
+
+    /// At most `--stranger-adds-per-hour` (50) strangers an hour: the 51st is `429` with `Retry-After`, and a request
+    /// that would pass the limit creates nothing; a fresh account asking for 999 strangers at once gets `429`.
+    @Test func theStrangersLimitRefusesThe51stStrangerAnd999AtOnce() async throws {
+        try await withTestServer { client in
+            let probe = try await client.register("probe")
+            let strangers = (1...999).map { "s\($0)" }
+            expectError(try await Self.create(client, probe, members: strangers), 429, .rateLimited, "999 strangers")
+            #expect(try await client.conversations(probe).isEmpty)
+
+            let adder = try await client.register("adder")
+            expectError(try await Self.create(client, adder, members: Array(strangers.prefix(60))), 429, .rateLimited, "60 strangers")
+            #expect(try await Self.create(client, adder, members: Array(strangers.prefix(50))).status == 201)
+            let over = try await Self.create(client, adder, members: ["s51"], name: nil)
+            expectError(over, 429, .rateLimited, "the 51st stranger")
+            #expect((over.headers["retry-after"].flatMap(Int.init) ?? 0) > 3_000, "the hour's first add leaves the window in about an hour")
+            // Contacts are no strangers.
+            #expect(try await Self.create(client, adder, members: ["s1", "s2"]).status == 201)
+            #expect(try await client.conversations(adder).count == 2)
+        }
+    }
+
+    /// `--stranger-adds-per-hour 0` lifts the limit.
+    @Test func noStrangersLimitWhenItIsZero() async throws {
+        try await withTestServer(configure: { $0.appBackend.strangerAddsPerHour = 0 }) { client in
+            let adder = try await client.register("adder")
+            #expect(try await Self.create(client, adder, members: (1...200).map { "s\($0)" }).status == 201)
+        }
+    }
+
+    // MARK: Invitations
+
+    /// `--consent invites`: a stranger's add invites. The invited user's devices get `conversation.created`, and may read
+    /// the history, but get no `message.new`, no push and no unread count, and the conversation is among its
+    /// invitations only; a message waits ✓ for it. Accepting makes it a member like any; declining leaves.
+    @Test func invitationsWaitForAcceptanceAndDeclineLeaves() async throws {
+        let gateway = try await MatrixPushGateway.start()
+        defer { Task { await gateway.stop() } }
+        try await withTestServer(configure: { configuration in
+            PushTests.pushing(to: gateway)(&configuration)
+            configuration.appBackend.consent = .invites
+        }) { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let carol = try await client.register("carol")
+            let bobPhone = try await client.register("bob", existing: bob)
+            try await PushTests.registerPush(client, bobPhone, pushkey: "bob-phone")
+            let bobSocket = try await TestWebSocket.connect(port: client.port, token: bob.token)
+            defer { Task { await bobSocket.close() } }
+
+            let group = try await client.createConversation(alice, members: ["bob", "carol"], name: "party")
+            #expect(group.members.map(\.membership) == [.joined, .invited, .invited])
+            let created = await bobSocket.firstEvent { if case .conversationCreated(_, let c) = $0 { c.id == group.id } else { false } }
+            #expect(created != nil)
+            let sent = try await client.sendAccepted(alice, to: group.id, body: "hello")
+            _ = try await client.waitForCount(alice, group.id, 1)
+            let early = await bobSocket.inbox.drain(for: .milliseconds(500)).compactMap(\.event)
+            #expect(Self.newMessages(early, in: group.id).isEmpty, "\(early)")
+            try await PushTests.expectStill(gateway, 0)
+            #expect(try await client.allMessages(bob, group.id).map(\.serverId) == [sent.serverId], "an invited member reads the history")
+            #expect(try await client.conversation(bob, group.id).unreadCount == 0)
+            #expect(try await client.conversations(bob).isEmpty, "the default list shows joined conversations only")
+            let invitations = try await client.request(.GET, "/v1/conversations?membership=invited", token: bob.token)
+            #expect(try invitations.decode(ConversationList.self).conversations.map(\.id) == [group.id])
+            expectError(try await client.request(.GET, "/v1/conversations?membership=maybe", token: bob.token), 400, .invalidRequest, "membership")
+            // ✓, not ✓✓: bob's delivered watermark does not move while he is invited.
+            _ = try await client.receipt(bob, group.id, kind: .delivered, upToSeq: 1)
+            #expect(try await client.conversation(alice, group.id).members.first { $0.userId == "bob" }?.deliveredSeq == 0)
+
+            let accepted = try await client.request(.POST, "/v1/conversations/\(group.id)/accept", token: bob.token)
+            #expect(accepted.status == 200, "\(accepted.text)")
+            #expect(try accepted.decode(Conversation.self).members.first { $0.userId == "bob" }?.membership == .joined)
+            #expect(try await client.conversations(bob).map(\.id) == [group.id])
+            let next = try await client.sendAccepted(alice, to: group.id, body: "welcome")
+            let arrived = await bobSocket.firstEvent { Self.newMessages([$0], in: group.id).first?.serverId == next.serverId }
+            #expect(arrived != nil, "a member like any once accepted")
+            try await waitUntil("the accepted member's offline phone was pushed") { gateway.received.count >= 1 }
+            #expect(gateway.received.first?.eventId == next.serverId)
+
+            expectError(try await client.request(.POST, "/v1/conversations/\(group.id)/decline", token: bob.token), 409, .conflict, "a joined member")
+            #expect(try await client.request(.POST, "/v1/conversations/\(group.id)/decline", token: carol.token).status == 204)
+            let members = try await client.conversation(alice, group.id).members.map(\.userId)
+            #expect(members == ["alice", "bob"])
+            let left = try await client.allMessages(alice, group.id).last
+            #expect(left?.type == "pigeon.members" && left?.body.contains("\"left\"") == true)
+            expectError(try await client.request(.POST, "/v1/conversations/\(group.id)/accept", token: carol.token), 404, .notFound, "after declining")
+        }
+    }
+}
