@@ -53,7 +53,7 @@ import Testing
         let conversations = try #require(try await cli.run(["ls", "--json"], profile: "alice").json() as? [[String: Any]])
         #expect(conversations.isEmpty, "invitations are not among the conversations: \(conversations)")
 
-        let accepted = try await cli.run(["accept", String(crew.prefix(8))], profile: "alice")
+        let accepted = try await cli.run(["accept", crew], profile: "alice")
         #expect(accepted.status == 0 && accepted.stdout.contains("Joined Crew"), "\(accepted)")
         let messages = try #require(try await cli.run(["ls", crew, "--json"], profile: "alice").json() as? [[String: Any]])
         #expect(messages.contains { $0["body"] as? String == "welcome" }, "the history came: \(messages)")

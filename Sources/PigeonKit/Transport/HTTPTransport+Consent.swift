@@ -20,7 +20,7 @@ extension HTTPTransport {
     }
 
     package func blockedUsers() async throws -> [BlockedUser] {
-        let list: BlockListBody = try await call(.GET, "/v1/blocks", body: Empty?.none)
+        let list: BlockList = try await call(.GET, "/v1/blocks", body: Empty?.none)
         return list.blocks.map { BlockedUser(userId: $0.userId, blockedAt: $0.at) }
     }
 
@@ -32,15 +32,5 @@ extension HTTPTransport {
     /// `DELETE /v1/blocks/{userId}` (`204`).
     func unblock(_ userId: String) async throws {
         let _: Empty = try await call(.DELETE, "/v1/blocks/\(Self.pathSegment(userId))", body: Empty?.none)
-    }
-
-    /// The `GET /v1/blocks` answer.
-    private struct BlockListBody: Decodable {
-        struct Entry: Decodable {
-            var userId: String
-            var at: Int64
-        }
-
-        var blocks: [Entry]
     }
 }
