@@ -19,7 +19,8 @@ public struct PigeonCommand: AsyncParsableCommand {
             """,
         subcommands: [
             Login.self, New.self, List.self, Send.self, Download.self, Sync.self, Read.self, Chat.self, Members.self, Add.self, Remove.self, Leave.self,
-            Edit.self, Delete.self, React.self, Reply.self, ThreadCommand.self, Devices.self, Revoke.self, Logout.self, Push.self, Demo.self,
+            Edit.self, Delete.self, React.self, Reply.self, ThreadCommand.self, Invites.self, Accept.self, Decline.self, Block.self, Unblock.self,
+            Blocks.self, Devices.self, Revoke.self, Logout.self, Push.self, Demo.self,
         ])
 
     @OptionGroup public var global: GlobalOptions

@@ -45,6 +45,10 @@ import Testing
             counted()
             return try await base.conversations()
         }
+        func blockedUsers() async throws -> [BlockedUser] {
+            counted()
+            return try await base.blockedUsers()
+        }
         func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage {
             counted()
             return try await base.messages(conversationId: conversationId, after: after, limit: limit)

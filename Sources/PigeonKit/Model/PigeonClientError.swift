@@ -8,7 +8,7 @@ public struct PigeonClientError: Error, Sendable, Equatable, CustomStringConvert
         private enum Base: String {
             case invalidArgument, unknownConversation, unknownMessage, notRetryable, localDatabase
             case server, network, webSocketRefused, timeout, wrongDatabase, closed
-            case forbidden, notMember
+            case forbidden, notMember, invitationPending
         }
 
         private let base: Base
@@ -43,6 +43,9 @@ public struct PigeonClientError: Error, Sendable, Equatable, CustomStringConvert
         /// This user is no longer a member of the conversation (removed, or left): the server answers `404`, and the
         /// device keeps it read-only (``PigeonConversation/leftAtSeq``).
         public static let notMember = Code(.notMember)
+        /// This user is invited to the conversation and has not accepted (API.md 1.2): accept it
+        /// (``PigeonClient/acceptInvitation(_:)``) before sending or reacting there.
+        public static let invitationPending = Code(.invitationPending)
 
         /// The code's name, e.g. `timeout`.
         public var description: String { base.rawValue }

@@ -27,9 +27,17 @@ public struct PigeonConversation: Sendable, Equatable, Identifiable, Codable {
     /// or `0` when the server answered `404` without the change on this device. The conversation and its messages stay
     /// on the device, read-only: ``members`` is empty, sending is refused, nothing more arrives.
     public var leftAtSeq: Int64? = nil
+    /// ``MembershipState/invited`` while this is an invitation of this user (API.md 1.2): listed by
+    /// ``PigeonClient/invitations()``, not by ``PigeonClient/conversations()``; nothing can be sent until it is accepted.
+    public var membership: MembershipState = .joined
+    /// Who invited this user, while this is an invitation (``membership`` is ``MembershipState/invited``); else `nil`.
+    public var invitedBy: String? = nil
 
-    /// Whether this user is still a member (see ``leftAtSeq``).
+    /// Whether this user is still a member (see ``leftAtSeq``); an invitation counts (see ``isInvitation``).
     public var isMember: Bool { leftAtSeq == nil }
+
+    /// Whether this is an invitation this user has not accepted yet.
+    public var isInvitation: Bool { membership == .invited }
 
     /// The role of `userId` in the conversation, `nil` when it is not a member.
     public func role(of userId: String) -> MemberRole? {

@@ -65,6 +65,20 @@ public enum PigeonEvent: Sendable, Equatable {
     /// once with `sent == total` when all of them went; an upload tried again starts again from 0. The message stays
     /// ⏰ until every attachment is uploaded and the server accepted the message.
     case uploadProgress(localId: Int64, attachmentIndex: Int, sent: Int64, total: Int64)
+
+    // Consent (API.md 1.2).
+
+    /// This user was invited to a conversation (added by someone it shares no joined conversation with, on a server
+    /// that asks for consent): it is in ``PigeonClient/invitations()`` (not in ``PigeonClient/conversations()``), with
+    /// ``PigeonConversation/invitedBy``, until ``PigeonClient/acceptInvitation(_:)`` or
+    /// ``PigeonClient/declineInvitation(_:)``.
+    case invitationReceived(PigeonConversation)
+    /// An invitation was accepted (here or on another device of this user): the conversation is an ordinary one now,
+    /// and its history is on its way.
+    case invitationAccepted(PigeonConversation)
+    /// An invitation is gone from the device, with what it held: declined (here or on another device of this user),
+    /// or withdrawn (the inviter removed this user before it accepted).
+    case invitationRemoved(conversationId: String)
 }
 
 /// Delegate-style observation (a listener with `onMessageReceived`-style callbacks). Methods are called after the local database write, in
@@ -102,6 +116,12 @@ public protocol PigeonListener: AnyObject, Sendable {
     /// ``PigeonEvent/uploadProgress(localId:attachmentIndex:sent:total:)``: an attachment of a message saved here is
     /// being uploaded.
     func onUploadProgress(localId: Int64, attachmentIndex: Int, sent: Int64, total: Int64)
+    /// ``PigeonEvent/invitationReceived(_:)``: this user was invited to a conversation.
+    func onInvitationReceived(_ conversation: PigeonConversation)
+    /// ``PigeonEvent/invitationAccepted(_:)``: an invitation was accepted; the conversation is an ordinary one now.
+    func onInvitationAccepted(_ conversation: PigeonConversation)
+    /// ``PigeonEvent/invitationRemoved(conversationId:)``: an invitation was declined or withdrawn.
+    func onInvitationRemoved(conversationId: String)
 }
 
 extension PigeonListener {
@@ -133,6 +153,12 @@ extension PigeonListener {
     public func onThreadUpdated(_ root: PigeonMessage) {}
     /// Does nothing.
     public func onUploadProgress(localId: Int64, attachmentIndex: Int, sent: Int64, total: Int64) {}
+    /// Does nothing.
+    public func onInvitationReceived(_ conversation: PigeonConversation) {}
+    /// Does nothing.
+    public func onInvitationAccepted(_ conversation: PigeonConversation) {}
+    /// Does nothing.
+    public func onInvitationRemoved(conversationId: String) {}
 }
 
 /// What happened when the local database could not be opened (corrupt, not a database, or from a newer version

@@ -199,6 +199,21 @@ enum LocalDatabase {
                 CREATE INDEX attachmentCache_by_use ON attachmentCache(lastUsed);
                 """)
         }
+        // API.md 1.2's consent and blocking.
+        // - members: whether each member joined or is only invited (every member known before was joined).
+        // - conversations: who added this user (the `by` of the change that added it, else the creator), what an
+        //   invitation names as its sender.
+        // - blocks: the users this user blocked, as the server last listed them.
+        migrator.registerMigration("v6") { db in
+            try db.execute(sql: """
+                ALTER TABLE members ADD COLUMN membership TEXT NOT NULL DEFAULT 'joined';
+                ALTER TABLE conversations ADD COLUMN addedBy TEXT;
+                CREATE TABLE blocks (
+                    userId TEXT PRIMARY KEY NOT NULL,
+                    blockedAt INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 
@@ -244,7 +259,7 @@ enum LocalDatabase {
             try migrator.migrate(pool)
             // Touch every table, so a damaged schema or root page shows now rather than at the first send.
             try pool.read { db in
-                for table in ["device", "conversations", "members", "messages", "outbox", "reactionOutbox", "attachmentCache"] {
+                for table in ["device", "conversations", "members", "messages", "outbox", "reactionOutbox", "attachmentCache", "blocks"] {
                     _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(table)")
                 }
             }

@@ -6,8 +6,11 @@ import PigeonProtocol
 package enum Incoming: Sendable {
     /// An event of the stream (WebSocket or SSE).
     case event(ServerEvent)
-    /// Messages fetched with `messages?after=` (gap recovery, catch-up).
-    case history(conversationId: String, [Message])
+    /// A page of messages fetched with `messages?after=` (gap recovery, catch-up). The server holds nothing else
+    /// this user may see between `after` and `coveredThrough` (the page lists every seq it has there: a seq it
+    /// leaves out is one this user never sees, such as a blocked user's message), so the conversation's contiguous
+    /// seq may pass over the seqs missing there. `nil`: the page proves nothing (the messages are still applied).
+    case history(conversationId: String, [Message], after: Int64 = 0, coveredThrough: Int64? = nil)
     /// The caller's conversations, fetched with `GET /v1/conversations` (catch-up).
     case conversations([Conversation])
     /// A page of a thread (`GET …/threads/{serverId}/messages`): its root and replies as of the read.
@@ -48,6 +51,12 @@ struct ApplyOutcome: Sendable {
     var reactionFailures: [(localId: Int64, key: String, action: ReactionAction, reason: ErrorDetail)] = []
     /// Thread roots whose summary changed.
     var threadsChanged: [Int64] = []
+    /// Conversations that became invitations of this user on this device (API.md 1.2).
+    var invitationsReceived: [String] = []
+    /// Invitations that this user accepted (on any of its devices).
+    var invitationsAccepted: [String] = []
+    /// Invitations declined (on any device of this user) or withdrawn: removed from the device at the end of the write.
+    var invitationsGone: [String] = []
     /// The events of the fields above, made at the end of the write (``LocalStore/collectLifecycleEvents(_:_:)``).
     var lifecycleEvents: [PigeonEvent] = []
 
@@ -100,11 +109,18 @@ extension LocalStore {
                 case .event(let event):
                     if let eventCursor = event.cursor { cursor = eventCursor }
                     try self.apply(db, event: event, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
-                case .history(_, let messages):
+                case .history(let conversationId, let messages, let after, let coveredThrough):
                     // The page was read after its last message was stored: its copies reflect every change up to there.
                     let readAfter = messages.map(\.seq).max() ?? 0
                     for message in messages {
                         try self.upsert(db, message, readAfter: readAfter, isRead: true, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
+                    }
+                    if let coveredThrough {
+                        // Only from where this device has everything: below `after` nothing is proved.
+                        try db.cachedStatement(sql: """
+                            UPDATE conversations SET contiguousSeq = ?, lastSeq = max(lastSeq, ?) WHERE id = ? AND contiguousSeq >= ? AND contiguousSeq < ?
+                            """).execute(arguments: [coveredThrough, coveredThrough, conversationId, after, coveredThrough])
+                        touched.insert(conversationId)
                     }
                 case .conversations(let conversations):
                     for conversation in conversations {
@@ -121,6 +137,7 @@ extension LocalStore {
                     }
                 }
             }
+            try self.removeGoneInvitations(db, outcome: &outcome, touched: &touched, watermarksMoved: &watermarksMoved)
             for conversationId in watermarksMoved.sorted() {
                 try self.applyWatermarks(db, conversationId: conversationId, outcome: &outcome)
                 outcome.noteConversation(conversationId)
@@ -214,6 +231,7 @@ extension LocalStore {
         _ db: Database, _ message: Message, readAfter: Int64, isRead: Bool, outcome: inout ApplyOutcome, touched: inout Set<String>,
         watermarksMoved: inout Set<String>
     ) throws {
+        if try removesThisUserFromUnknownConversation(db, message) { return }
         touched.insert(message.conversationId)
         try db.cachedStatement(sql: "INSERT OR IGNORE INTO conversations (id, createdAt, lastActivityAt, needsFetch) VALUES (?, ?, ?, 1)")
             .execute(arguments: [message.conversationId, message.storedAt, message.storedAt])
@@ -310,6 +328,16 @@ extension LocalStore {
             break
         }
         outcome.received.append(received)
+    }
+
+    /// A change removing this user from a conversation this device does not have (an invitation declined here, and
+    /// removed already, or one it never saw) brings nothing: it would only leave an empty, left conversation behind.
+    private func removesThisUserFromUnknownConversation(_ db: Database, _ message: Message) throws -> Bool {
+        guard message.type == ServerMessageType.members,
+            let change = try? JSONDecoder().decode(MembersChange.self, from: Data(message.body.utf8)),
+            change.action == .removed || change.action == .left, change.userIds.contains(userId)
+        else { return false }
+        return try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM conversations WHERE id = ?"), arguments: [message.conversationId]) == 0
     }
 
     /// Carries the members' watermarks into the statuses: this user's messages to ✓✓ and blue (with their per-member

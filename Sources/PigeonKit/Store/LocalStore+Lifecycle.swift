@@ -269,7 +269,17 @@ extension LocalStore {
             case .renamed: events.append(.conversationRenamed(conversation, change))
             }
         }
+        for conversationId in outcome.invitationsReceived {
+            if let conversation = try conversation(db, id: conversationId) { events.append(.invitationReceived(conversation)) }
+        }
+        for conversationId in outcome.invitationsAccepted {
+            if let conversation = try conversation(db, id: conversationId) { events.append(.invitationAccepted(conversation)) }
+        }
+        for conversationId in outcome.invitationsGone { events.append(.invitationRemoved(conversationId: conversationId)) }
         outcome.lifecycleEvents += events
+        outcome.invitationsReceived = []
+        outcome.invitationsAccepted = []
+        outcome.invitationsGone = []
         outcome.shown = []
         outcome.changeFailures = []
         outcome.recipientsChanged = []

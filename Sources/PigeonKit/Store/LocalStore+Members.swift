@@ -11,13 +11,17 @@ import PigeonProtocol
 /// not applied over it: the conversation is fetched again instead.
 extension LocalStore {
     /// Throws ``PigeonClientError/Code-swift.struct/unknownConversation`` when the conversation is not on this device,
-    /// ``PigeonClientError/Code-swift.struct/notMember`` when this user is no longer a member.
+    /// ``PigeonClientError/Code-swift.struct/notMember`` when this user is no longer a member,
+    /// ``PigeonClientError/Code-swift.struct/invitationPending`` when it is invited and has not accepted.
     func requireMembership(_ db: Database, conversationId: String) throws {
         guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT leftSeq FROM conversations WHERE id = ?"), arguments: [conversationId]) else {
             throw PigeonClientError(.unknownConversation, "conversation \(conversationId) is not on this device")
         }
         if (row[0] as Int64?) != nil {
             throw PigeonClientError(.notMember, "\(userId) is no longer a member of conversation \(conversationId) (removed, or left)")
+        }
+        if try ownMembership(db, conversationId: conversationId) == .invited {
+            throw PigeonClientError(.invitationPending, "\(userId) is invited to conversation \(conversationId): accept the invitation first")
         }
     }
 
@@ -29,6 +33,7 @@ extension LocalStore {
         let snapshotSeq: Int64 = known?[0] ?? 0
         let changeSeq: Int64 = known?[1] ?? 0
         let current = conversation.lastSeq >= snapshotSeq && conversation.lastSeq >= changeSeq
+        let membershipBefore = try ownMembership(db, conversationId: conversation.id)
         try db.cachedStatement(sql: """
             INSERT INTO conversations (id, kind, name, createdAt, lastSeq, lastActivityAt) VALUES (?, ?, ?, ?, ?, ?)
             ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, createdAt = excluded.createdAt, lastSeq = max(lastSeq, excluded.lastSeq),
@@ -46,24 +51,35 @@ extension LocalStore {
                 arguments: StatementArguments([conversation.id] + present))
             for member in conversation.members {
                 try db.cachedStatement(sql: """
-                    INSERT INTO members (conversationId, userId, role, joinedSeq, deliveredSeq, readSeq) VALUES (?, ?, ?, ?, ?, ?)
+                    INSERT INTO members (conversationId, userId, role, joinedSeq, deliveredSeq, readSeq, membership) VALUES (?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (conversationId, userId) DO UPDATE SET role = excluded.role, joinedSeq = excluded.joinedSeq,
-                        deliveredSeq = max(deliveredSeq, excluded.deliveredSeq), readSeq = max(readSeq, excluded.readSeq)
-                    """).execute(arguments: [conversation.id, member.userId, member.role.rawValue, member.joinedSeq, member.deliveredSeq, member.readSeq])
+                        deliveredSeq = max(deliveredSeq, excluded.deliveredSeq), readSeq = max(readSeq, excluded.readSeq),
+                        membership = excluded.membership
+                    """).execute(arguments: [
+                        conversation.id, member.userId, member.role.rawValue, member.joinedSeq, member.deliveredSeq, member.readSeq,
+                        member.membership.rawValue,
+                    ])
             }
             if let me {
                 try rejoin(db, conversationId: conversation.id, joinedSeq: me.joinedSeq)
+            } else if membershipBefore == .invited {
+                // An invitation declined (on another device) or withdrawn: it leaves nothing behind.
+                outcome.invitationsGone.append(conversation.id)
             } else {
                 try markLeft(db, conversationId: conversation.id, atSeq: conversation.lastSeq)
             }
         } else {
-            // This device applied a later change: only the watermarks are news.
+            // This device applied a later change: only the watermarks are news, and an accepted invitation (accepting
+            // takes no seq; nobody goes from joined back to invited without a change).
             for member in conversation.members {
                 try db.cachedStatement(sql: """
-                    UPDATE members SET deliveredSeq = max(deliveredSeq, ?), readSeq = max(readSeq, ?) WHERE conversationId = ? AND userId = ?
-                    """).execute(arguments: [member.deliveredSeq, member.readSeq, conversation.id, member.userId])
+                    UPDATE members SET deliveredSeq = max(deliveredSeq, ?), readSeq = max(readSeq, ?),
+                        membership = CASE WHEN ? = 'joined' THEN 'joined' ELSE membership END
+                    WHERE conversationId = ? AND userId = ?
+                    """).execute(arguments: [member.deliveredSeq, member.readSeq, member.membership.rawValue, conversation.id, member.userId])
             }
         }
+        try noteInvitation(db, conversation, before: membershipBefore, outcome: &outcome)
         watermarksMoved.insert(conversation.id)
         outcome.noteConversation(conversation.id)
     }
@@ -78,7 +94,7 @@ extension LocalStore {
 
     /// This user was removed or left at `seq`: the conversation stays, read-only, without its member list.
     func markLeft(_ db: Database, conversationId: String, atSeq seq: Int64) throws {
-        try db.cachedStatement(sql: "UPDATE conversations SET leftSeq = coalesce(leftSeq, ?), needsFetch = 0 WHERE id = ?")
+        try db.cachedStatement(sql: "UPDATE conversations SET leftSeq = coalesce(leftSeq, ?), needsFetch = 0, addedBy = NULL WHERE id = ?")
             .execute(arguments: [seq, conversationId])
         try db.cachedStatement(sql: "DELETE FROM members WHERE conversationId = ?").execute(arguments: [conversationId])
     }
@@ -104,6 +120,9 @@ extension LocalStore {
             db.cachedStatement(sql: "SELECT membersSnapshotSeq, membersChangeSeq FROM conversations WHERE id = ?"), arguments: [conversationId])
         else { return }
         let (snapshotSeq, changeSeq): (Int64, Int64) = (row[0], row[1])
+        if change.action == .added, change.userIds.contains(userId) {
+            try db.cachedStatement(sql: "UPDATE conversations SET addedBy = ? WHERE id = ?").execute(arguments: [change.by, conversationId])
+        }
         guard seq > snapshotSeq else { return }
         guard seq > changeSeq else {
             try requestFetch(db, conversationId: conversationId, outcome: &outcome)
@@ -111,6 +130,8 @@ extension LocalStore {
         }
         switch change.action {
         case .added:
+            // Whether each joined or is only invited (API.md 1.2) is in the conversation, not in the change: read it.
+            try requestFetch(db, conversationId: conversationId, outcome: &outcome)
             for member in change.userIds {
                 try db.cachedStatement(sql: """
                     INSERT INTO members (conversationId, userId, role, joinedSeq, deliveredSeq, readSeq) VALUES (?, ?, ?, ?, ?, ?)
@@ -123,7 +144,10 @@ extension LocalStore {
                 try requestFetch(db, conversationId: conversationId, outcome: &outcome)
             }
         case .removed, .left:
-            if change.userIds.contains(userId) {
+            if change.userIds.contains(userId), try ownMembership(db, conversationId: conversationId) == .invited {
+                // Declined (on any device of this user) or withdrawn before it was accepted: gone from the device.
+                outcome.invitationsGone.append(conversationId)
+            } else if change.userIds.contains(userId) {
                 try markLeft(db, conversationId: conversationId, atSeq: seq)
             } else {
                 try db.execute(
@@ -164,9 +188,13 @@ extension LocalStore {
 
     func members(_ db: Database, conversationId: String) throws -> [ConversationMember] {
         try Row.fetchAll(
-            db.cachedStatement(sql: "SELECT userId, role, joinedSeq, deliveredSeq, readSeq FROM members WHERE conversationId = ? ORDER BY userId"),
+            db.cachedStatement(sql: "SELECT userId, role, joinedSeq, deliveredSeq, readSeq, membership FROM members WHERE conversationId = ? ORDER BY userId"),
             arguments: [conversationId]
-        ).map { ConversationMember(userId: $0[0], role: MemberRole(rawValue: $0[1]) ?? .member, joinedSeq: $0[2], deliveredSeq: $0[3], readSeq: $0[4]) }
+        ).map {
+            ConversationMember(
+                userId: $0[0], role: MemberRole(rawValue: $0[1]) ?? .member, joinedSeq: $0[2],
+                deliveredSeq: $0[3], readSeq: $0[4], membership: MembershipState(rawValue: $0[5]) ?? .joined)
+        }
     }
 
     // MARK: Per-member counts

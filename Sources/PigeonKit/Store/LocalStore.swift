@@ -422,7 +422,11 @@ final class LocalStore: Sendable {
 
     func conversations() throws -> [PigeonConversation] {
         try pool.read { db in
-            try String.fetchAll(db, sql: "SELECT id FROM conversations ORDER BY lastActivityAt DESC, id").compactMap { try self.conversation(db, id: $0) }
+            try String.fetchAll(
+                db,
+                sql: "SELECT id FROM conversations c WHERE NOT \(Self.isInvitation) ORDER BY lastActivityAt DESC, id",
+                arguments: [userId]
+            ).compactMap { try self.conversation(db, id: $0) }
         }
     }
 
@@ -435,11 +439,11 @@ final class LocalStore: Sendable {
     }
 
     func conversation(_ db: Database, id: String) throws -> PigeonConversation? {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq, kind, leftSeq FROM conversations WHERE id = ?"), arguments: [id])
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, createdAt, lastSeq, contiguousSeq, readSeq, kind, leftSeq, addedBy FROM conversations WHERE id = ?"), arguments: [id])
         else { return nil }
         let readSeq: Int64 = row[5]
-        let members = try Row.fetchAll(db.cachedStatement(sql: "SELECT userId, role, joinedSeq, deliveredSeq, readSeq FROM members WHERE conversationId = ? ORDER BY userId"), arguments: [id]
-        ).map { ConversationMember(userId: $0[0], role: MemberRole(rawValue: $0[1]) ?? .member, joinedSeq: $0[2], deliveredSeq: $0[3], readSeq: $0[4]) }
+        let members = try members(db, conversationId: id)
+        let membership = members.first { $0.userId == userId }?.membership ?? .joined
         let name: String? = row[1]
         let kind = (row[6] as String?).flatMap(ConversationKind.init(rawValue:)) ?? Conversation.kind(name: name, memberCount: members.count)
         let unread = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversationId = ? AND seq > ? AND isOutgoing = 0 AND type NOT LIKE 'pigeon.%'"), arguments: [id, readSeq]) ?? 0
@@ -459,7 +463,7 @@ final class LocalStore: Sendable {
         }
         return PigeonConversation(
             id: row[0], kind: kind, name: name, createdAt: row[2], lastSeq: row[3], contiguousSeq: row[4], readSeq: readSeq, members: members,
-            unreadCount: unread, lastMessage: newest, leftAtSeq: row[7])
+            unreadCount: unread, lastMessage: newest, leftAtSeq: row[7], membership: membership, invitedBy: membership == .invited ? row[8] : nil)
     }
 
     // MARK: Read receipts and sync state
@@ -491,7 +495,8 @@ final class LocalStore: Sendable {
                 sql: """
                     SELECT c.id, c.contiguousSeq, c.readSeq, coalesce(m.deliveredSeq, 0), coalesce(m.readSeq, 0)
                     FROM conversations c LEFT JOIN members m ON m.conversationId = c.id AND m.userId = ?
-                    WHERE c.leftSeq IS NULL AND (c.contiguousSeq > coalesce(m.deliveredSeq, 0) OR c.readSeq > coalesce(m.readSeq, 0))
+                    WHERE c.leftSeq IS NULL AND coalesce(m.membership, 'joined') != 'invited'
+                        AND (c.contiguousSeq > coalesce(m.deliveredSeq, 0) OR c.readSeq > coalesce(m.readSeq, 0))
                     """,
                 arguments: [userId])
             for row in rows {
@@ -539,11 +544,15 @@ final class LocalStore: Sendable {
         try await pool.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM messages WHERE serverId = ?)", arguments: [serverId]) ?? false }
     }
 
-    /// Conversations whose known last seq is beyond what is on the device (not those this user left: the server
-    /// answers 404 there).
-    func gaps() async throws -> [(conversationId: String, after: Int64)] {
+    /// Conversations whose known last seq is beyond what is on the device, with that last seq (not those this user
+    /// left: the server answers 404 there; nor invitations, fetched once accepted).
+    func gaps() async throws -> [(conversationId: String, after: Int64, lastSeq: Int64)] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, contiguousSeq FROM conversations WHERE lastSeq > contiguousSeq AND leftSeq IS NULL ORDER BY id").map { ($0[0], $0[1]) }
+            try Row.fetchAll(
+                db,
+                sql: "SELECT id, contiguousSeq, lastSeq FROM conversations c WHERE lastSeq > contiguousSeq AND leftSeq IS NULL AND NOT \(Self.isInvitation) ORDER BY id",
+                arguments: [userId]
+            ).map { ($0[0], $0[1], $0[2]) }
         }
     }
 }

@@ -81,6 +81,9 @@ final class EventHub: Sendable {
                 case .threadUpdated(let root): listener.onThreadUpdated(root)
                 case .uploadProgress(let localId, let index, let sent, let total):
                     listener.onUploadProgress(localId: localId, attachmentIndex: index, sent: sent, total: total)
+                case .invitationReceived(let conversation): listener.onInvitationReceived(conversation)
+                case .invitationAccepted(let conversation): listener.onInvitationAccepted(conversation)
+                case .invitationRemoved(let conversationId): listener.onInvitationRemoved(conversationId: conversationId)
                 }
             }
         }

@@ -29,9 +29,15 @@ extension ClientEngine {
     /// contiguous seq. A `404` for a conversation means this user is no longer in it: it is marked left and no longer
     /// fetched. Returns when nothing is missing, or when the server has nothing after a gap: the seq expected does not
     /// exist (yet); a later event or catch-up asks again.
+    ///
+    /// A page lists every message this user may see after the seq it was asked from, in order: the seqs it skips are
+    /// ones this user never sees (a blocked user's messages, API.md 1.2), and the last page (`hasMore` false) also
+    /// proves that nothing visible is missing up to the last seq known before it was asked for (a stored seq is
+    /// never followed by an earlier one). The contiguous seq passes over those seqs, so they hold up neither the
+    /// announcements nor the delivered receipts.
     func fetchMissingMessages(in conversationId: String? = nil) async throws {
         var rounds = 0
-        while let (gapConversationId, after) = try await store.gaps().first(where: { conversationId == nil || $0.conversationId == conversationId }),
+        while let (gapConversationId, after, lastSeq) = try await store.gaps().first(where: { conversationId == nil || $0.conversationId == conversationId }),
             rounds < 100_000
         {
             rounds += 1
@@ -42,7 +48,9 @@ extension ClientEngine {
                 try await markLeft(gapConversationId)
                 continue
             }
-            try await apply([.history(conversationId: gapConversationId, page.messages)])
+            let highest = page.messages.map(\.seq).max()
+            let covered = page.hasMore ? highest : max(highest ?? after, lastSeq)
+            try await apply([.history(conversationId: gapConversationId, page.messages, after: after, coveredThrough: covered)])
             if page.messages.isEmpty { return }
         }
     }
@@ -69,7 +77,18 @@ extension ClientEngine {
         try await apply([.conversations(conversations)])
         try await confirmMemberships(listed: conversations)
         try await fillGaps()
+        await refreshBlockedUsers()
         try await store.setNeedsFullSync(false)
+    }
+
+    /// Keeps the local list of blocked users as the server has it (a block made on another device of this user
+    /// shows here at the next catch-up). Best effort: a server before API 1.2 has no such list.
+    func refreshBlockedUsers() async {
+        do {
+            try await store.replaceBlockedUsers(try await transport.blockedUsers())
+        } catch {
+            logger.debug("reading the blocked users failed", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Creates the conversation on the server and saves it locally before returning it.

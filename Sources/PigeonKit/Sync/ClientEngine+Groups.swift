@@ -1,3 +1,4 @@
+import Foundation
 import PigeonProtocol
 
 extension ClientEngine {
@@ -5,6 +6,33 @@ extension ClientEngine {
     /// arrived in before it was known (this user was added to it), or whose member changes came out of order.
     func fetchConversations() async throws {
         for id in try await store.conversationsToFetch() { try await refreshConversation(id) }
+        try await learnInvitationSenders()
+    }
+
+    /// Invitations whose sender this device did not see (the change that added this user came before a `reset`, or
+    /// before this database): the change is the message at the seq this user joined at, readable by an invited user.
+    func learnInvitationSenders() async throws {
+        for (id, joinedSeq) in try await store.invitationsWithoutSender() where joinedSeq > 0 {
+            let page: MessagePage
+            do {
+                page = try await transport.messages(conversationId: id, after: joinedSeq - 1, limit: 1)
+            } catch let error as PigeonClientError where error.serverError?.code == .notFound {
+                try await markLeft(id)
+                continue
+            }
+            var sender: String?
+            if let message = page.messages.first, message.seq == joinedSeq, message.type == ServerMessageType.members,
+                let change = try? JSONDecoder().decode(MembersChange.self, from: Data(message.body.utf8)), change.action == .added
+            {
+                sender = change.by
+            }
+            // Not found where it should be: its owner speaks for the conversation (and it is not asked again).
+            if sender == nil { sender = try await store.conversation(id: id)?.members.first { $0.role == .owner }?.userId }
+            guard let sender else { continue }
+            if let conversation = try await store.setInvitationSender(conversationId: id, userId: sender) {
+                hub.emit(.conversationUpdated(conversation))
+            }
+        }
     }
 
     /// `GET /v1/conversations/{id}`, applied; a `404` means this user is no longer a member: the conversation is
@@ -20,9 +48,14 @@ extension ClientEngine {
         }
     }
 
-    /// The server answered `404` for a conversation on this device.
+    /// The server answered `404` for a conversation on this device: left, or, for an invitation, gone (declined on
+    /// another device, or withdrawn).
     func markLeft(_ id: String) async throws {
-        if let conversation = try await store.markLeft(conversationId: id) { hub.emit(.conversationUpdated(conversation)) }
+        if try await store.removeInvitation(conversationId: id) {
+            hub.emit(.invitationRemoved(conversationId: id))
+        } else if let conversation = try await store.markLeft(conversationId: id) {
+            hub.emit(.conversationUpdated(conversation))
+        }
     }
 
     /// Conversations this device takes itself to be a member of but the server's list leaves out: asked one by one

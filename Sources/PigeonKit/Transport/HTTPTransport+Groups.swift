@@ -32,7 +32,7 @@ extension HTTPTransport {
     }
 
     /// A user id as a path segment (`[A-Za-z0-9._@-]` needs no escaping; anything else is escaped, `/` included).
-    private static func pathSegment(_ value: String) -> String {
+    static func pathSegment(_ value: String) -> String {
         value.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? value
     }
 }

@@ -59,12 +59,20 @@ package struct HTTPTransport: PigeonTransport {
         try await call(.POST, "/v1/conversations", body: request)
     }
 
-    /// Every conversation of the user, following the server's pages (newest activity first).
+    /// Every conversation of the user, following the server's pages (newest activity first), then its invitations
+    /// (API.md 1.2: the default list holds the joined conversations only).
     package func conversations() async throws -> [Conversation] {
+        let joined = try await conversationPages(query: "")
+        let listed = Set(joined.map(\.id))
+        return try await joined + invitedConversations().filter { !listed.contains($0.id) }
+    }
+
+    /// Every page of `GET /v1/conversations?<query>limit=500`.
+    func conversationPages(query: String) async throws -> [Conversation] {
         var all: [Conversation] = []
         var before: String?
         repeat {
-            var path = "/v1/conversations?limit=500"
+            var path = "/v1/conversations?\(query)limit=500"
             if let before {
                 path += "&before=" + (before.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed) ?? before)
             }

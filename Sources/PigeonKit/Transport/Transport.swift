@@ -69,8 +69,11 @@ package protocol PigeonTransport: Sendable {
     func postTyping(conversationId: String, active: Bool) async throws
     /// `POST /v1/conversations`: the conversation as the server created it.
     func createConversation(_ request: CreateConversationRequest) async throws -> Conversation
-    /// Every conversation of the user, with its members' watermarks, following the server's pages.
+    /// Every conversation of the user, with its members' watermarks, following the server's pages; its invitations
+    /// (API.md 1.2) included.
     func conversations() async throws -> [Conversation]
+    /// `GET /v1/blocks`: the users this user blocked (API.md 1.2).
+    func blockedUsers() async throws -> [BlockedUser]
     /// One page of a conversation's stored messages after seq `after`, ascending.
     func messages(conversationId: String, after: Int64, limit: Int) async throws -> MessagePage
     /// `GET /v1/conversations/{id}`: the conversation with its members now (404 when the caller is not a member).

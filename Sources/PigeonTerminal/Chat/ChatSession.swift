@@ -6,14 +6,15 @@ import PigeonProtocol
 /// re-reads the conversation from the local database, which is what the screen shows.
 actor ChatSession {
     private let client: PigeonClient
-    private let conversationId: String
+    /// The open conversation (`/accept` of another invitation opens that one).
+    private var conversationId: String
     private let terminal: Terminal
     private var state: ChatScreenState
     private var parser = KeyParser()
     /// How many of the newest messages are loaded (grows as the user scrolls back).
     private var limit = 50
     private var screen: RenderedScreen?
-    private var quitting = false
+    private(set) var quitting = false
     private var noticeExpires: ContinuousClock.Instant?
     private var typingSince: [String: ContinuousClock.Instant] = [:]
     private var typingSent: ContinuousClock.Instant?
@@ -27,6 +28,7 @@ actor ChatSession {
         self.state = ChatScreenState(userId: client.userId, title: MessageFormat.title(of: conversation, me: client.userId))
         state.isGroup = conversation.kind == .group
         state.hasLeft = !conversation.isMember
+        state.isInvitation = conversation.isInvitation
     }
 
     /// Runs until the user quits (Ctrl-C, Ctrl-D on an empty line, `/quit`) or input ends.
@@ -34,6 +36,7 @@ actor ChatSession {
         terminal.enterFullScreen()
         let events = client.events()
         client.start()
+        refreshInvitations()
         reload()
         draw()
         await withTaskGroup(of: Void.self) { group in
@@ -46,6 +49,7 @@ actor ChatSession {
                 for await event in events {
                     await self.handle(event)
                     if case .signedOut = event { return }
+                    if await self.quitting { return }
                 }
             }
             group.addTask {
@@ -211,13 +215,87 @@ actor ChatSession {
             state.selected = nil
             state.scrollOffset = 0
             reload()
+        case "/accept", "/decline":
+            guard let invitation = state.invitations.first else {
+                notify("no invitation to \(parts[0].dropFirst()) (`pigeon invites` lists them)", isError: true)
+                return
+            }
+            answer(invitation, accept: parts[0] == "/accept")
         case "/quit", "/q", "/exit": quitting = true
         case "/help": notify(ChatScreen.help + " · //text sends a text that starts with /")
         default:
             notify(
-                "unknown command \(parts[0]): /file /react /unreact /reply /thread /back /edit /delete /offline /online /retry /search /read /quit (//text sends \"/text\")",
+                "unknown command \(parts[0]): /file /react /unreact /reply /thread /back /edit /delete /accept /decline /offline /online /retry /search /read /quit (//text sends \"/text\")",
                 isError: true)
         }
+    }
+
+    // MARK: Invitations
+
+    /// Accepts or declines an invitation (it needs the server: the answer comes back to ``answered(_:accept:outcome:)``).
+    private func answer(_ invitation: ChatScreenState.Invitation, accept: Bool) {
+        notify(accept ? "Accepting: \(invitation.text)…" : "Declining: \(invitation.text)…")
+        let client = client
+        Task {
+            do {
+                let joined = accept ? try await client.acceptInvitation(invitation.conversationId) : nil
+                if !accept { try await client.declineInvitation(invitation.conversationId) }
+                self.answered(invitation, accept: accept, joined: joined, error: nil)
+            } catch {
+                self.answered(invitation, accept: accept, joined: nil, error: error)
+            }
+        }
+    }
+
+    private func answered(_ invitation: ChatScreenState.Invitation, accept: Bool, joined: PigeonConversation?, error: (any Error)?) {
+        if let error {
+            let reason = (error as? PigeonClientError).map { $0.serverError?.message ?? $0.message } ?? "\(error)"
+            notify("not \(accept ? "accepted" : "declined"): \(reason)", isError: true)
+        } else if let joined {
+            // Accepting opens the conversation, whichever was open.
+            open(joined)
+            notify("You joined \(MessageFormat.title(of: joined, me: client.userId))")
+        } else {
+            notify("Declined: \(invitation.text)")
+            if invitation.conversationId == conversationId { leaveDeclinedConversation() }
+        }
+        refreshInvitations()
+        reload()
+        draw()
+    }
+
+    /// The open conversation was a declined invitation: it is gone, so the chat moves to the newest conversation
+    /// (or ends when there is none).
+    private func leaveDeclinedConversation() {
+        if let next = (try? client.conversations())?.first {
+            open(next)
+        } else if let next = (try? client.invitations())?.first {
+            open(next)
+        } else {
+            quitting = true
+        }
+    }
+
+    private func open(_ conversation: PigeonConversation) {
+        conversationId = conversation.id
+        state.title = MessageFormat.title(of: conversation, me: client.userId)
+        state.isGroup = conversation.kind == .group
+        state.hasLeft = !conversation.isMember
+        state.isInvitation = conversation.isInvitation
+        state.threadRoot = nil
+        state.selected = nil
+        state.search = nil
+        state.scrollOffset = 0
+        state.messages = []
+        typingSince = [:]
+        state.typing = []
+    }
+
+    /// The invitations on the device, the open conversation's first.
+    private func refreshInvitations() {
+        let all = (try? client.invitations()) ?? []
+        let ordered = all.filter { $0.id == conversationId } + all.filter { $0.id != conversationId }
+        state.invitations = ordered.map { ChatScreenState.Invitation(conversationId: $0.id, text: MessageFormat.invitation($0, me: client.userId)) }
     }
 
     /// The message a command acts on: the selected one, else the newest app message in view (in a thread: its newest
@@ -385,7 +463,7 @@ actor ChatSession {
         setTyping(true)
     }
 
-    private nonisolated func setTyping(_ active: Bool) {
+    private func setTyping(_ active: Bool) {
         let client = client
         let conversationId = conversationId
         Task { try? await client.setTyping(active, in: conversationId) }
@@ -433,6 +511,22 @@ actor ChatSession {
         case .reactionFailed(let message, let key, let action, let error):
             guard message.conversationId == conversationId else { return }
             notify("reaction \(key) not \(action == .add ? "added" : "removed"): \(error.message)", isError: true)
+        case .invitationReceived(let conversation):
+            refreshInvitations()
+            if conversation.id == conversationId { state.isInvitation = true }
+        case .invitationAccepted(let conversation):
+            refreshInvitations()
+            if conversation.id == conversationId {
+                state.isInvitation = false
+                state.title = MessageFormat.title(of: conversation, me: client.userId)
+            }
+        case .invitationRemoved(let removed):
+            refreshInvitations()
+            if removed == conversationId {
+                notify("This invitation is gone (declined on another device, or withdrawn)", isError: true)
+                leaveDeclinedConversation()
+                if quitting { return }
+            }
         case .uploadProgress(let localId, let index, let sent, let total):
             guard let message = state.messages.first(where: { $0.localId == localId }), message.attachments.indices.contains(index) else { return }
             let percent = total > 0 ? sent * 100 / total : 100

@@ -10,6 +10,7 @@ extension PigeonCommand {
                 Keys: Enter sends; ↑/↓ select a message; Ctrl-R retries the selected (or the newest) failed message; \
                 PgUp/PgDn scroll back through history, End jumps to the newest; Ctrl-F searches (Esc closes); \
                 Ctrl-C or Ctrl-D quits. Commands: /offline, /online, /retry, /search <words>, /read, /quit; \
+                an invitation shows above the messages: /accept joins it, /decline says no; \
                 //text sends a text that starts with "/".
                 """)
 
@@ -21,12 +22,18 @@ extension PigeonCommand {
             let terminal = try Terminal()
             let found: PigeonConversation
             if let conversation {
-                found = try await session.conversation(conversation, fetch: true)
+                do {
+                    found = try await session.conversation(conversation, fetch: true)
+                } catch let error as CLIError {
+                    // An invitation opens too: /accept or /decline answers it there.
+                    guard let invitation = try? await session.invitation(conversation, fetch: false) else { throw error }
+                    found = invitation
+                }
             } else if let newest = try session.client.conversations().first {
                 found = newest
             } else {
                 try? await session.client.catchUp()
-                guard let newest = try session.client.conversations().first else {
+                guard let newest = try session.client.conversations().first ?? session.client.invitations().first else {
                     throw CLIError("no conversations yet; start one with `pigeon new <userId>`")
                 }
                 found = newest

@@ -116,6 +116,10 @@ struct ConversationJSON: Encodable {
     var kind: String
     /// Whether this user is still a member (false once removed or left).
     var member: Bool
+    /// "invited" while this is an invitation not yet accepted, else "joined".
+    var membership: String
+    /// Who sent the invitation (while it is one).
+    var invitedBy: String?
     var leftAtSeq: Int64?
     var name: String?
     var title: String
@@ -129,6 +133,8 @@ struct ConversationJSON: Encodable {
         id = conversation.id
         kind = conversation.kind.rawValue
         member = conversation.isMember
+        membership = conversation.membership.rawValue
+        invitedBy = conversation.invitedBy
         leftAtSeq = conversation.leftAtSeq
         name = conversation.name
         title = MessageFormat.title(of: conversation, me: me)

@@ -25,6 +25,18 @@ public struct ChatScreenState: Sendable, Equatable {
         }
     }
 
+    /// An invitation of the viewer's (API.md 1.2), shown above the messages until accepted or declined.
+    public struct Invitation: Sendable, Equatable {
+        public var conversationId: String
+        /// "carol invited you to Crew" (``MessageFormat/invitation(_:me:)``).
+        public var text: String
+
+        public init(conversationId: String, text: String) {
+            self.conversationId = conversationId
+            self.text = text
+        }
+    }
+
     /// The viewer.
     public var userId: String
     public var title: String
@@ -56,6 +68,10 @@ public struct ChatScreenState: Sendable, Equatable {
     /// Set while a thread is open (`/thread`): the root's local id. ``messages`` then holds the root first and its
     /// replies after it; otherwise thread replies are left out of the conversation (their root says how many).
     public var threadRoot: Int64?
+    /// The viewer's invitations, the one `/accept` and `/decline` act on first (the open conversation's, when it is one).
+    public var invitations: [Invitation] = []
+    /// The open conversation is an invitation: nothing shows nor can be sent until it is accepted.
+    public var isInvitation = false
 
     public init(userId: String, title: String) {
         self.userId = userId
@@ -94,6 +110,9 @@ public enum ChatScreen {
             if !state.networkEnabled { text += " · /online reconnects" } else if state.connection == .connecting { text += " · connecting…" }
             top.append(StyledLine(TextWidth.padded(" " + text, to: width), TextStyle(foreground: .yellow, bold: true, inverse: true)))
         }
+        if let invitation = invitationLine(state) {
+            top.append(StyledLine(TextWidth.padded(" " + TextWidth.sanitized(invitation), to: width), TextStyle(foreground: .cyan, bold: true, inverse: true)))
+        }
         let bottomCount = state.showsInput ? 2 : 0
         let rows = max(1, height - top.count - bottomCount)
 
@@ -123,6 +142,15 @@ public enum ChatScreen {
         return RenderedScreen(
             lines: lines.map { $0.truncated(to: width) }, cursorRow: cursorRow, cursorColumn: cursorColumn,
             maxScrollOffset: maxScroll, messageRows: rows)
+    }
+
+    /// The invitation line under the header: "carol invited you to Crew: /accept or /decline", and how many others
+    /// wait (`nil` without invitations).
+    public static func invitationLine(_ state: ChatScreenState) -> String? {
+        guard let first = state.invitations.first else { return nil }
+        var text = "\(first.text): /accept or /decline"
+        if state.invitations.count > 1 { text += " · \(state.invitations.count - 1) more: pigeon invites" }
+        return text
     }
 
     static func header(_ state: ChatScreenState, width: Int) -> StyledLine {
@@ -235,7 +263,9 @@ public enum ChatScreen {
                 lines.append(StyledLine(String(repeating: " ", count: prefixWidth) + "not sent (\(hint))\(reason)", TextStyle(foreground: .red)))
             }
         }
-        if lines.isEmpty || (lines.count == 1 && state.hasOlder) {
+        if state.isInvitation, shown.allSatisfy({ $0.kind != .message }) {
+            lines.append(StyledLine("  You are invited here: /accept joins (the conversation comes then), /decline says no.", TextStyle(foreground: .gray)))
+        } else if lines.isEmpty || (lines.count == 1 && state.hasOlder) {
             lines.append(StyledLine("  No messages yet. Type one below and press Enter.", TextStyle(foreground: .gray)))
         }
         return lines

@@ -88,6 +88,14 @@ public enum MessageFormat {
         return others.isEmpty ? "just you" : others.joined(separator: ", ")
     }
 
+    /// An invitation as one line: "carol invited you to Crew" (the sender may be unknown for a moment after a
+    /// catch-up: "You are invited to Crew").
+    public static func invitation(_ conversation: PigeonConversation, me: String) -> String {
+        let title = title(of: conversation, me: me)
+        guard let sender = conversation.invitedBy else { return "You are invited to \(title)" }
+        return "\(TextWidth.sanitized(sender)) invited you to \(title)"
+    }
+
     /// What a deleted message shows in its place.
     public static let deletedText = "message deleted"
     /// What follows an edited message's text.

@@ -80,8 +80,27 @@ struct DeviceSession: Sendable {
         throw CLIError("no conversation \"\(argument)\" for \(device.userId)\(fetch ? " (here or on the server)" : " on this device"); `pigeon ls` lists them")
     }
 
-    private func localConversation(_ argument: String) throws -> PigeonConversation? {
-        let all = try client.conversations()
+    /// The invitation `argument` names (an id or a unique prefix of 4+ characters), as ``conversation(_:fetch:)``
+    /// finds a conversation; with `fetch`, the server is asked first when it is not on this device.
+    func invitation(_ argument: String, fetch: Bool) async throws -> PigeonConversation {
+        if let found = try localConversation(argument, among: client.invitations()) { return found }
+        if fetch {
+            do {
+                try await client.catchUp()
+            } catch {
+                let reason = CLIError.from(error, server: server).message
+                throw CLIError("no invitation \"\(argument)\" on this device, and the server could not be asked: \(reason)")
+            }
+            if let found = try localConversation(argument, among: client.invitations()) { return found }
+        }
+        if let joined = try localConversation(argument, among: client.conversations()) {
+            throw CLIError("\(MessageFormat.title(of: joined, me: device.userId)) (\(joined.id)) is not an invitation: you are \(joined.isMember ? "in it already" : "no longer in it")")
+        }
+        throw CLIError("no invitation \"\(argument)\" for \(device.userId); `pigeon invites` lists them")
+    }
+
+    private func localConversation(_ argument: String, among all: [PigeonConversation]? = nil) throws -> PigeonConversation? {
+        let all = try all ?? client.conversations()
         if let id = Validation.canonicalUUID(argument) { return all.first { $0.id == id } }
         let prefix = argument.lowercased()
         guard prefix.count >= 4, prefix.allSatisfy({ $0.isHexDigit || $0 == "-" }) else {

@@ -88,6 +88,10 @@ final class FaultyTransport: PigeonTransport {
         return try await base.conversations()
     }
 
+    func blockedUsers() async throws -> [BlockedUser] {
+        try await base.blockedUsers()
+    }
+
     func conversation(id: String) async throws -> Conversation {
         conversationFetchCount.withLockedValue { $0 += 1 }
         return try await base.conversation(id: id)
