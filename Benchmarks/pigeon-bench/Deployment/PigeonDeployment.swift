@@ -9,6 +9,7 @@ struct PigeonDeployment: Sendable {
     /// from one loopback address, a few users sending at full speed) turned off: docs/SECURITY.md lists them.
     static let loadGeneratorLimits = [
         "--registration-rate", "0", "--stored-bytes-per-minute", "0", "--conversations-per-minute", "0", "--max-connections-per-address", "0",
+        "--stranger-adds-per-hour", "0",
     ]
 
     /// What is measured: a ``Backend``'s name, or `url` for a server given with --url.
