@@ -49,6 +49,21 @@ import Testing
             #expect(try await store.messages(conversationId: group.id, after: 0, before: nil, limit: 10, visibleFrom: 0, reader: "alice").messages.map(\.seq) == [1, 3])
             #expect(try await store.messages(conversationId: group.id, after: nil, before: nil, limit: 10, visibleFrom: 0, reader: "alice").messages.map(\.seq) == [1, 3])
             #expect(try await store.messages(conversationId: group.id, after: 0, before: nil, limit: 10, visibleFrom: 0, reader: "bob").messages.map(\.seq) == [1, 2, 3])
+            // Reacting to, or listing the reactions of, a message hidden from her: not found.
+            let hiddenId = try #require(
+                try await store.messages(conversationId: group.id, after: 1, before: nil, limit: 1, visibleFrom: 0, reader: "bob").messages.first?.serverId)
+            for attempt in 0..<2 {
+                do {
+                    if attempt == 0 {
+                        _ = try await store.react(conversationId: group.id, serverId: hiddenId, userId: "alice", key: "ok", action: .add, at: 1)
+                    } else {
+                        _ = try await store.reactionUsers(conversationId: group.id, serverId: hiddenId, reader: "alice", key: nil, after: nil, limit: 10)
+                    }
+                    Issue.record("alice reached a message hidden from her (\(attempt))")
+                } catch let error as PigeonError {
+                    #expect(error.code == .notFound)
+                }
+            }
             let seenByAlice = try #require(try await store.conversation(id: group.id, for: "alice"))
             #expect(seenByAlice.unreadCount == 2, "mallory's first and bob's")
             #expect(try await store.conversation(id: group.id, for: "bob")?.unreadCount == 2)

@@ -227,6 +227,12 @@ extension PostgresMessageStore {
         guard let target = try await messageTarget(conversationId: conversationId, serverId: serverId), target.seq >= member.joinedSeq else {
             throw PigeonError(.notFound, "message not found")
         }
+        // A message hidden from the reader by a block is not there for it.
+        for try await _ in try await client.query(
+            "SELECT 1 FROM hidden_messages WHERE conversation_id = \(conversationId) AND seq = \(target.seq) AND user_id = \(reader)", logger: logger
+        ) {
+            throw PigeonError(.notFound, "message not found")
+        }
         var users: [ReactionUser] = []
         for try await (userId, key, at) in try await client.query(
             """

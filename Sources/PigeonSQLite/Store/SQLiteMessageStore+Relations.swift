@@ -237,7 +237,9 @@ extension SQLiteMessageStore {
                     db.cachedStatement(sql: "SELECT joined_seq FROM members WHERE conversation_id = ? AND user_id = ?"),
                     arguments: [conversationId, reader])
             else { throw PigeonError.conversationNotFound }
-            guard let target = try Self.target(db, conversationId: conversationId, serverId: serverId), target.seq >= joinedSeq else {
+            guard let target = try Self.target(db, conversationId: conversationId, serverId: serverId), target.seq >= joinedSeq,
+                try !Self.hiddenFrom(db, conversationId: conversationId, seq: target.seq).contains(reader)
+            else {
                 throw PigeonError(.notFound, "message not found")
             }
             let byKey = key == nil ? "" : " AND key = ?"
