@@ -114,6 +114,8 @@ package struct ContractRoute: Sendable {
         package static let rejected = Refusal(
             error: .rejected,
             when: "With --before-send-hook: the hook rejected it (message: its reason), or the call failed under --before-send-on-failure reject.")
+        package static let invitationPending = Refusal(
+            error: .forbidden, when: "With --consent invites: the caller is invited to the conversation and has not accepted yet.")
         package static let tooLarge = Refusal(error: .payloadTooLarge, when: "The request body is over 65,536 bytes (--max-body-bytes).")
         package static func rateLimited(_ when: String) -> Refusal { Refusal(error: .rateLimited, when: when) }
     }

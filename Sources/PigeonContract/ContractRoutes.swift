@@ -182,6 +182,7 @@ extension ContractRoute {
                     "The conversation is unknown, closed, or the caller is not a member; a replyTo or threadRoot that is not a message of it the caller can see."),
                 .conflict("A replyTo or threadRoot that is deleted, or one of the server's pigeon.* messages."),
                 Refusal(error: .payloadTooLarge, when: "The request or the message body is over 65,536 bytes."), sendRate, .rejected,
+                .invitationPending,
             ]),
         ContractRoute(
             method: .get, path: "/v1/conversations/{id}/messages", operationId: "history", tag: "messages", summary: "A page of history",
@@ -259,7 +260,7 @@ extension ContractRoute {
             answers: [.json(200, "ReactionsResponse", "The message's reactions after the call.")],
             refusals: [
                 .invalid("A key that is not one emoji or an app token, or an id that is not a UUID."), .unauthorized(), reactionTarget, .conflict(conflict),
-                .rateLimited("Over --stored-bytes-per-minute of storage of the user."),
+                .rateLimited("Over --stored-bytes-per-minute of storage of the user."), .invitationPending,
             ])
     }
 

@@ -16,6 +16,9 @@ public struct PigeonError: Error, Sendable, CustomStringConvertible {
     public static func invalid(_ message: String) -> PigeonError { .init(.invalidRequest, message) }
     public static let unauthorized = PigeonError(.unauthorized, "missing, malformed or unknown bearer token")
     public static let conversationNotFound = PigeonError(.notFound, "conversation not found")
+    /// An invited member (`--consent invites`) reads the conversation; it sends, reacts and types once it accepts.
+    public static let invitationPending = PigeonError(
+        .forbidden, "you are invited to this conversation: accept the invitation first (POST /v1/conversations/{id}/accept)")
     public static func overloaded(_ message: String) -> PigeonError { .init(.overloaded, message, retryAfter: 1) }
 
     public var detail: ErrorDetail { ErrorDetail(code: code, message: message) }

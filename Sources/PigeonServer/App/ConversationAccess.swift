@@ -9,12 +9,24 @@ struct ConversationAccess: Sendable {
     let metrics: PigeonMetrics
     let typing: TypingTracker
     let streamLimits: StreamLimits
+    /// `--consent invites`: an invited member reads the conversation but acts in it only once it accepts.
+    var invitesExist = false
 
     /// A conversation id from the path, checked to be a UUID (400) and the caller's (404).
     func memberConversation(_ rawId: String?, device: DeviceIdentity) async throws -> (id: String, members: [String]) {
         guard let rawId, let id = Validation.canonicalUUID(rawId) else { throw PigeonError.invalid("conversation id must be a UUID") }
         guard let members = try await store.members(of: id), members.contains(device.userId) else { throw PigeonError.conversationNotFound }
         return (id, members)
+    }
+
+    /// ``memberConversation(_:device:)`` for what only a joined member does (react, type): an invited one is refused
+    /// until it accepts.
+    func joinedConversation(_ rawId: String?, device: DeviceIdentity) async throws -> (id: String, members: [String]) {
+        let conversation = try await memberConversation(rawId, device: device)
+        if invitesExist, try await store.member(device.userId, of: conversation.id)?.membership == .invited {
+            throw PigeonError.invitationPending
+        }
+        return conversation
     }
 
     /// Validates and records a receipt.
@@ -38,7 +50,7 @@ struct ConversationAccess: Sendable {
     func react(
         conversationId: String?, serverId rawServerId: String?, key rawKey: String?, action: ReactionAction, device: DeviceIdentity
     ) async throws -> ReactionsResponse {
-        let conversation = try await memberConversation(conversationId, device: device)
+        let conversation = try await joinedConversation(conversationId, device: device)
         guard let rawServerId, let serverId = Validation.canonicalUUID(rawServerId) else {
             throw PigeonError.invalid("the message's serverId must be a UUID")
         }
@@ -59,7 +71,7 @@ struct ConversationAccess: Sendable {
             metrics.limitHit("typing_rate")
             throw PigeonError(.rateLimited, "too many typing updates from this device; retry in \(wait) s", retryAfter: wait)
         }
-        let conversation = try await memberConversation(conversationId, device: device)
+        let conversation = try await joinedConversation(conversationId, device: device)
         // A member who blocks the typist sees none of it (the block set is cached, forgotten on every node when it changes).
         let blockers = try await store.blockers(of: device.userId)
         let members = blockers.isEmpty ? conversation.members : conversation.members.filter { !blockers.contains($0) }

@@ -196,7 +196,9 @@ final class PigeonCore: Sendable {
 
     /// What a device may do in a conversation, for the HTTP routes and the WebSocket alike.
     var conversationAccess: ConversationAccess {
-        ConversationAccess(store: store, abuse: abuse, metrics: metrics, typing: typing, streamLimits: configuration.streamLimits)
+        ConversationAccess(
+            store: store, abuse: abuse, metrics: metrics, typing: typing, streamLimits: configuration.streamLimits,
+            invitesExist: configuration.appBackend.consent == .invites)
     }
 
     /// Stores what a `buffer.sqlite` left by a server that ran with `--separate-buffer` still holds, before the

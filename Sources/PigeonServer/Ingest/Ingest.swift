@@ -20,6 +20,8 @@ final class Ingest: Sendable {
     private let rateLimiter: RateLimiter?
     private let maxBuffered: Int
     private let maxBodyBytes: Int
+    /// `--consent invites`: an invited member reads the conversation but sends nothing until it accepts.
+    private let invitesExist: Bool
     /// The app's before-send hook (`--before-send-hook`), asked about every send and edit of a device.
     private let hook: BeforeSendHook?
 
@@ -38,6 +40,7 @@ final class Ingest: Sendable {
             ? RateLimiter(rate: configuration.rateLimitPerDevice, burst: configuration.rateLimitBurst) : nil
         self.maxBuffered = configuration.maxBufferedMessages
         self.maxBodyBytes = configuration.maxBodyBytes
+        self.invitesExist = configuration.appBackend.consent == .invites
     }
 
     /// Whether sends and edits wait for the app's before-send hook.
@@ -300,6 +303,10 @@ final class Ingest: Sendable {
         guard let members = try await store.members(of: conversationId), members.contains(device.userId) || SystemSender.isSystem(device.userId)
         else {
             throw PigeonError.conversationNotFound
+        }
+        // Only where invitations exist: one more read of the store per send.
+        if invitesExist, !SystemSender.isSystem(device.userId), try await store.member(device.userId, of: conversationId)?.membership == .invited {
+            throw PigeonError.invitationPending
         }
         let replyTo = try request.replyTo.map { try Self.messageId($0, field: "replyTo") }
         let threadRoot = try request.threadRoot.map { try Self.messageId($0, field: "threadRoot") }

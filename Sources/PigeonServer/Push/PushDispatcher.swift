@@ -113,35 +113,15 @@ final class PushDispatcher: Service {
     // MARK: Send
 
     private func sendLoop(_ http: HTTPClient) async {
-        let inFlight = InFlight(limit: configuration.maxInFlight)
-        // Discarding: a finished send leaves nothing behind (a plain group keeps every child's result until `next()`,
-        // which this loop never calls: one entry per push sent, for the server's lifetime).
-        await withDiscardingTaskGroup { group in
-            while !Task.isCancelled {
-                let free = inFlight.free
-                if free > 0 {
-                    do {
-                        let now = WallClock.nowMillis()
-                        let leaseUntil = now + configuration.requestTimeout.milliseconds * 2 + 5_000
-                        let claimed = try await store.claimDuePushes(
-                            now: now, limit: free, leaseUntil: leaseUntil, node: nodeId, includeBody: configuration.includeBody)
-                        for push in claimed {
-                            inFlight.take()
-                            group.addTask {
-                                await self.deliver(push, http: http)
-                                inFlight.give()
-                                self.sendWake.notify()
-                            }
-                        }
-                        if claimed.count == free { continue }
-                    } catch {
-                        logger.warning("push: claiming due pushes failed; trying again", metadata: ["error": "\(error)"])
-                    }
-                }
-                await sendWake.wait(timeout: configuration.pollInterval)
-            }
-            group.cancelAll()
-        }
+        await LeasedDelivery.run(
+            limit: configuration.maxInFlight, wake: sendWake, pollInterval: configuration.pollInterval, logger: logger,
+            failure: "push: claiming due pushes failed; trying again",
+            claim: { free in
+                let now = WallClock.nowMillis()
+                let leaseUntil = now + configuration.requestTimeout.milliseconds * 2 + 5_000
+                return try await store.claimDuePushes(now: now, limit: free, leaseUntil: leaseUntil, node: nodeId, includeBody: configuration.includeBody)
+            },
+            deliver: { push in await self.deliver(push, http: http) })
     }
 
     /// Sends one claimed push and records what became of it.
@@ -221,10 +201,7 @@ final class PushDispatcher: Service {
 
     /// The wait after `attempts` failed tries: doubling from the first delay up to the longest, ±20 %.
     func retryDelay(afterAttempts attempts: Int) -> Int64 {
-        let first = Double(configuration.firstRetryDelay.milliseconds)
-        let longest = Double(configuration.maxRetryDelay.milliseconds)
-        let base = min(longest, first * pow(2, Double(min(attempts - 1, 30))))
-        return Int64(base * Double.random(in: 0.8...1.2))
+        LeasedDelivery.retryDelay(afterAttempts: attempts, first: configuration.firstRetryDelay, longest: configuration.maxRetryDelay)
     }
 
     // MARK: Gauge
@@ -235,18 +212,4 @@ final class PushDispatcher: Service {
             try? await clock.sleep(for: .seconds(1))
         }
     }
-}
-
-/// Requests to the gateway in flight, against their limit.
-private final class InFlight: Sendable {
-    private let count = NIOLockedValueBox(0)
-    private let limit: Int
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    var free: Int { limit - count.withLockedValue { $0 } }
-    func take() { count.withLockedValue { $0 += 1 } }
-    func give() { count.withLockedValue { $0 -= 1 } }
 }

@@ -86,33 +86,15 @@ final class WebhookDispatcher: Service {
     // MARK: Send
 
     private func sendLoop(_ http: HTTPClient) async {
-        let inFlight = InFlightRequests(limit: maxInFlight)
-        await withDiscardingTaskGroup { group in
-            while !Task.isCancelled {
-                let free = inFlight.free
-                if free > 0 {
-                    do {
-                        let now = WallClock.nowMillis()
-                        // Past the request's timeout with room to record the answer: a live node never loses its claim.
-                        let leaseUntil = now + configuration.webhookTimeout.milliseconds * 2 + 5_000
-                        let claimed = try await store.claimWebhookEvents(now: now, limit: free, leaseUntil: leaseUntil, node: nodeId)
-                        for event in claimed {
-                            inFlight.take()
-                            group.addTask {
-                                await self.deliver(event, http: http)
-                                inFlight.give()
-                                self.wake.notify()
-                            }
-                        }
-                        if claimed.count == free { continue }
-                    } catch {
-                        logger.warning("webhooks: claiming due events failed; trying again", metadata: ["error": "\(error)"])
-                    }
-                }
-                await wake.wait(timeout: pollInterval)
-            }
-            group.cancelAll()
-        }
+        await LeasedDelivery.run(
+            limit: maxInFlight, wake: wake, pollInterval: pollInterval, logger: logger, failure: "webhooks: claiming due events failed; trying again",
+            claim: { free in
+                let now = WallClock.nowMillis()
+                // Past the request's timeout with room to record the answer: a live node never loses its claim.
+                let leaseUntil = now + configuration.webhookTimeout.milliseconds * 2 + 5_000
+                return try await store.claimWebhookEvents(now: now, limit: free, leaseUntil: leaseUntil, node: nodeId)
+            },
+            deliver: { event in await self.deliver(event, http: http) })
     }
 
     /// Sends one claimed event and records what became of it.
@@ -173,10 +155,7 @@ final class WebhookDispatcher: Service {
 
     /// The wait after `attempts` failed tries: doubling from the first delay up to the longest, ±20 %.
     func retryDelay(afterAttempts attempts: Int) -> Int64 {
-        let first = Double(configuration.webhookFirstRetryDelay.milliseconds)
-        let longest = Double(configuration.webhookMaxRetryDelay.milliseconds)
-        let base = min(longest, first * pow(2, Double(min(attempts - 1, 30))))
-        return Int64(base * Double.random(in: 0.8...1.2))
+        LeasedDelivery.retryDelay(afterAttempts: attempts, first: configuration.webhookFirstRetryDelay, longest: configuration.webhookMaxRetryDelay)
     }
 
     // MARK: Gauges
@@ -192,18 +171,4 @@ final class WebhookDispatcher: Service {
             try? await clock.sleep(for: .seconds(1))
         }
     }
-}
-
-/// Requests in flight, against their limit.
-private final class InFlightRequests: Sendable {
-    private let count = NIOLockedValueBox(0)
-    private let limit: Int
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    var free: Int { limit - count.withLockedValue { $0 } }
-    func take() { count.withLockedValue { $0 += 1 } }
-    func give() { count.withLockedValue { $0 -= 1 } }
 }

@@ -256,11 +256,19 @@ import Testing
             _ = try await client.receipt(bob, group.id, kind: .delivered, upToSeq: 1)
             #expect(try await client.conversation(alice, group.id).members.first { $0.userId == "bob" }?.deliveredSeq == 0)
 
+            // An invited member reads, but sends and reacts only once it accepts (and nothing is stored meanwhile).
+            expectError(try await client.send(bob, to: group.id, body: "too early"), 403, .forbidden, "an invited member's send")
+            let reaction = try await client.request(
+                .PUT, "/v1/conversations/\(group.id)/messages/\(sent.serverId)/reactions/ok", token: bob.token)
+            expectError(reaction, 403, .forbidden, "an invited member's reaction")
+            #expect(try await client.allMessages(alice, group.id).count == 1)
+
             let accepted = try await client.request(.POST, "/v1/conversations/\(group.id)/accept", token: bob.token)
             #expect(accepted.status == 200, "\(accepted.text)")
             #expect(try accepted.decode(Conversation.self).members.first { $0.userId == "bob" }?.membership == .joined)
             #expect(try await client.conversations(bob).map(\.id) == [group.id])
             let next = try await client.sendAccepted(alice, to: group.id, body: "welcome")
+            _ = try await client.sendAccepted(bob, to: group.id, body: "thanks")
             let arrived = await bobSocket.firstEvent { Self.newMessages([$0], in: group.id).first?.serverId == next.serverId }
             #expect(arrived != nil, "a member like any once accepted")
             try await waitUntil("the accepted member's offline phone was pushed") { gateway.received.count >= 1 }
