@@ -285,20 +285,9 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     /// The conversation with its members and `userId`'s view of it (nil: no one's), whether or not `userId` is a member.
     package func conversationView(id: String, for userId: String?) async throws -> Conversation? {
-        var conversation: Conversation?
-        for try await (id, kind, name, createdAt, lastSeq, updatedAt) in try await client.query(
-            "SELECT id, kind, name, created_at, last_seq, updated_at FROM conversations WHERE id = \(id)", logger: logger
-        ).decode((String, String, String?, Int64, Int64, Int64).self) {
-            conversation = Conversation(
-                id: id, kind: ConversationKind(rawValue: kind) ?? .group, name: name, createdAt: createdAt, lastSeq: lastSeq,
-                updatedAt: updatedAt, members: [])
-        }
-        guard var conversation else { return nil }
-        for try await row in try await client.query(
-            "SELECT \(unescaped: Self.memberColumns) FROM members WHERE conversation_id = \(id) ORDER BY user_id", logger: logger
-        ).decode(MemberTuple.self) {
-            conversation.members.append(Self.member(row))
-        }
+        let logger = logger
+        guard let conversation = try await client.withConnection({ connection in try await Self.conversationRows(connection, id: id, logger: logger) })
+        else { return nil }
         guard let userId else { return conversation }
         var one = [conversation]
         try await addCallerView(&one, ids: [id], userId: userId)
