@@ -112,6 +112,7 @@ import Testing
         func conversation(id: String, for userId: String) async throws -> Conversation? { try await base.conversation(id: id, for: userId) }
         func conversation(id: String) async throws -> Conversation? { try await base.conversation(id: id) }
         func members(of conversationId: String) async throws -> [String]? { try await base.members(of: conversationId) }
+        func cachedMembers(of conversationId: String) -> [String]? { base.cachedMembers(of: conversationId) }
         func status(ofMessage serverId: String) async throws -> (status: ServerMessageStatus, seq: Int64?)? {
             try await base.status(ofMessage: serverId)
         }

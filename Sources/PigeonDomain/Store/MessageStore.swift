@@ -81,6 +81,9 @@ public protocol ConversationStore: Sendable {
     func conversation(id: String) async throws -> Conversation?
     /// Member user ids of a conversation, `nil` if it does not exist. Cheap: served from memory when possible.
     func members(of conversationId: String) async throws -> [String]?
+    /// The members of a conversation if this node has them in memory (``members(of:)`` answers the same, without a
+    /// read), else `nil`: for the accept path that runs on a connection's event loop and must not wait.
+    func cachedMembers(of conversationId: String) -> [String]?
     /// `userId`'s membership of the conversation (role, joinedSeq, watermarks), or `nil` when it is not a member.
     func member(_ userId: String, of conversationId: String) async throws -> ConversationMember?
     /// Applies a membership, role or name change by `actor` (``MembershipPlan`` has the rules) under the

@@ -343,6 +343,10 @@ public final class PostgresMessageStore: MessageStore, Service {
         }
     }
 
+    public func cachedMembers(of conversationId: String) -> [String]? {
+        membersCache[conversationId]
+    }
+
     public func members(of conversationId: String) async throws -> [String]? {
         if let cached = membersCache[conversationId] { return cached }
         let generation = membersCache.generation(of: conversationId)

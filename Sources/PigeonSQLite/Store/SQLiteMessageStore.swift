@@ -218,6 +218,10 @@ public final class SQLiteMessageStore: MessageStore {
             membership: MembershipState(rawValue: row[5]) ?? .joined)
     }
 
+    public func cachedMembers(of conversationId: String) -> [String]? {
+        membersCache[conversationId]
+    }
+
     public func members(of conversationId: String) async throws -> [String]? {
         if let cached = membersCache[conversationId] { return cached }
         let generation = membersCache.generation(of: conversationId)

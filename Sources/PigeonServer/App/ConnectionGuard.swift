@@ -7,7 +7,8 @@ import NIOHTTP1
 /// a ``ConnectionGuardHandler`` first in every connection's pipeline (head deadlines and sizes, closing at graceful
 /// shutdown), a ``ConnectionExchangeObserver`` behind the HTTP parser (which also refuses a WebSocket request from an
 /// origin `cors` does not allow), and the per-address connection count; and, nearest the socket, the
-/// ``FlushCoalescingHandler`` (one flush per event loop turn).
+/// ``FlushCoalescingHandler`` (one flush per event loop turn); and at the end the ``WebSocketUpgradeWatcher``, which
+/// puts a ``WebSocketConnection`` into a connection upgraded to a WebSocket.
 ///
 /// Hummingbird's upgradable HTTP/1 pipeline installs its idle handler only after a complete request head and leaves
 /// parser errors unanswered; without this guard a connection that never completes a head stays open for ever and
@@ -41,6 +42,8 @@ struct ConnectionGuard<Base: ServerChildChannel>: ServerChildChannel {
             let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             try channel.pipeline.syncOperations.addHandler(
                 ConnectionExchangeObserver(connectionGuard: connectionGuard, cors: cors), position: .after(decoder))
+            // Behind the upgrade handler: it sees the upgrade complete, before the WebSocket's first frame is read.
+            try channel.pipeline.syncOperations.addHandler(WebSocketUpgradeWatcher())
             return value
         }.nonisolated()
     }

@@ -16,27 +16,45 @@ extension StreamController {
         } onUpgrade: { inbound, outbound, context in
             guard let device = context.requestContext.device, let start = context.requestContext.streamStart else { return }
             try await runWebSocket(
-                device: device, tokenIssuedAt: context.requestContext.tokenIssuedAt, start: start, inbound: inbound, outbound: outbound)
+                device: device, tokenIssuedAt: context.requestContext.tokenIssuedAt, start: start, inbound: inbound, outbound: outbound,
+                channel: context.requestContext.channel)
         }
         return router
     }
 
-    /// Runs one WebSocket: its operations (read one at a time, paused while the replies to write are over the
-    /// session's high-water mark), the receipts they batch, and the writer of its stream under the session's
-    /// watch. A stream the server ends is closed with its code (4001, 4008, 4009); the close frame gets the close
-    /// timeout to reach a client that may not read, then the socket is closed regardless.
+    /// Runs one WebSocket. Its operations are read and acted on by its ``WebSocketConnection`` on the event loop; the
+    /// tasks here are the lane (the operations that must wait: the before-send hook, a store read), the receipts they
+    /// batch, the backlog's writer, which then hands the stream to the connection, and the session's watch. A stream
+    /// the server ends is closed with its code (4001, 4008, 4009); the close frame gets the close timeout to reach a
+    /// client that may not read, then the socket is closed regardless.
     private func runWebSocket(
-        device: DeviceIdentity, tokenIssuedAt: Int64?, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
+        device: DeviceIdentity, tokenIssuedAt: Int64?, start: StreamStart, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
+        channel: any Channel
     ) async throws {
+        guard let connection = await WebSocketConnection.find(on: channel) else {
+            logger.error("a WebSocket without its connection handler in the pipeline: closed")
+            return
+        }
         let session = makeStreamSession(device: device, tokenIssuedAt: tokenIssuedAt, transport: "ws")
         let receipts = ReceiptQueue()
+        let (lane, laneInput) = AsyncStream.makeStream(of: ClientOperation.self)
+        let operations = WebSocketOperations(controller: self, device: device, session: session, receipts: receipts, lane: laneInput, connection: connection)
+        let attachment = WebSocketConnection.Attachment(
+            session: session, operations: operations, pauseReadingBytes: streamLimits.pauseReadingBytes,
+            resumeReadingBytes: streamLimits.resumeReadingBytes)
+        connection.eventLoop.execute { connection.value.attach(attachment) }
         let ended: StreamSession.EndReason?
         do {
             ended = try await withGracefulShutdownHandler {
                 try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
                     group.addTask {
+                        // Data frames never get here (the connection takes them); this ends when the client closes.
                         defer { session.close() }
-                        try await self.readOperations(inbound, device: device, session: session, receipts: receipts)
+                        for try await _ in inbound.messages(maxSize: WebSocketConnection.maxMessageBytes) {}
+                        return nil
+                    }
+                    group.addTask {
+                        await self.runLane(lane, operations: operations)
                         return nil
                     }
                     group.addTask {
@@ -53,19 +71,23 @@ extension StreamController {
                         return nil
                     }
                     group.addTask {
+                        // The backlog, written from here; then the connection writes the live stream on its loop.
                         var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: nil)
-                        while let output = try await streamer.next() {
-                            if case .frame(let frame) = output {
-                                try await session.write(cost: frame.cost) { try await outbound.write(.text(frame.json)) }
-                            }
+                        while let frame = try await streamer.nextFromLog() {
+                            try await session.write(cost: frame.cost) { try await outbound.write(.text(frame.json)) }
                         }
+                        let handedOut = streamer.handedOut
+                        let outlet = ConnectionOutlet(connection: connection)
+                        connection.eventLoop.execute { connection.value.goLive(after: handedOut, log: self.store, outlet: outlet) }
+                        await session.waitUntilClosed()
                         return nil
                     }
                     group.addTask { await session.watch() }
                     // Whichever task ends first, a stream the server ended reports why (the writer may see it first).
-                let ended = (try await group.next() ?? nil) ?? session.endReason
+                    let ended = (try await group.next() ?? nil) ?? session.endReason
                     session.close()
                     receipts.finish()
+                    laneInput.finish()
                     group.cancelAll()
                     return ended
                 }
@@ -91,32 +113,25 @@ extension StreamController {
         _ = try? await withDeadline(timeout, body)
     }
 
-    /// Reads the socket's operations one at a time, pausing while the replies it owes are over the session's high-water
-    /// mark. With a before-send hook, each operation takes a turn (``OperationTurns``, at most
-    /// ``hookedOperationsInFlight`` at once) and runs in a task of its own: sends and edits wait for the hook side by
-    /// side, and still append, as every other operation acts, in the socket's order.
-    private func readOperations(_ inbound: WebSocketInboundStream, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue)
-        async throws
-    {
+    /// Acts on the operations the connection handed to the lane, in its order. With a before-send hook each takes a
+    /// turn (``OperationTurns``, at most ``hookedOperationsInFlight`` at once) and runs in a task of its own: sends and
+    /// edits wait for the hook side by side, and still append, as every other operation acts, in the socket's order.
+    /// The connection hears of each one acted on (it reads inline again once the lane is empty).
+    private func runLane(_ lane: AsyncStream<ClientOperation>, operations: WebSocketOperations) async {
         let turns = ingest.asksHook ? OperationTurns(limit: Self.hookedOperationsInFlight) : nil
-        try await withThrowingDiscardingTaskGroup { group in
-            for try await message in inbound.messages(maxSize: 1 << 20) {
-                guard case .text(let text) = message else {
-                    session.send(type: "error", json: Self.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
-                    continue
-                }
-                // An operation is a request of the device's (its `lastSeenAt`).
-                self.authenticator.activity.seen(device)
-                if let operation = parseOperation(text, session: session) {
-                    if let turns {
-                        let turn = Turn(turns: turns, ticket: await turns.take())
-                        group.addTask { await self.perform(operation, device: device, session: session, receipts: receipts, turn: turn) }
-                    } else {
-                        await perform(operation, device: device, session: session, receipts: receipts, turn: nil)
+        let (device, session, receipts) = (operations.device, operations.session, operations.receipts)
+        await withDiscardingTaskGroup { group in
+            for await operation in lane {
+                if let turns {
+                    let turn = Turn(turns: turns, ticket: await turns.take())
+                    group.addTask {
+                        await self.perform(operation, device: device, session: session, receipts: receipts, turn: turn) {
+                            operations.laneFinished()
+                        }
                     }
+                } else {
+                    await perform(operation, device: device, session: session, receipts: receipts, turn: nil) { operations.laneFinished() }
                 }
-                await session.waitUntilDrained()
-                if session.isEnding { break }
             }
         }
     }
@@ -130,15 +145,17 @@ extension StreamController {
         var ticket: Int
     }
 
-    /// Runs `body` in `turn` (at once without one), then hands the turn on.
-    private func inTurn(_ turn: Turn?, _ body: () async -> Void) async {
+    /// Runs `body` in `turn` (at once without one), then hands the turn on; `acted` runs once the operation acted
+    /// (appended, or refused), before the next turn.
+    private func inTurn(_ turn: Turn?, acted: @Sendable () -> Void, _ body: () async -> Void) async {
         if let turn { await turn.turns.wait(for: turn.ticket) }
         await body()
+        acted()
         if let turn { turn.turns.finish(turn.ticket) }
     }
 
     /// The operation a text frame holds, or nil after answering it an `error` frame.
-    private func parseOperation(_ text: String, session: StreamSession) -> ClientOperation? {
+    func parseOperation(_ text: String, session: StreamSession) -> ClientOperation? {
         guard text.utf8.count <= maxBodyBytes else {
             session.send(
                 type: "error",
@@ -159,7 +176,10 @@ extension StreamController {
     }
 
     /// Performs one operation. A send or an edit is prepared (the hook asked) before its turn, and appended in it.
-    private func perform(_ operation: ClientOperation, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue, turn: Turn?) async {
+    private func perform(
+        _ operation: ClientOperation, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue, turn: Turn?,
+        acted: @Sendable () -> Void
+    ) async {
         switch operation {
         case .send(let conversationId, let request):
             let prepared: Result<Ingest.Prepared, any Error>
@@ -168,7 +188,7 @@ extension StreamController {
             } catch {
                 prepared = .failure(error)
             }
-            await inTurn(turn) {
+            await inTurn(turn, acted: acted) {
                 switch prepared {
                 case .success(let message):
                     ingest.append(message) { result in
@@ -184,9 +204,9 @@ extension StreamController {
                 }
             }
         case .receipt(let conversationId, let request):
-            await inTurn(turn) { receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq) }
+            await inTurn(turn, acted: acted) { receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq) }
         case .typing(let conversationId, let active):
-            await inTurn(turn) {
+            await inTurn(turn, acted: acted) {
                 do {
                     try await access.recordTyping(active: active, conversationId: conversationId, device: device)
                 } catch {
@@ -196,14 +216,14 @@ extension StreamController {
         case .edit(let conversationId, let serverId, let request):
             await change(
                 .edit(request.body), serverId: serverId, clientMessageId: request.clientMessageId, clientTimestamp: request.clientTimestamp,
-                device: device, conversationId: conversationId, session: session, turn: turn)
+                device: device, conversationId: conversationId, session: session, turn: turn, acted: acted)
         case .delete(let conversationId, let serverId, let request):
             await change(
                 .delete, serverId: serverId, clientMessageId: request.clientMessageId, clientTimestamp: request.clientTimestamp, device: device,
-                conversationId: conversationId, session: session, turn: turn)
+                conversationId: conversationId, session: session, turn: turn, acted: acted)
         case .react(let conversationId, let request):
             // Answered once durable, before the socket's next operation: the store's commit orders it.
-            await inTurn(turn) {
+            await inTurn(turn, acted: acted) {
                 do {
                     let reacted = try await access.react(
                         conversationId: conversationId, serverId: request.serverId, key: request.key, action: request.action, device: device)
@@ -223,7 +243,7 @@ extension StreamController {
     /// An edit or a delete over the WebSocket: answered like a send (`ack` or `error`), appended in the socket's order.
     private func change(
         _ change: Ingest.Change, serverId: String, clientMessageId: String, clientTimestamp: Int64, device: DeviceIdentity, conversationId: String,
-        session: StreamSession, turn: Turn?
+        session: StreamSession, turn: Turn?, acted: @Sendable () -> Void
     ) async {
         let prepared: Result<Ingest.Prepared, any Error>
         do {
@@ -233,7 +253,7 @@ extension StreamController {
         } catch {
             prepared = .failure(error)
         }
-        await inTurn(turn) {
+        await inTurn(turn, acted: acted) {
             switch prepared {
             case .success(let prepared):
                 ingest.append(prepared) { result in

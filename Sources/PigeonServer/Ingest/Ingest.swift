@@ -280,6 +280,45 @@ final class Ingest: Sendable {
     private func check(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String, serverType: Bool = false) async throws
         -> Prepared
     {
+        let fields = try checkFields(request, to: conversationId, serverType: serverType)
+        // A system sender (`system:<name>`, only ever made by the server API: no userId holds a `:`) needs no membership.
+        guard let members = try await store.members(of: fields.conversationId), members.contains(device.userId) || SystemSender.isSystem(device.userId)
+        else {
+            throw PigeonError.conversationNotFound
+        }
+        // Only where invitations exist: one more read of the store per send.
+        if invitesExist, !SystemSender.isSystem(device.userId), try await store.member(device.userId, of: fields.conversationId)?.membership == .invited {
+            throw PigeonError.invitationPending
+        }
+        return prepared(request, fields, from: device, memberCount: members.count)
+    }
+
+    /// ``prepare(_:from:to:fromService:)`` for a device's send that needs nothing but memory: no before-send hook, no
+    /// reply, thread or attachment to look up, no invitations, and the conversation's members cached. `nil` when it
+    /// needs more (the caller prepares it the full way); else the prepared send, or why it is refused.
+    func prepareFromMemory(_ request: SendMessageRequest, from device: DeviceIdentity, to conversationId: String) -> Result<Prepared, PigeonError>? {
+        guard hook == nil, !invitesExist, request.replyTo == nil, request.threadRoot == nil, request.attachments?.isEmpty ?? true else { return nil }
+        do {
+            let fields = try checkFields(request, to: conversationId, serverType: false)
+            guard let members = store.cachedMembers(of: fields.conversationId) else { return nil }
+            guard members.contains(device.userId) || SystemSender.isSystem(device.userId) else { throw PigeonError.conversationNotFound }
+            return .success(prepared(request, fields, from: device, memberCount: members.count))
+        } catch {
+            metrics.messageRejected()
+            return .failure(error as? PigeonError ?? .invalid("\(error)"))
+        }
+    }
+
+    /// A send's fields in their canonical form.
+    private struct CheckedFields {
+        var conversationId: String
+        var clientMessageId: String
+        var replyTo: String?
+        var threadRoot: String?
+    }
+
+    /// The checks of a send that need no store: ids, type, size, U+0000.
+    private func checkFields(_ request: SendMessageRequest, to conversationId: String, serverType: Bool) throws -> CheckedFields {
         guard let conversationId = Validation.canonicalUUID(conversationId) else {
             throw PigeonError.invalid("conversationId must be a UUID")
         }
@@ -299,24 +338,20 @@ final class Ingest: Sendable {
         guard Validation.isStorableText(request.body) else {
             throw PigeonError.invalid("body must not contain the character U+0000")
         }
-        // A system sender (`system:<name>`, only ever made by the server API: no userId holds a `:`) needs no membership.
-        guard let members = try await store.members(of: conversationId), members.contains(device.userId) || SystemSender.isSystem(device.userId)
-        else {
-            throw PigeonError.conversationNotFound
-        }
-        // Only where invitations exist: one more read of the store per send.
-        if invitesExist, !SystemSender.isSystem(device.userId), try await store.member(device.userId, of: conversationId)?.membership == .invited {
-            throw PigeonError.invitationPending
-        }
         let replyTo = try request.replyTo.map { try Self.messageId($0, field: "replyTo") }
         let threadRoot = try request.threadRoot.map { try Self.messageId($0, field: "threadRoot") }
+        return CheckedFields(conversationId: conversationId, clientMessageId: clientMessageId, replyTo: replyTo, threadRoot: threadRoot)
+    }
+
+    /// The message of a checked send, with its serverId and acceptedAt.
+    private func prepared(_ request: SendMessageRequest, _ fields: CheckedFields, from device: DeviceIdentity, memberCount: Int) -> Prepared {
         let now = WallClock.nowMillis()
         let message = BufferedMessage(
-            serverId: Identifiers.uuidV7(nowMillis: now), conversationId: conversationId, senderId: device.userId,
-            senderDeviceId: device.deviceId, clientMessageId: clientMessageId, type: request.type, body: request.body,
-            clientTimestamp: request.clientTimestamp, acceptedAt: now, replyTo: replyTo, threadRoot: threadRoot)
+            serverId: Identifiers.uuidV7(nowMillis: now), conversationId: fields.conversationId, senderId: device.userId,
+            senderDeviceId: device.deviceId, clientMessageId: fields.clientMessageId, type: request.type, body: request.body,
+            clientTimestamp: request.clientTimestamp, acceptedAt: now, replyTo: fields.replyTo, threadRoot: fields.threadRoot)
         // The message's row and its body, then one event row per member (message.new, message.stored).
-        let cost = abuse.storageCost(bytes: 256 + request.body.utf8.count + request.type.utf8.count, members: members.count)
+        let cost = abuse.storageCost(bytes: 256 + request.body.utf8.count + request.type.utf8.count, members: memberCount)
         return Prepared(message: message, storageCost: cost)
     }
 

@@ -42,15 +42,7 @@ struct EventStreamer: Sendable {
     /// The next frame, `.idle` after a quiet `idleInterval`, or `nil` once the session is closed.
     mutating func next() async throws -> Output? {
         while true {
-            if position < queued.count {
-                let frame = queued[position]
-                position += 1
-                if position == queued.count {
-                    queued.removeAll(keepingCapacity: true)
-                    position = 0
-                }
-                return .frame(frame)
-            }
+            if let frame = nextQueued() { return .frame(frame) }
             if needsCatchUp {
                 let events = try await store.events(for: session.device, after: last, limit: pageSize)
                 for event in events { enqueue(event) }
@@ -73,6 +65,33 @@ struct EventStreamer: Sendable {
                 }
             }
         }
+    }
+
+    /// The next frame of the backlog (the log after the stream's start, read page by page until a short page), or
+    /// `nil` once it is all handed out: a WebSocket's live frames are then written by its connection, from
+    /// ``handedOut`` on.
+    mutating func nextFromLog() async throws -> Frame? {
+        while true {
+            if let frame = nextQueued() { return frame }
+            guard needsCatchUp else { return nil }
+            let events = try await store.events(for: session.device, after: last, limit: pageSize)
+            for event in events { enqueue(event) }
+            needsCatchUp = events.count == pageSize
+        }
+    }
+
+    /// Where the frames handed out so far end.
+    var handedOut: EventPosition { last }
+
+    private mutating func nextQueued() -> Frame? {
+        guard position < queued.count else { return nil }
+        let frame = queued[position]
+        position += 1
+        if position == queued.count {
+            queued.removeAll(keepingCapacity: true)
+            position = 0
+        }
+        return frame
     }
 
     /// Queues `event` unless it was written already; whether it was queued.

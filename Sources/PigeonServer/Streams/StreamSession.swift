@@ -11,6 +11,11 @@ import PigeonProtocol
 /// client resumes by cursor. A write that takes longer than the write timeout ends it with
 /// ``EndReason/writeTimeout``.
 ///
+/// A WebSocket session goes *live* once its backlog is written (``goLive(_:)``): from then on what is queued is not
+/// taken by a writer task but drained on the connection's event loop by its ``SessionOutlet`` (one scheduling per
+/// burst, whatever the number of items), and the writes in flight there count against the same budget until the
+/// socket took them.
+///
 /// Locks: the hub's shard lock may be held while a session's lock is taken, never the other way round.
 final class StreamSession: Sendable {
     enum Item: Sendable {
@@ -43,6 +48,12 @@ final class StreamSession: Sendable {
         var watchIdle = false
         /// The operation reader waits for the writer to drain.
         var readerWaiting = false
+        /// Live: the event loop side that drains the queue (``goLive(_:)``).
+        var outlet: (any SessionOutlet)?
+        /// A drain is scheduled on the outlet and has not taken the queue yet.
+        var drainScheduled = false
+        /// Batches the outlet wrote whose writes have not completed.
+        var loopWritesPending = 0
 
         var heldBytes: Int { queuedBytes + takenBytes }
     }
@@ -92,7 +103,7 @@ final class StreamSession: Sendable {
 
     private func enqueue(_ item: Item) {
         let cost = item.cost
-        enum Outcome { case dropped, queued, overBudget }
+        enum Outcome { case dropped, queued, scheduled(any SessionOutlet), overBudget }
         let outcome = state.withLockedValue { state -> Outcome in
             if state.closed { return .dropped }
             if state.heldBytes + cost > limits.outboundBytes {
@@ -104,11 +115,17 @@ final class StreamSession: Sendable {
             }
             state.items.append(item)
             state.queuedBytes += cost
+            if let outlet = state.outlet {
+                if state.drainScheduled { return .dropped }
+                state.drainScheduled = true
+                return .scheduled(outlet)
+            }
             return .queued
         }
         switch outcome {
         case .dropped: break
         case .queued: wakeup.notify()
+        case .scheduled(let outlet): outlet.scheduleDrain()
         case .overBudget:
             limitHit("stream_outbound_bytes")
             wakeAll()
@@ -176,6 +193,60 @@ final class StreamSession: Sendable {
             if ContinuousClock.now - before >= timeout, state.withLockedValue({ $0.items.isEmpty && !$0.closed }) {
                 return .idle
             }
+        }
+    }
+
+    /// Hands the queue to `outlet` (the backlog is written): what is queued now and later is drained on its event loop.
+    func goLive(_ outlet: any SessionOutlet) {
+        let schedule = state.withLockedValue { state -> Bool in
+            state.outlet = outlet
+            guard !state.items.isEmpty, !state.drainScheduled else { return false }
+            state.drainScheduled = true
+            return true
+        }
+        if schedule { outlet.scheduleDrain() }
+    }
+
+    /// For the outlet's drain: everything queued (its cost now counts as taken, until ``loopWriteFinished(cost:)`` or
+    /// ``release(cost:)``), or `nil` once the server ends the stream.
+    func takeForLoop() -> [Item]? {
+        state.withLockedValue { state -> [Item]? in
+            state.drainScheduled = false
+            if state.endReason != nil { return nil }
+            let items = state.items
+            state.items = []
+            state.takenBytes += state.queuedBytes
+            state.queuedBytes = 0
+            return items
+        }
+    }
+
+    /// The outlet handed a batch to the socket: the write timeout runs from now unless a batch is in flight already.
+    func loopWriteStarted() {
+        let notifyWatch = state.withLockedValue { state -> Bool in
+            state.loopWritesPending += 1
+            guard state.loopWritesPending == 1 else { return false }
+            state.writeStarted = .now
+            defer { state.watchIdle = false }
+            return state.watchIdle
+        }
+        if notifyWatch { watchSignal.notify() }
+    }
+
+    /// A batch the outlet wrote completed (written, or failed with the connection): its `cost` is given back, and the
+    /// write timeout restarts from now for the batches still in flight (the socket is taking data).
+    func loopWriteFinished(cost: Int) {
+        state.withLockedValue { state in
+            state.loopWritesPending = max(0, state.loopWritesPending - 1)
+            state.writeStarted = state.loopWritesPending > 0 ? .now : nil
+            state.takenBytes = max(0, state.takenBytes - cost)
+        }
+    }
+
+    /// Returns once the stream is closed or ended (a live session's queue is drained by its outlet, not here).
+    func waitUntilClosed() async {
+        while !Task.isCancelled, !state.withLockedValue({ $0.closed }) {
+            await wakeup.wait()
         }
     }
 
@@ -268,6 +339,12 @@ final class StreamSession: Sendable {
         }
         return nil
     }
+}
+
+/// The event loop side of a live session (``StreamSession/goLive(_:)``): told, from any thread, that the session has
+/// something to write; it drains the session on its loop.
+protocol SessionOutlet: AnyObject, Sendable {
+    func scheduleDrain()
 }
 
 extension StreamSession.Item {

@@ -148,17 +148,29 @@ import Testing
             // Each is answered with an error frame of some 150 bytes.
             let operation = RawStreamSocket.frame(payload: Array("{\"op\":\"no.such.operation\",\"clientMessageId\":\"x\"}".utf8))
             let batch = Array((0..<256).map { _ in operation }.joined())
-            // Until the server stops reading every socket (their sends find the kernel buffers full).
-            let deadline = ContinuousClock.now + .seconds(40)
-            var stalled = Set<Int>()
-            while stalled.count < sockets.count, ContinuousClock.now < deadline {
-                for (index, socket) in sockets.enumerated() where !stalled.contains(index) {
-                    let sent = socket.sendWithoutBlocking(batch)
-                    if sent < batch.count { stalled.insert(index) }
+            // Until the server has stopped reading every socket: none of them takes a byte more for a second (a
+            // send that finds the kernel buffers full once may only have caught the server between two reads).
+            let deadline = ContinuousClock.now + .seconds(90)
+            var lastProgress = ContinuousClock.now
+            var stalled = false
+            // What each socket has still to send of its current batch (a frame is never cut in two).
+            var unsent = sockets.map { _ in ArraySlice(batch) }
+            while ContinuousClock.now < deadline {
+                var progressed = false
+                for (index, socket) in sockets.enumerated() {
+                    if unsent[index].isEmpty { unsent[index] = ArraySlice(batch) }
+                    let sent = socket.sendWithoutBlocking(Array(unsent[index]))
+                    unsent[index] = unsent[index].dropFirst(sent)
+                    if sent > 0 { progressed = true }
+                }
+                if progressed { lastProgress = .now }
+                if ContinuousClock.now - lastProgress >= .seconds(1) {
+                    stalled = true
+                    break
                 }
                 try await Task.sleep(for: .milliseconds(5))
             }
-            #expect(stalled.count == sockets.count)
+            #expect(stalled, "the server kept reading the sockets for 90 s")
             // No busy wait: the 1 ms polling loop this replaced kept a core busy for these sockets. Other suites
             // run in this process meanwhile, so only a whole core's worth is a clear sign of spinning.
             try await Task.sleep(for: .milliseconds(500))

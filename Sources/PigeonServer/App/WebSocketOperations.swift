@@ -1,0 +1,91 @@
+import NIOCore
+import PigeonDomain
+import PigeonProtocol
+
+/// What one WebSocket's operations do, for its ``WebSocketConnection``: on the event loop, the ones that need
+/// nothing but memory (``actNow(_:)``); the others are handed to the lane, a task of the stream's
+/// (`StreamController.runLane`), in the socket's order.
+final class WebSocketOperations: Sendable {
+    enum Outcome {
+        /// Acted on (appended, answered, or refused with an `error` frame).
+        case done
+        /// Must wait (a store read, the before-send hook): the lane acts on it.
+        case lane(ClientOperation)
+    }
+
+    let device: DeviceIdentity
+    let session: StreamSession
+    let receipts: ReceiptQueue
+    private let controller: StreamController
+    private let lane: AsyncStream<ClientOperation>.Continuation
+    private let connection: NIOLoopBound<WebSocketConnection>
+
+    init(
+        controller: StreamController, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue,
+        lane: AsyncStream<ClientOperation>.Continuation, connection: NIOLoopBound<WebSocketConnection>
+    ) {
+        self.controller = controller
+        self.device = device
+        self.session = session
+        self.receipts = receipts
+        self.lane = lane
+        self.connection = connection
+    }
+
+    /// The operation `text` holds (an `error` frame answered and `nil` if it holds none); the device was seen.
+    func parse(_ text: String) -> ClientOperation? {
+        // An operation is a request of the device's (its `lastSeenAt`).
+        controller.authenticator.activity.seen(device)
+        return controller.parseOperation(text, session: session)
+    }
+
+    /// Acts on `text` now if that needs nothing but memory: a send whose checks the node can make from memory (no
+    /// before-send hook, no reply or thread target, no attachment, the members cached) is appended, its `ack` written
+    /// from the commit; a receipt joins the socket's batch. Anything else goes to the lane.
+    func actNow(_ text: String) -> Outcome {
+        guard let operation = parse(text) else { return .done }
+        switch operation {
+        case .send(let conversationId, let request):
+            guard let prepared = controller.ingest.prepareFromMemory(request, from: device, to: conversationId) else { return .lane(operation) }
+            switch prepared {
+            case .success(let message):
+                let session = session
+                controller.ingest.append(message) { result in
+                    switch result {
+                    case .success(let accepted):
+                        session.send(type: "ack", json: StreamController.ackFrame(accepted.response))
+                    case .failure(let error):
+                        session.send(type: "error", json: StreamController.errorFrame(request.clientMessageId, error))
+                    }
+                }
+            case .failure(let error):
+                session.send(type: "error", json: StreamController.errorFrame(request.clientMessageId, error))
+            }
+            return .done
+        case .receipt(let conversationId, let request):
+            receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq)
+            return .done
+        default:
+            return .lane(operation)
+        }
+    }
+
+    /// A binary message: answered with an `error` frame.
+    func refuseBinary() {
+        session.send(type: "error", json: StreamController.errorFrame(nil, PigeonError.invalid("send JSON text messages, not binary")))
+    }
+
+    func enqueue(_ operation: ClientOperation) {
+        lane.yield(operation)
+    }
+
+    func finishLane() {
+        lane.finish()
+    }
+
+    /// The lane acted on one operation (from the lane's task).
+    func laneFinished() {
+        let connection = connection
+        connection.eventLoop.execute { connection.value.laneFinished() }
+    }
+}
