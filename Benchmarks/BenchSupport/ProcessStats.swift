@@ -58,6 +58,29 @@ public enum ProcessStats {
         return ticks / clockTicksPerSecond
     }
 
+    /// Context switches of `pid` so far: the sum of `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` over
+    /// its threads (`/proc/PID/task/*/status`), or `nil` if the process is gone or the figures are unavailable.
+    ///
+    /// The difference of two readings counts the switches of the threads that live through both; a thread that exits
+    /// in between takes its switches with it (they are missed), and one born in between counts all of its own.
+    /// The servers measured keep their threads for their lifetime, so the figure is theirs.
+    public static func contextSwitches(of pid: pid_t) -> Int? {
+        guard let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return nil }
+        var total = 0
+        var read = false
+        for thread in threads {
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/status", encoding: .utf8) else { continue }
+            for line in status.split(separator: "\n") {
+                guard line.hasPrefix("voluntary_ctxt_switches:") || line.hasPrefix("nonvoluntary_ctxt_switches:"),
+                    let value = line.split(whereSeparator: { $0 == ":" || $0 == " " || $0 == "\t" }).last.flatMap({ Int($0) })
+                else { continue }
+                total += value
+                read = true
+            }
+        }
+        return read ? total : nil
+    }
+
     /// The process's command name (`/proc/PID/comm`, e.g. `postgres`), or `nil` if there is no such process.
     public static func commandName(of pid: pid_t) -> String? {
         (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)

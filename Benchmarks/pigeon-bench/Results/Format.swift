@@ -67,6 +67,11 @@ extension Format {
         value.map { String(format: "%.1f µs", $0) } ?? "n/a"
     }
 
+    /// Context switches per message.
+    static func switches(_ value: Double?) -> String {
+        value.map { String(format: "%.2f", $0) } ?? "n/a"
+    }
+
     static func cores(_ value: Double?) -> String {
         value.map { String(format: "%.2f", $0) } ?? "n/a"
     }
