@@ -12,8 +12,10 @@ struct ServerLoad: Codable, Sendable {
     /// CPU time (user + system, every thread) the process used during the measured window, in seconds.
     var cpuSeconds: Double?
     /// Context switches (voluntary + involuntary) of the process's threads during the measured window; a thread that
-    /// exited inside the window is missed (see ``ProcessStats/contextSwitches(of:)``).
+    /// exited inside the window is missed (see ``ProcessStats/contextSwitches(from:to:)``).
     var contextSwitches: Int?
+    /// Threads of the process that exited inside the measured window (their switches there are missed).
+    var threadsExited: Int?
 }
 
 /// A backing service whose CPU a ``LoadMonitor`` measures: the process and its children (PostgreSQL's backends).
@@ -57,6 +59,11 @@ struct LoadSample: Codable, Sendable {
         return Double(switches) / Double(messages)
     }
 
+    /// Threads of all server processes together that exited inside the measured window.
+    var serverThreadsExited: Int {
+        servers.compactMap(\.threadsExited).reduce(0, +)
+    }
+
     /// The highest resident set size of any server process.
     var peakResidentBytes: UInt64? { servers.compactMap(\.peakResidentBytes).max() }
 
@@ -97,14 +104,14 @@ enum LoadMonitor {
     private struct CPUReading {
         let at: ContinuousClock.Instant
         let servers: [Double?]
-        let serverSwitches: [Int?]
+        let serverSwitches: [[pid_t: Int]?]
         let services: [Double?]
         let bench: Double?
 
         init(servers: [pid_t?], services: [ObservedService]) {
             at = .now
             self.servers = servers.map { $0.flatMap(ProcessStats.cpuSeconds) }
-            serverSwitches = servers.map { $0.flatMap(ProcessStats.contextSwitches) }
+            serverSwitches = servers.map { $0.flatMap(ProcessStats.threadContextSwitches) }
             self.services = services.map { ProcessStats.cpuSecondsWithChildren(of: $0.pid) }
             bench = ProcessStats.cpuSeconds(of: ProcessStats.currentPID)
         }
@@ -136,7 +143,9 @@ enum LoadMonitor {
                             sample.servers[index].cpuSeconds = after - before
                         }
                         if let before = start.serverSwitches[index], let after = reading.serverSwitches[index] {
-                            sample.servers[index].contextSwitches = after - before
+                            let (switches, exited) = ProcessStats.contextSwitches(from: before, to: after)
+                            sample.servers[index].contextSwitches = switches
+                            sample.servers[index].threadsExited = exited
                         }
                     }
                     for (index, service) in services.enumerated() {

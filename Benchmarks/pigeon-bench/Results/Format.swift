@@ -72,6 +72,12 @@ extension Format {
         value.map { String(format: "%.2f", $0) } ?? "n/a"
     }
 
+    /// "" when no server thread exited in the window, else a warning that their context switches are missed.
+    static func exitedThreads(_ load: LoadSample) -> String {
+        let exited = load.serverThreadsExited
+        return exited == 0 ? "" : " (\(count(exited)) server threads exited in the window: their context switches there are missed)"
+    }
+
     static func cores(_ value: Double?) -> String {
         value.map { String(format: "%.2f", $0) } ?? "n/a"
     }

@@ -31,7 +31,10 @@ extension ThroughputResult {
                 + (serviceCPUMicrosecondsPerAccepted.map { ", PostgreSQL + Redis \(Format.microseconds($0))" } ?? "")
                 + ", bench \(Format.microseconds(benchCPUMicrosecondsPerAccepted))"
         )
-        print("  context switches per accepted message in the window: server \(Format.switches(serverContextSwitchesPerAccepted))")
+        print(
+            "  context switches per accepted message in the window: server \(Format.switches(serverContextSwitchesPerAccepted))"
+                + Format.exitedThreads(load)
+        )
     }
 }
 
@@ -47,7 +50,7 @@ extension LatencyResult {
         print("  load:      \(Format.load(load))")
         print(
             "  server per message sent in the window: CPU \(Format.microseconds(serverCPUMicrosecondsPerMessage)), "
-                + "context switches \(Format.switches(serverContextSwitchesPerMessage))"
+                + "context switches \(Format.switches(serverContextSwitchesPerMessage))" + Format.exitedThreads(load)
         )
     }
 }
