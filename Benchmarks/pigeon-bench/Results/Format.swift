@@ -75,7 +75,8 @@ extension Format {
     /// "" when no server thread exited in the window, else a warning that their context switches are missed.
     static func exitedThreads(_ load: LoadSample) -> String {
         let exited = load.serverThreadsExited
-        return exited == 0 ? "" : " (\(count(exited)) server threads exited in the window: their context switches there are missed)"
+        guard exited > 0 else { return "" }
+        return " (\(count(exited)) server thread\(exited == 1 ? "" : "s") exited in the window: \(exited == 1 ? "its" : "their") context switches there are missed)"
     }
 
     static func cores(_ value: Double?) -> String {

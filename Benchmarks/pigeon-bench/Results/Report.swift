@@ -254,8 +254,8 @@ extension BenchReport {
         }
         print(
             "server CPU / context switches per msg: the server process's CPU time (user + system) and context switches "
-                + "(voluntary + involuntary, summed over /proc/PID/task/*/status; threads that exit inside the window are "
-                + "missed) in the measured window, divided at saturation by the messages accepted in it (with their delivery "
+                + "(voluntary + involuntary, per thread from /proc/PID/task/*/status; a thread that exits inside the window "
+                + "is missed) in the measured window, divided at saturation by the messages accepted in it (with their delivery "
                 + "to the receivers), paced by the messages sent in it."
         )
         if mosquitto != nil {
