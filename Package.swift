@@ -232,6 +232,7 @@ let package = Package(
             dependencies: [
                 "PigeonProtocol",
                 "PigeonBenchSupport",
+                "PigeonRedis",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the server and the load generator in release mode (scratch path .build-release, apart from the debug
 # builds in .build) and runs the benchmark; arguments go to pigeon-bench (see `scripts/bench.sh --help`).
-# Installs mosquitto and nats-server first, for the comparison scenarios (mosquitto, nats), if they are missing. When a production backend is requested
+# Installs mosquitto, nats-server and redis-server first, for the comparison scenarios (mosquitto, nats, redis), if they are missing. When a production backend is requested
 # (--backends production or production-2) or the scale-out scenario (--scenario scale-out, which spawns production
 # nodes of its own), starts redis-server and PostgreSQL through scripts/services.sh unless they are reachable, passes
 # their URLs in PIGEON_REDIS_URL and PIGEON_POSTGRES_URL, and on exit stops what it started.
@@ -23,6 +23,10 @@ fi
 if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
     echo "installing nats-server (for the NATS JetStream comparison scenario)" >&2
     apt-get install -y nats-server || { apt-get update && apt-get install -y nats-server; }
+fi
+if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
+    echo "installing redis-server (for the Redis Streams comparison scenario)" >&2
+    apt-get install -y redis-server || { apt-get update && apt-get install -y redis-server; }
 fi
 
 production=false

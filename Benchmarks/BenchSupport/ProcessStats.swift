@@ -58,6 +58,36 @@ public enum ProcessStats {
         return ticks / clockTicksPerSecond
     }
 
+    /// Context switches of each thread of `pid` so far, by thread id: `voluntary_ctxt_switches` +
+    /// `nonvoluntary_ctxt_switches` of `/proc/PID/task/TID/status`; `nil` if the process is gone or the figures are
+    /// unavailable.
+    public static func threadContextSwitches(of pid: pid_t) -> [pid_t: Int]? {
+        guard let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return nil }
+        var switches: [pid_t: Int] = [:]
+        for thread in threads {
+            guard let tid = pid_t(thread),
+                let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/status", encoding: .utf8)
+            else { continue }
+            for line in status.split(separator: "\n") {
+                guard line.hasPrefix("voluntary_ctxt_switches:") || line.hasPrefix("nonvoluntary_ctxt_switches:"),
+                    let value = line.split(whereSeparator: { $0 == ":" || $0 == " " || $0 == "\t" }).last.flatMap({ Int($0) })
+                else { continue }
+                switches[tid, default: 0] += value
+            }
+        }
+        return switches.isEmpty ? nil : switches
+    }
+
+    /// The context switches of `pid`'s threads between two readings of ``threadContextSwitches(of:)``: for each
+    /// thread alive at the second, its switches since the first (all of them if it was born in between), and how
+    /// many threads of the first reading had exited by the second. A thread that exits in between takes the
+    /// switches it made there with it: they are missed (the servers measured keep their threads, so `exited` is
+    /// normally 0).
+    public static func contextSwitches(from before: [pid_t: Int], to after: [pid_t: Int]) -> (switches: Int, exited: Int) {
+        let switches = after.reduce(0) { total, thread in total + max(0, thread.value - (before[thread.key] ?? 0)) }
+        return (switches, before.keys.filter { after[$0] == nil }.count)
+    }
+
     /// The process's command name (`/proc/PID/comm`, e.g. `postgres`), or `nil` if there is no such process.
     public static func commandName(of pid: pid_t) -> String? {
         (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)

@@ -5,13 +5,13 @@ import PigeonBenchSupport
 
 /// `pigeon-bench`: the load generator that measures a Pigeon server's accepted messages per second, send → ✓✓
 /// latency and memory per open stream against its performance targets (docs/ARCHITECTURE.md, section "Targets"; the
-/// ones it checks itself are stated in ``ProductionTarget`` and ``ScaleOutTarget``), with mosquitto and NATS JetStream
-/// under the same load shapes as reference points.
+/// ones it checks itself are stated in ``ProductionTarget`` and ``ScaleOutTarget``), with mosquitto, NATS JetStream
+/// and Redis Streams (fsynced) under the same load shapes as reference points.
 @main
 struct PigeonBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pigeon-bench",
-        abstract: "Measure a Pigeon server's throughput, latency and memory, with mosquitto and NATS JetStream as baselines.",
+        abstract: "Measure a Pigeon server's throughput, latency and memory, with mosquitto, NATS JetStream and Redis Streams as baselines.",
         discussion: """
             By default it spawns the server binary on a fresh data directory and a free loopback port, waits for \
             GET /readyz, runs the scenarios and stops the server with SIGTERM. With --url it measures a server that \
@@ -27,10 +27,15 @@ struct PigeonBench: AsyncParsableCommand {
             (pipelined WebSocket sends), http-throughput (POST …/messages on keep-alive connections), latency (paced \
             sends: send → message.new and send → ✓✓), mosquitto (the throughput and latency shapes over MQTT QoS 1), \
             nats (the same shapes over NATS JetStream: a file-stored stream, PubAcks, durable push consumers with \
-            explicit acks). In the throughput runs of these scenarios each sender's receiver consumes and acknowledges \
-            what it gets (Pigeon: delivered receipts; --no-throughput-receivers leaves Pigeon's receivers out), the \
-            run checks that the receivers got every accepted message, and the summary divides each server's CPU time \
-            by the messages it accepted.
+            explicit acks), redis (the same shapes over Redis Streams on a redis-server the run starts with \
+            --appendonly yes --appendfsync always, so that an XADD is answered once it is fsynced as a Pigeon accept \
+            is: pipelined XADDs, a consumer group per stream read with XREADGROUP, an XACK per entry; \
+            apt-get install -y redis-server, or --redis-binary). In the throughput runs of these scenarios each \
+            sender's receiver consumes and acknowledges what it gets (Pigeon: delivered receipts; \
+            --no-throughput-receivers leaves Pigeon's receivers out), and the run checks that the receivers got every \
+            accepted message. For every system the summary gives the server's CPU time and context switches (summed \
+            over its threads from /proc) per message, at saturation (the throughput run: per message accepted in the \
+            window) and paced (the latency run: per message sent in the window).
 
             scale-out (not in `all`) spawns its own production nodes: for each count of --nodes in each of --rounds \
             (interleaved: 1,2,4,1,2,4,…) that many nodes in a fresh schema and key prefix, each confined to \
@@ -107,6 +112,9 @@ struct PigeonBench: AsyncParsableCommand {
 
     @Option(help: "The nats-server executable (default: nats-server on PATH or in /usr/sbin).")
     var natsBinary: String?
+
+    @Option(help: "The redis-server executable of the redis scenario (default: redis-server on PATH or in /usr/bin).")
+    var redisBinary: String?
 
     @Flag(
         inversion: .prefixedNo,
@@ -205,6 +213,7 @@ struct PigeonBench: AsyncParsableCommand {
         }
         let mosquitto = try scenarios.contains(.mosquitto) ? locateMosquitto() : nil
         let nats = try scenarios.contains(.nats) ? locateNATSServer() : nil
+        let redis = try scenarios.contains(.redis) ? locateRedisServer() : nil
         let backends = backends?.backends ?? [.embedded]
         let runsOnBackends = scenarios.contains(where: \.runsOnBackends)
         let production =
@@ -259,6 +268,9 @@ struct PigeonBench: AsyncParsableCommand {
             if let nats {
                 report.nats = try await runBroker(NATSBroker.self, binary: nats, workDirectory: workDirectory, settings: settings)
             }
+            if let redis {
+                report.redis = try await runBroker(RedisStreamsBroker.self, binary: redis, workDirectory: workDirectory, settings: settings)
+            }
         } catch {
             try? await http.shutdown()
             print("logs kept in \(workDirectory)")
@@ -268,7 +280,7 @@ struct PigeonBench: AsyncParsableCommand {
         try? FileManager.default.removeItem(atPath: workDirectory)
 
         report.targets = ProductionTarget.allCases.compactMap { $0.check(report.pigeon) }
-        if !report.pigeon.isEmpty || report.mosquitto != nil || report.nats != nil {
+        if !report.pigeon.isEmpty || report.mosquitto != nil || report.nats != nil || report.redis != nil {
             report.printSummary()
         }
         report.scaleOut?.printSummary(connections: connections, window: window, durationSeconds: duration)
@@ -306,6 +318,21 @@ struct PigeonBench: AsyncParsableCommand {
             )
         }
         return path
+    }
+
+    /// `--redis-binary`, else redis-server on PATH, in the system directories or in /usr/bin (where Debian puts it).
+    private func locateRedisServer() throws -> String {
+        if let redisBinary {
+            guard FileManager.default.isExecutableFile(atPath: redisBinary) else {
+                throw BenchError.missingExecutable("--redis-binary \(redisBinary) is not an executable file")
+            }
+            return redisBinary
+        }
+        if let path = LocalEnvironment.findExecutable("redis-server") { return path }
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/redis-server") { return "/usr/bin/redis-server" }
+        throw BenchError.missingExecutable(
+            "redis-server not found: install it (apt-get install -y redis-server, as scripts/bench.sh does) or pass --redis-binary"
+        )
     }
 
     /// Spawns `backend`'s nodes (for a production backend in a fresh namespace, removed afterwards), and runs the
@@ -429,7 +456,7 @@ struct PigeonBench: AsyncParsableCommand {
                 let result = try await AttachmentsBench(api: deployment.setupAPI, server: deployment.nodes[0], namePrefix: namePrefix + "-a").measure()
                 result.printLines()
                 results.attachments = result
-            case .all, .mosquitto, .nats, .scaleOut:
+            case .all, .mosquitto, .nats, .redis, .scaleOut:
                 continue
             }
         }

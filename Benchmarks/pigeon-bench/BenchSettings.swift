@@ -18,6 +18,9 @@ enum Scenario: String, CaseIterable, Sendable, ExpressibleByArgument {
     /// The throughput and latency shapes against NATS JetStream (a file-stored stream, durable consumers with
     /// explicit acknowledgements), for comparison.
     case nats
+    /// The throughput and latency shapes against Redis Streams on a redis-server with `appendfsync always` (a
+    /// consumer group per stream, an XACK per entry), for comparison with a peer that fsyncs before it answers.
+    case redis
     /// History reads of a conversation whose every message carries reactions and a quarter of which are replies,
     /// against the same reads of a plain one (p50/p99), and how many reactions per second the server stores.
     case relations
@@ -30,13 +33,13 @@ enum Scenario: String, CaseIterable, Sendable, ExpressibleByArgument {
 
     /// The order they run in. Idle streams come first so that their memory is measured against the freshly started
     /// server, before the load scenarios grow its caches.
-    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .relations, .attachments, .scaleOut, .mosquitto, .nats]
+    static let runOrder: [Scenario] = [.idleStreams, .wsThroughput, .httpThroughput, .latency, .relations, .attachments, .scaleOut, .mosquitto, .nats, .redis]
 
     /// Whether `all` runs it.
     var isInAll: Bool { self != .scaleOut }
 
     /// Whether the scenario talks to a Pigeon server (and so needs the server binary, or --url).
-    var needsPigeonServer: Bool { self != .mosquitto && self != .nats }
+    var needsPigeonServer: Bool { ![.mosquitto, .nats, .redis].contains(self) }
 
     /// Whether it runs against the servers of each of --backends (or --url); scale-out spawns its own.
     var runsOnBackends: Bool { needsPigeonServer && self != .scaleOut }

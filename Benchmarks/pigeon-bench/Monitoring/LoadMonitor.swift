@@ -9,6 +9,13 @@ struct ServerLoad: Codable, Sendable {
     var peakResidentBytes: UInt64?
     /// CPU cores the process used on average during the measured window.
     var cores: Double?
+    /// CPU time (user + system, every thread) the process used during the measured window, in seconds.
+    var cpuSeconds: Double?
+    /// Context switches (voluntary + involuntary) of the process's threads during the measured window; a thread that
+    /// exited inside the window is missed (see ``ProcessStats/contextSwitches(from:to:)``).
+    var contextSwitches: Int?
+    /// Threads of the process that exited inside the measured window (their switches there are missed).
+    var threadsExited: Int?
 }
 
 /// A backing service whose CPU a ``LoadMonitor`` measures: the process and its children (PostgreSQL's backends).
@@ -27,6 +34,35 @@ struct LoadSample: Codable, Sendable {
     /// CPU cores each backing service (with its child processes) used on average during the measured window, by
     /// name; empty without backing services. On a shared machine it includes whatever else uses them.
     var serviceCores: [String: Double] = [:]
+
+    /// CPU seconds of all server processes together over the measured window.
+    var serverCPUSeconds: Double? {
+        let seconds = servers.compactMap(\.cpuSeconds)
+        return seconds.isEmpty ? nil : seconds.reduce(0, +)
+    }
+
+    /// Context switches of all server processes together over the measured window.
+    var serverContextSwitches: Int? {
+        let switches = servers.compactMap(\.contextSwitches)
+        return switches.isEmpty ? nil : switches.reduce(0, +)
+    }
+
+    /// The server's CPU time over the window per message, in microseconds; `nil` without a figure or messages.
+    func serverCPUMicroseconds(per messages: Int) -> Double? {
+        guard let seconds = serverCPUSeconds, messages > 0 else { return nil }
+        return seconds / Double(messages) * 1_000_000
+    }
+
+    /// The server's context switches over the window per message; `nil` without a figure or messages.
+    func serverContextSwitches(per messages: Int) -> Double? {
+        guard let switches = serverContextSwitches, messages > 0 else { return nil }
+        return Double(switches) / Double(messages)
+    }
+
+    /// Threads of all server processes together that exited inside the measured window.
+    var serverThreadsExited: Int {
+        servers.compactMap(\.threadsExited).reduce(0, +)
+    }
 
     /// The highest resident set size of any server process.
     var peakResidentBytes: UInt64? { servers.compactMap(\.peakResidentBytes).max() }
@@ -68,12 +104,14 @@ enum LoadMonitor {
     private struct CPUReading {
         let at: ContinuousClock.Instant
         let servers: [Double?]
+        let serverSwitches: [[pid_t: Int]?]
         let services: [Double?]
         let bench: Double?
 
         init(servers: [pid_t?], services: [ObservedService]) {
             at = .now
             self.servers = servers.map { $0.flatMap(ProcessStats.cpuSeconds) }
+            serverSwitches = servers.map { $0.flatMap(ProcessStats.threadContextSwitches) }
             self.services = services.map { ProcessStats.cpuSecondsWithChildren(of: $0.pid) }
             bench = ProcessStats.cpuSeconds(of: ProcessStats.currentPID)
         }
@@ -101,6 +139,14 @@ enum LoadMonitor {
                     }
                     for index in servers.indices {
                         sample.servers[index].cores = cores(start.servers[index], reading.servers[index])
+                        if let before = start.servers[index], let after = reading.servers[index] {
+                            sample.servers[index].cpuSeconds = after - before
+                        }
+                        if let before = start.serverSwitches[index], let after = reading.serverSwitches[index] {
+                            let (switches, exited) = ProcessStats.contextSwitches(from: before, to: after)
+                            sample.servers[index].contextSwitches = switches
+                            sample.servers[index].threadsExited = exited
+                        }
                     }
                     for (index, service) in services.enumerated() {
                         sample.serviceCores[service.name] = cores(start.services[index], reading.services[index])

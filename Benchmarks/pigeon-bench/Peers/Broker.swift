@@ -1,6 +1,6 @@
 import Foundation
 
-/// A broker Pigeon is compared with (mosquitto, NATS JetStream), which the run starts itself: how it starts and
+/// A broker Pigeon is compared with (mosquitto, NATS JetStream, Redis Streams), which the run starts itself: how it starts and
 /// stops, how its run is described, and the load shapes it is measured under (the same as Pigeon's).
 protocol Broker: Sendable {
     associatedtype Load: BrokerLoad

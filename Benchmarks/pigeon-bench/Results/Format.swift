@@ -67,6 +67,18 @@ extension Format {
         value.map { String(format: "%.1f µs", $0) } ?? "n/a"
     }
 
+    /// Context switches per message.
+    static func switches(_ value: Double?) -> String {
+        value.map { String(format: "%.2f", $0) } ?? "n/a"
+    }
+
+    /// "" when no server thread exited in the window, else a warning that their context switches are missed.
+    static func exitedThreads(_ load: LoadSample) -> String {
+        let exited = load.serverThreadsExited
+        guard exited > 0 else { return "" }
+        return " (\(count(exited)) server thread\(exited == 1 ? "" : "s") exited in the window: \(exited == 1 ? "its" : "their") context switches there are missed)"
+    }
+
     static func cores(_ value: Double?) -> String {
         value.map { String(format: "%.2f", $0) } ?? "n/a"
     }

@@ -31,6 +31,10 @@ extension ThroughputResult {
                 + (serviceCPUMicrosecondsPerAccepted.map { ", PostgreSQL + Redis \(Format.microseconds($0))" } ?? "")
                 + ", bench \(Format.microseconds(benchCPUMicrosecondsPerAccepted))"
         )
+        print(
+            "  context switches per accepted message in the window: server \(Format.switches(serverContextSwitchesPerAccepted))"
+                + Format.exitedThreads(load)
+        )
     }
 }
 
@@ -44,6 +48,10 @@ extension LatencyResult {
         }
         print("  refused:   \(Format.errors(errors))")
         print("  load:      \(Format.load(load))")
+        print(
+            "  server per message sent in the window: CPU \(Format.microseconds(serverCPUMicrosecondsPerMessage)), "
+                + "context switches \(Format.switches(serverContextSwitchesPerMessage))" + Format.exitedThreads(load)
+        )
     }
 }
 
@@ -76,6 +84,9 @@ extension BenchReport {
         [
             mosquitto.map { SummaryColumns.Broker(title: "mosquitto (QoS 1)", shortName: "mosquitto", acceptAnswer: "MQTT: PUBACKs", results: $0) },
             nats.map { SummaryColumns.Broker(title: "NATS JetStream (file)", shortName: "NATS", acceptAnswer: "NATS: PubAcks", results: $0) },
+            redis.map {
+                SummaryColumns.Broker(title: "Redis Streams (AOF always)", shortName: "Redis", acceptAnswer: "Redis: XADD replies", results: $0)
+            },
         ]
         .compactMap { $0 }
     }
@@ -90,8 +101,9 @@ extension BenchReport {
         if pigeon.contains(where: { $0.wsThroughput != nil }) || brokerThroughput {
             table.add(
                 columns.figure(
-                    brokers.isEmpty
-                        ? "accepted/s, WebSocket" : "accepted/s, WebSocket (\(brokers.map(\.acceptAnswer).joined(separator: ", ")))",
+                    (brokers.isEmpty
+                        ? "accepted/s, WebSocket" : "accepted/s, WebSocket (\(brokers.map(\.acceptAnswer).joined(separator: ", ")))")
+                        + ", window \(settings.window)",
                     { $0.wsThroughput?.acceptedPerSecond }, Format.rate, broker: { $0.throughput?.acceptedPerSecond }
                 )
             )
@@ -107,8 +119,14 @@ extension BenchReport {
         if pigeon.contains(where: { $0.wsThroughput != nil }) || brokerThroughput {
             table.add(
                 columns.figure(
-                    "server CPU per accepted msg, WebSocket run", { $0.wsThroughput?.serverCPUMicrosecondsPerAccepted }, Format.microseconds,
-                    broker: { $0.throughput?.serverCPUMicrosecondsPerAccepted }
+                    "server CPU per msg, at saturation (WebSocket run)", { $0.wsThroughput?.serverCPUMicrosecondsPerAccepted },
+                    Format.microseconds, broker: { $0.throughput?.serverCPUMicrosecondsPerAccepted }
+                )
+            )
+            table.add(
+                columns.figure(
+                    "server context switches per msg, at saturation (WebSocket run)", { $0.wsThroughput?.serverContextSwitchesPerAccepted },
+                    Format.switches, broker: { $0.throughput?.serverContextSwitchesPerAccepted }
                 )
             )
             if pigeon.contains(where: { $0.wsThroughput?.serviceCPUMicrosecondsPerAccepted != nil }) {
@@ -155,6 +173,18 @@ extension BenchReport {
                     columns.figure("@\(rate)/s send → ✓✓ \(name)", { run($0)?.toDelivered?[keyPath: percentile] }, Self.milliseconds)
                 )
             }
+            table.add(
+                columns.figure(
+                    "@\(rate)/s server CPU per msg, paced", { run($0)?.serverCPUMicrosecondsPerMessage }, Format.microseconds,
+                    broker: { brokerRun($0)?.serverCPUMicrosecondsPerMessage }
+                )
+            )
+            table.add(
+                columns.figure(
+                    "@\(rate)/s server context switches per msg, paced", { run($0)?.serverContextSwitchesPerMessage }, Format.switches,
+                    broker: { brokerRun($0)?.serverContextSwitchesPerMessage }
+                )
+            )
         }
         table.add(
             columns.text(
@@ -222,12 +252,12 @@ extension BenchReport {
         if pigeon.contains(where: { $0.deployment == Backend.production2.rawValue }) {
             print("\(Backend.production2.rawValue): \(Backend.production2.summary)")
         }
-        if !brokers.isEmpty {
-            print(
-                "CPU per accepted msg: the process's CPU time in the measured window divided by the messages accepted in it "
-                    + "(with their delivery to the receivers)."
-            )
-        }
+        print(
+            "server CPU / context switches per msg: the server process's CPU time (user + system) and context switches "
+                + "(voluntary + involuntary, per thread from /proc/PID/task/*/status; a thread that exits inside the window "
+                + "is missed) in the measured window, divided at saturation by the messages accepted in it (with their delivery "
+                + "to the receivers), paced by the messages sent in it."
+        )
         if mosquitto != nil {
             print(
                 """
@@ -244,6 +274,16 @@ extension BenchReport {
                 nats-server fsyncs them periodically (every 2 minutes by default), not per message. Its runs include \
                 the duplicate check of a Nats-Msg-Id per message and delivery to a durable push consumer per subject \
                 with an explicit ack per message.
+                """
+            )
+        }
+        if redis != nil {
+            print(
+                """
+                note: redis-server runs with appendonly yes, appendfsync always, save "" (and no automatic AOF \
+                rewrite): an XADD is answered after the AOF write holding it is fsynced, like a Pigeon accept; one \
+                fsync covers every command of an event-loop pass. Each consumer reads its stream with XREADGROUP in \
+                a consumer group and sends an XACK per entry, a second fsynced write per message.
                 """
             )
         }

@@ -32,6 +32,11 @@ struct ThroughputResult: Codable, Sendable {
         perAccepted(load.serverCores)
     }
 
+    /// The server's context switches (all nodes, all threads) in the measured window per message accepted in it.
+    var serverContextSwitchesPerAccepted: Double? {
+        load.serverContextSwitches(per: acceptedInWindow)
+    }
+
     /// The backing services' CPU time (PostgreSQL and Redis with their children) in the measured window per
     /// message accepted in it, in microseconds; `nil` without backing services.
     var serviceCPUMicrosecondsPerAccepted: Double? {
@@ -69,6 +74,18 @@ struct LatencyResult: Codable, Sendable {
     var errors: [String: Int]
     /// The server's memory and CPU, and the benchmark's CPU.
     var load: LoadSample
+
+    /// The server's CPU time (all nodes) in the measured window per message sent in it (and not refused: for Pigeon
+    /// the messages accepted), in microseconds.
+    var serverCPUMicrosecondsPerMessage: Double? {
+        load.serverCPUMicroseconds(per: sent)
+    }
+
+    /// The server's context switches (all nodes, all threads) in the measured window per message sent in it (and not
+    /// refused).
+    var serverContextSwitchesPerMessage: Double? {
+        load.serverContextSwitches(per: sent)
+    }
 
     init(
         rate: Int,
@@ -164,7 +181,7 @@ struct PigeonResults: Codable, Sendable {
     }
 }
 
-/// A reference broker's results (mosquitto, NATS JetStream), for comparison.
+/// A reference broker's results (mosquitto, NATS JetStream, Redis Streams), for comparison.
 struct BrokerResults: Codable, Sendable {
     var version: String?
     var residentBytesIdle: UInt64?
@@ -179,6 +196,7 @@ struct BenchReport: Codable, Sendable {
     var pigeon: [PigeonResults] = []
     var mosquitto: BrokerResults?
     var nats: BrokerResults?
+    var redis: BrokerResults?
     /// The scale-out scenario's runs and figures, when it ran.
     var scaleOut: ScaleOutResults?
     /// The production mode's targets, where this run measured what they need (see ``ProductionTarget``).

@@ -22,6 +22,11 @@ extension BenchError {
         BenchError("NATS: \(detail)")
     }
 
+    /// Redis answered a command of the Redis Streams peer with something the bench does not expect.
+    static func redisProtocol(_ detail: String) -> BenchError {
+        BenchError("Redis: \(detail)")
+    }
+
     /// A connection of a scenario failed.
     static func connectionFailed(_ detail: String) -> BenchError {
         BenchError("connection failed: \(detail)")
