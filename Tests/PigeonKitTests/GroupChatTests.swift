@@ -23,6 +23,8 @@ struct GroupChatTests {
             await carolLaptop.client.stop()
 
             let group = try await alice.client.createConversation(members: ["bob"], name: "club")
+            // Bob learns of the group from his stream, which may come after alice's answer.
+            try await waitUntil("bob has the group") { try bob.client.conversation(id: group.id) != nil }
             let before = [try alice.client.send("one", to: group.id), try bob.client.send("two", to: group.id), try alice.client.send("three", to: group.id)]
             for message in [before[0], before[2]] { try await alice.waitForStatus(message.localId, atLeast: .delivered) }
             let afterAdd = try await alice.client.addMembers(["carol"], to: group.id)

@@ -23,6 +23,20 @@ import Testing
         #expect(decoded.flag)
     }
 
+    /// The receipt payload is written by hand since it left Foundation's encoder: it decodes as the event it says.
+    @Test(arguments: [ReceiptKind.delivered, .read])
+    func receiptPayloadDecodesAsTheEvent(_ kind: ReceiptKind) throws {
+        let receipt = ReceiptEvent(conversationId: "conv \"1\"", userId: "alice\u{1}", kind: kind, upToSeq: 41, at: 1_700_000_000_123)
+        let event = StoredEvent(
+            id: 9, type: "receipt", userId: "bob", deviceId: nil, excludedDeviceId: nil, payload: try EventPayload().receipt(receipt))
+        guard case .receipt(let cursor, let decoded) = try JSONDecoder().decode(ServerEvent.self, from: Data(event.frame(cursor: "c9").utf8)) else {
+            Issue.record("not a receipt event")
+            return
+        }
+        #expect(cursor == "c9")
+        #expect(decoded == receipt)
+    }
+
     @Test func messageNewPayloadDecodesAsTheEvent() throws {
         let message = Message(
             serverId: "s", clientMessageId: "c", conversationId: "k", seq: 7, senderId: "alice", senderDeviceId: "d", type: "text",

@@ -146,7 +146,19 @@ package struct EventPayload {
         return json.string
     }
     package func messageFailed(_ event: MessageFailedEvent) throws -> String { try encode(type: "message.failed", event) }
-    package func receipt(_ event: ReceiptEvent) throws -> String { try encode(type: "receipt", event) }
+    /// `receipt`, written by hand: one per member for every watermark a receipt moves.
+    package func receipt(_ event: ReceiptEvent) throws -> String {
+        var json = JSONText(capacity: 192)
+        json.beginObject()
+        json.member("type", "receipt")
+        json.member("conversationId", event.conversationId)
+        json.member("userId", event.userId)
+        json.member("kind", event.kind.rawValue)
+        json.member("upToSeq", event.upToSeq)
+        json.member("at", event.at)
+        json.endObject()
+        return json.string
+    }
     package func conversationCreated(_ conversation: Conversation) throws -> String {
         try encode(type: "conversation.created", ConversationBody(conversation: conversation))
     }

@@ -177,6 +177,26 @@ public protocol ReceiptStore: Sendable {
     /// event goes to every member, in the same transaction. Answers the watermarks as they are after the call (also
     /// when nothing moved: a repeated receipt is harmless); `not_found` when `userId` is not a member.
     func recordReceipt(conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64) async throws -> ReceiptOutcome
+    /// The same, answered through `completion` once committed (or failed): for the event loop, which must not wait. A
+    /// store whose write is not callback-based answers through a task (the default).
+    func recordReceipt(
+        conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64,
+        completion: @escaping @Sendable (Result<ReceiptOutcome, any Error>) -> Void)
+}
+
+extension ReceiptStore {
+    public func recordReceipt(
+        conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64,
+        completion: @escaping @Sendable (Result<ReceiptOutcome, any Error>) -> Void
+    ) {
+        Task {
+            do {
+                completion(.success(try await recordReceipt(conversationId: conversationId, userId: userId, kind: kind, upToSeq: upToSeq)))
+            } catch {
+                completion(.failure(error))
+            }
+        }
+    }
 }
 
 /// The per-user event log, split in partitions: what a device's stream reads and resumes from, and its pruning.

@@ -32,12 +32,48 @@ struct ConversationAccess: Sendable {
     /// Validates and records a receipt.
     func recordReceipt(_ receipt: ReceiptRequest, conversationId: String, device: DeviceIdentity) async throws -> ReceiptResponse {
         let conversation = try await memberConversation(conversationId, device: device)
-        guard receipt.upToSeq >= 0 else { throw PigeonError.invalid("upToSeq must be 0 or more") }
-        try abuse.checkStorage(of: device.userId)
+        try checkReceipt(receipt, device: device)
         let outcome = try await store.recordReceipt(
             conversationId: conversation.id, userId: device.userId, kind: receipt.kind, upToSeq: receipt.upToSeq)
+        return recorded(outcome, device: device, members: conversation.members.count)
+    }
+
+    /// ``recordReceipt(_:conversationId:device:)`` answered through `completion`, with no task when the members are
+    /// in memory and the store writes with a callback (the embedded store): for the WebSocket's event loop.
+    func recordReceipt(
+        _ receipt: ReceiptRequest, conversationId rawId: String, device: DeviceIdentity,
+        completion: @escaping @Sendable (Result<ReceiptResponse, any Error>) -> Void
+    ) {
+        guard let id = Validation.canonicalUUID(rawId), let members = store.cachedMembers(of: id) else {
+            Task {
+                do {
+                    completion(.success(try await recordReceipt(receipt, conversationId: rawId, device: device)))
+                } catch {
+                    completion(.failure(error))
+                }
+            }
+            return
+        }
+        do {
+            guard members.contains(device.userId) else { throw PigeonError.conversationNotFound }
+            try checkReceipt(receipt, device: device)
+        } catch {
+            return completion(.failure(error))
+        }
+        store.recordReceipt(conversationId: id, userId: device.userId, kind: receipt.kind, upToSeq: receipt.upToSeq) { [self] result in
+            completion(result.map { recorded($0, device: device, members: members.count) })
+        }
+    }
+
+    private func checkReceipt(_ receipt: ReceiptRequest, device: DeviceIdentity) throws {
+        guard receipt.upToSeq >= 0 else { throw PigeonError.invalid("upToSeq must be 0 or more") }
+        try abuse.checkStorage(of: device.userId)
+    }
+
+    /// Charges a recorded receipt to its user's stored bytes and counts a delivery it made; its answer.
+    private func recorded(_ outcome: ReceiptOutcome, device: DeviceIdentity, members: Int) -> ReceiptResponse {
         // A receipt that moves a watermark writes an event row per member (two when read moves delivered too).
-        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 128, members: 2 * conversation.members.count))
+        abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 128, members: 2 * members))
         if let storedAt = outcome.deliveredMessageStoredAt {
             metrics.messageDelivered(storedAt: storedAt, nowMillis: WallClock.nowMillis())
         }

@@ -22,9 +22,9 @@ extension StreamController {
         return router
     }
 
-    /// Runs one WebSocket. Its operations are read and acted on by its ``WebSocketConnection`` on the event loop; the
-    /// tasks here are the lane (the operations that must wait: the before-send hook, a store read), the receipts they
-    /// batch, the backlog's writer, which then hands the stream to the connection, and the session's watch. A stream
+    /// Runs one WebSocket. Its operations are read and acted on by its ``WebSocketConnection`` on the event loop, its
+    /// receipts written as they come (``ReceiptQueue``); the tasks here are the lane (the operations that must wait: the
+    /// before-send hook, a store read), the backlog's writer, which then hands the stream to the connection, and the session's watch. A stream
     /// the server ends is closed with its code (4001, 4008, 4009); the close frame gets the close timeout to reach a
     /// client that may not read, then the socket is closed regardless.
     private func runWebSocket(
@@ -36,7 +36,14 @@ extension StreamController {
             return
         }
         let session = makeStreamSession(device: device, tokenIssuedAt: tokenIssuedAt, transport: "ws")
-        let receipts = ReceiptQueue()
+        let receipts = ReceiptQueue { [access, logger] key, upToSeq, written in
+            access.recordReceipt(ReceiptRequest(kind: key.kind, upToSeq: upToSeq), conversationId: key.conversationId, device: device) { result in
+                if case .failure(let error) = result {
+                    session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: logger, what: "a receipt")))
+                }
+                written()
+            }
+        }
         let (lane, laneInput) = AsyncStream.makeStream(of: ClientOperation.self)
         let operations = WebSocketOperations(controller: self, device: device, session: session, receipts: receipts, lane: laneInput, connection: connection)
         let attachment = WebSocketConnection.Attachment(
@@ -55,19 +62,6 @@ extension StreamController {
                     }
                     group.addTask {
                         await self.runLane(lane, operations: operations)
-                        return nil
-                    }
-                    group.addTask {
-                        while let batch = await receipts.next() {
-                            for (key, upToSeq) in batch {
-                                do {
-                                    _ = try await self.access.recordReceipt(
-                                        ReceiptRequest(kind: key.kind, upToSeq: upToSeq), conversationId: key.conversationId, device: device)
-                                } catch {
-                                    session.send(type: "error", json: Self.errorFrame(nil, WireError.of(error, logger: self.logger, what: "a receipt")))
-                                }
-                            }
-                        }
                         return nil
                     }
                     group.addTask {
