@@ -702,8 +702,9 @@ public final class SQLiteMessageStore: MessageStore {
         conversationId: String, userId: String, kind: ReceiptKind, upToSeq: Int64,
         completion: @escaping @Sendable (Result<ReceiptOutcome, any Error>) -> Void
     ) {
+        // Without a savepoint of its own (it fails only for a non-member, which reruns the group with every write isolated).
         writer.submit(
-            receiptWrite(conversationId: conversationId, userId: userId, kind: kind, upToSeq: upToSeq),
+            isolated: false, receiptWrite(conversationId: conversationId, userId: userId, kind: kind, upToSeq: upToSeq),
             afterCommit: { [fanout] write in fanout.publish(write.events) },
             completion: { [diskHealth] result in
                 switch result {
