@@ -22,6 +22,17 @@ package enum SQLiteDatabase {
         if !directory.isEmpty {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
-        return try DatabasePool(path: path, configuration: configuration)
+        let pool = try DatabasePool(path: path, configuration: configuration)
+        // GRDB turns WAL on for the writer after `prepareDatabase`, and with it `synchronous = NORMAL` (no sync at
+        // commit): set what was asked for on the writer afterwards, or a durable answer is not durable at all.
+        try pool.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
+        }
+        return pool
+    }
+
+    /// The writer's `synchronous` setting (1 = NORMAL, 2 = FULL): what every commit of `pool` does.
+    package static func writerSynchronousSetting(of pool: DatabasePool) throws -> Int {
+        try pool.writeWithoutTransaction { try Int.fetchOne($0, sql: "PRAGMA synchronous") ?? -1 }
     }
 }
