@@ -44,8 +44,9 @@ extension StreamController {
                 written()
             }
         }
-        let (lane, laneInput) = AsyncStream.makeStream(of: ClientOperation.self)
-        let operations = WebSocketOperations(controller: self, device: device, session: session, receipts: receipts, lane: laneInput, connection: connection)
+        let operations = WebSocketOperations(
+            controller: self, device: device, session: session, receipts: receipts, connection: connection,
+            runLane: { [self] lane, operations in await runLane(lane, operations: operations) })
         let attachment = WebSocketConnection.Attachment(
             session: session, operations: operations, pauseReadingBytes: streamLimits.pauseReadingBytes,
             resumeReadingBytes: streamLimits.resumeReadingBytes)
@@ -53,19 +54,16 @@ extension StreamController {
         let ended: StreamSession.EndReason?
         do {
             ended = try await withGracefulShutdownHandler {
-                try await withThrowingTaskGroup(of: StreamSession.EndReason?.self) { group in
+                try await withThrowingTaskGroup(of: StreamTask.self) { group in
                     group.addTask {
                         // Data frames never get here (the connection takes them); this ends when the client closes.
                         defer { session.close() }
                         for try await _ in inbound.messages(maxSize: WebSocketConnection.maxMessageBytes) {}
-                        return nil
+                        return .ended(nil)
                     }
                     group.addTask {
-                        await self.runLane(lane, operations: operations)
-                        return nil
-                    }
-                    group.addTask {
-                        // The backlog, written from here; then the connection writes the live stream on its loop.
+                        // The backlog, written from here; then the connection writes the live stream on its loop, and
+                        // this task is done (an idle stream holds no task for its writes).
                         var streamer = EventStreamer(store: self.store, session: session, start: start, idleInterval: nil)
                         while let frame = try await streamer.nextFromLog() {
                             try await session.write(cost: frame.cost) { try await outbound.write(.text(frame.json)) }
@@ -73,15 +71,19 @@ extension StreamController {
                         let handedOut = streamer.handedOut
                         let outlet = ConnectionOutlet(connection: connection)
                         connection.eventLoop.execute { connection.value.goLive(after: handedOut, log: self.store, outlet: outlet) }
-                        await session.waitUntilClosed()
-                        return nil
+                        return .wentLive
                     }
-                    group.addTask { await session.watch() }
-                    // Whichever task ends first, a stream the server ended reports why (the writer may see it first).
-                    let ended = (try await group.next() ?? nil) ?? session.endReason
+                    // Returns when the server ends the stream, or when it is closed (the client left, or graceful shutdown).
+                    group.addTask { .ended(await session.watch(untilClosed: true)) }
+                    // Whichever task ends first (but the backlog's writer), a stream the server ended reports why.
+                    var ended: StreamSession.EndReason?
+                    while let task = try await group.next() {
+                        guard case .ended(let reason) = task else { continue }
+                        ended = reason ?? session.endReason
+                        break
+                    }
                     session.close()
                     receipts.finish()
-                    laneInput.finish()
                     group.cancelAll()
                     return ended
                 }
@@ -89,9 +91,11 @@ extension StreamController {
                 session.close()
             }
         } catch {
+            await operations.endLane()
             hub.unregister(session)
             throw error
         }
+        await operations.endLane()
         hub.unregister(session)
         if let ended {
             let (code, reason) = ended.webSocketClose
@@ -99,6 +103,13 @@ extension StreamController {
                 try await outbound.close(.init(codeNumber: code), reason: reason)
             }
         }
+    }
+
+    /// How a task of a WebSocket's group ends: the backlog's writer once the connection writes the stream, the others
+    /// when the stream ends (why, if the server ended it).
+    private enum StreamTask: Sendable {
+        case wentLive
+        case ended(StreamSession.EndReason?)
     }
 
     /// Waits for `body` at most `timeout` (then cancels it and goes on without it; its errors are dropped). Not a

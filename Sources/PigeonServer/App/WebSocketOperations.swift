@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import PigeonDomain
 import PigeonProtocol
@@ -17,19 +18,27 @@ final class WebSocketOperations: Sendable {
     let session: StreamSession
     let receipts: ReceiptQueue
     private let controller: StreamController
-    private let lane: AsyncStream<ClientOperation>.Continuation
     private let connection: NIOLoopBound<WebSocketConnection>
+    private let lane: AsyncStream<ClientOperation>
+    private let laneInput: AsyncStream<ClientOperation>.Continuation
+    /// Acts on the lane's operations, in order, until the lane is finished.
+    private let runLane: @Sendable (AsyncStream<ClientOperation>, WebSocketOperations) async -> Void
+    /// The lane's task, started by its first operation (most sockets only send and read receipts: no task for them);
+    /// `finished`: the stream ended, no task is started any more.
+    private let laneTask = NIOLockedValueBox<(task: Task<Void, Never>?, finished: Bool)>((nil, false))
 
     init(
         controller: StreamController, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue,
-        lane: AsyncStream<ClientOperation>.Continuation, connection: NIOLoopBound<WebSocketConnection>
+        connection: NIOLoopBound<WebSocketConnection>,
+        runLane: @escaping @Sendable (AsyncStream<ClientOperation>, WebSocketOperations) async -> Void
     ) {
         self.controller = controller
         self.device = device
         self.session = session
         self.receipts = receipts
-        self.lane = lane
         self.connection = connection
+        (lane, laneInput) = AsyncStream.makeStream(of: ClientOperation.self)
+        self.runLane = runLane
     }
 
     /// The operation `text` holds (an `error` frame answered and `nil` if it holds none); the device was seen.
@@ -76,11 +85,29 @@ final class WebSocketOperations: Sendable {
     }
 
     func enqueue(_ operation: ClientOperation) {
-        lane.yield(operation)
+        laneTask.withLockedValue { state in
+            guard state.task == nil, !state.finished else { return }
+            let (lane, runLane) = (lane, runLane)
+            state.task = Task { [self] in await runLane(lane, self) }
+        }
+        laneInput.yield(operation)
     }
 
+    /// No operation is taken after this; those taken are acted on.
     func finishLane() {
-        lane.finish()
+        laneInput.finish()
+    }
+
+    /// The stream ended: the lane takes nothing more, and what it is acting on is cancelled (a before-send hook's
+    /// call, a store read); waits for it to end.
+    func endLane() async {
+        laneInput.finish()
+        let task = laneTask.withLockedValue { state -> Task<Void, Never>? in
+            state.finished = true
+            return state.task
+        }
+        task?.cancel()
+        await task?.value
     }
 
     /// The lane acted on one operation (from the lane's task).

@@ -243,13 +243,6 @@ final class StreamSession: Sendable {
         }
     }
 
-    /// Returns once the stream is closed or ended (a live session's queue is drained by its outlet, not here).
-    func waitUntilClosed() async {
-        while !Task.isCancelled, !state.withLockedValue({ $0.closed }) {
-            await wakeup.wait()
-        }
-    }
-
     /// Runs one write to the socket under the watch of ``watch()``; `cost` is what the written item counted
     /// (0 for what was read from the log).
     func write(cost: Int, _ body: () async throws -> Void) async throws {
@@ -304,13 +297,15 @@ final class StreamSession: Sendable {
     }
 
     /// Watches the writer until the server must end the stream, and returns why: over the byte budget, replaced, or a write that took longer than the write timeout. Returns `nil` when cancelled.
-    func watch() async -> EndReason? {
-        enum Step { case end(EndReason), waitUntil(ContinuousClock.Instant), waitForWrite }
+    /// With `untilClosed`, it also returns (`nil`) once the stream is closed.
+    func watch(untilClosed: Bool = false) async -> EndReason? {
+        enum Step { case end(EndReason), closed, waitUntil(ContinuousClock.Instant), waitForWrite }
         let timeout = limits.writeTimeout
         while !Task.isCancelled {
             let now = ContinuousClock.now
             let step = state.withLockedValue { state -> Step in
                 if let reason = state.endReason { return .end(reason) }
+                if untilClosed, state.closed { return .closed }
                 guard let started = state.writeStarted else {
                     state.watchIdle = true
                     return .waitForWrite
@@ -331,6 +326,8 @@ final class StreamSession: Sendable {
                     wakeAll()
                 }
                 return reason
+            case .closed:
+                return nil
             case .waitUntil(let deadline):
                 await watchSignal.wait(timeout: deadline - now)
             case .waitForWrite:
