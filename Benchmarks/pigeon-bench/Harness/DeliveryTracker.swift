@@ -1,3 +1,5 @@
+import Foundation
+import NIOCore
 import Synchronization
 
 /// Follows the paced messages of one conversation (or MQTT topic) from their send to their arrival at the receiver
@@ -134,5 +136,18 @@ final class DeliveryTracker: Sendable {
             }
             return progress
         }
+    }
+}
+
+extension DeliveryTracker {
+    /// A paced publish of a broker's run: a fresh id, and the payload of the id padded with `padding` bytes (the body
+    /// size of the run), recorded as sent now (measured when now is in `window`).
+    func nextPacedPayload(padding: Int, window: MeasurementWindow) -> (id: String, payload: ByteBuffer) {
+        let id = UUID().uuidString.lowercased()
+        var payload = ByteBuffer(string: id)
+        payload.writeRepeatingByte(UInt8(ascii: "x"), count: padding)
+        let now = ContinuousClock.now
+        sent(id, at: now, measured: window.contains(now))
+        return (id, payload)
     }
 }

@@ -197,11 +197,7 @@ struct MQTTLoad: BrokerLoad {
                     var packetIDs = MQTTPacketIDs()
                     for instant in schedule {
                         try await Task.sleep(until: instant)
-                        let id = UUID().uuidString.lowercased()
-                        var payload = ByteBuffer(string: id)
-                        payload.writeRepeatingByte(UInt8(ascii: "x"), count: padding)
-                        let now = ContinuousClock.now
-                        tracker.sent(id, at: now, measured: window.contains(now))
+                        let (_, payload) = tracker.nextPacedPayload(padding: padding, window: window)
                         try await writer.write(.publish(topic: topic, packetId: packetIDs.next(), payload: payload))
                     }
                 }

@@ -135,11 +135,7 @@ struct NATSLoad: BrokerLoad {
                 group.addTask {
                     for instant in schedule {
                         try await Task.sleep(until: instant)
-                        let id = UUID().uuidString.lowercased()
-                        var payload = ByteBuffer(string: id)
-                        payload.writeRepeatingByte(UInt8(ascii: "x"), count: padding)
-                        let now = ContinuousClock.now
-                        tracker.sent(id, at: now, measured: window.contains(now))
+                        let (id, payload) = tracker.nextPacedPayload(padding: padding, window: window)
                         try await writer.publish(subject, replyTo: "\(inbox).\(id)", headers: [("Nats-Msg-Id", id)], payload: payload)
                     }
                 }

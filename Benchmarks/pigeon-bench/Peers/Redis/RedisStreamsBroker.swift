@@ -254,11 +254,7 @@ struct RedisStreamsLoad: BrokerLoad {
         try await Self.withConnection(port: broker.port) { connection in
             for instant in schedule {
                 try await Task.sleep(until: instant)
-                let id = UUID().uuidString.lowercased()
-                var payload = ByteBuffer(string: id)
-                payload.writeRepeatingByte(UInt8(ascii: "x"), count: padding)
-                let now = ContinuousClock.now
-                tracker.sent(id, at: now, measured: window.contains(now))
+                let (id, payload) = tracker.nextPacedPayload(padding: padding, window: window)
                 connection.send(RESPCommand("XADD", stream, "*", Self.bodyField, payload)) { result in
                     if case .failure(let error) = result { tracker.refused(id, code: error.code ?? "\(error)") }
                 }
