@@ -245,6 +245,49 @@ import Testing
     // MARK: Invalid UTF-8
 
     /// A WebSocket text frame that is not UTF-8 closes the connection with 1007 (RFC 6455) and stores nothing.
+    /// A message may come in fragments, with control frames between them (RFC 6455 5.4): the connection collates them
+    /// on its event loop and acts on the whole message once.
+    @Test func aFragmentedSendIsCollatedAndStoredOnce() async throws {
+        try await withTestServer { client in
+            let (alice, _, conversation) = try await StreamTests.setUp(client)
+            let socket = try RawStreamSocket.webSocket(port: client.port, token: alice.token)
+            let operation = Array(
+                ("{\"op\":\"send\",\"conversationId\":\"\(conversation.id)\",\"clientMessageId\":\"\(newId())\","
+                    + "\"type\":\"text\",\"body\":\"in three pieces: \u{1F54A}\",\"clientTimestamp\":1}").utf8)
+            // Cut inside the dove's four UTF-8 bytes: only the whole message is text.
+            let cut = operation.count - 24
+            try socket.sendFrame(opcode: 1, payload: Array(operation[..<40]), fin: false)
+            try socket.sendFrame(opcode: 9, payload: Array("ping".utf8))
+            try socket.sendFrame(opcode: 0, payload: Array(operation[40..<cut]), fin: false)
+            try socket.sendFrame(opcode: 0, payload: Array(operation[cut...]), fin: true)
+            let messages = try await client.waitForMessages(alice, conversation.id) { !$0.isEmpty }
+            #expect(messages.map(\.body) == ["in three pieces: \u{1F54A}"])
+            #expect(socket.readUntilClosed(timeout: .milliseconds(300)) == nil, "the connection stays open")
+        }
+    }
+
+    /// A fragmented message over 1 MiB closes the connection with 1009, a continuation with no message begun with
+    /// 1002; nothing is stored.
+    @Test(arguments: [(true, 1009), (false, 1002)])
+    func badFragmentsCloseTheConnectionAndStoreNothing(_ tooLarge: Bool, _ code: Int) async throws {
+        try await withTestServer { client in
+            let (alice, _, conversation) = try await StreamTests.setUp(client)
+            let socket = try RawStreamSocket.webSocket(port: client.port, token: alice.token)
+            let start = "{\"op\":\"send\",\"conversationId\":\"\(conversation.id)\",\"clientMessageId\":\"\(newId())\",\"type\":\"text\",\"body\":\""
+            if tooLarge {
+                try socket.sendFrame(opcode: 1, payload: Array(start.utf8), fin: false)
+                for _ in 0..<3 { try socket.sendFrame(opcode: 0, payload: Array(repeating: UInt8(ascii: "a"), count: 400_000), fin: false) }
+                try socket.sendFrame(opcode: 0, payload: Array("\",\"clientTimestamp\":1}".utf8), fin: true)
+            } else {
+                try socket.sendFrame(opcode: 0, payload: Array((start + "x\",\"clientTimestamp\":1}").utf8), fin: true)
+            }
+            #expect(socket.readUntilClosed(timeout: .seconds(10)) == code)
+            let after = try await client.sendAccepted(alice, to: conversation.id, body: "after the close")
+            _ = try await client.waitForMessages(alice, conversation.id) { $0.contains { $0.serverId == after.serverId } }
+            #expect(try await client.allMessages(alice, conversation.id).filter { $0.serverId != after.serverId }.isEmpty)
+        }
+    }
+
     @Test func invalidUTF8TextFrameClosesWith1007AndStoresNothing() async throws {
         try await withTestServer { client in
             let (alice, _, conversation) = try await StreamTests.setUp(client)

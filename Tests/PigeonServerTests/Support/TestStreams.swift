@@ -466,8 +466,9 @@ final class RawStreamSocket: Sendable {
     }
 
     /// A masked client frame (`opcode` 1: text).
-    static func frame(opcode: UInt8 = 1, payload: [UInt8]) -> [UInt8] {
-        var frame: [UInt8] = [0x80 | opcode]
+    /// A masked client frame; `fin: false` for every fragment of a message but its last.
+    static func frame(opcode: UInt8 = 1, payload: [UInt8], fin: Bool = true) -> [UInt8] {
+        var frame: [UInt8] = [(fin ? 0x80 : 0) | opcode]
         if payload.count < 126 {
             frame.append(0x80 | UInt8(payload.count))
         } else if payload.count <= 0xFFFF {
@@ -488,8 +489,8 @@ final class RawStreamSocket: Sendable {
     }
 
     /// Sends one frame with these payload bytes as is (which may be invalid UTF-8).
-    func sendFrame(opcode: UInt8 = 1, payload: [UInt8]) throws {
-        try writeAll(Self.frame(opcode: opcode, payload: payload))
+    func sendFrame(opcode: UInt8 = 1, payload: [UInt8], fin: Bool = true) throws {
+        try writeAll(Self.frame(opcode: opcode, payload: payload, fin: fin))
     }
 
     /// Sends `bytes` without blocking; how many the kernel took (fewer once the server stops reading).
