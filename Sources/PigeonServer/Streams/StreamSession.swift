@@ -46,8 +46,6 @@ final class StreamSession: Sendable {
         var writeStarted: ContinuousClock.Instant?
         /// The watch waits for a write to start.
         var watchIdle = false
-        /// The operation reader waits for the writer to drain.
-        var readerWaiting = false
         /// Live: the event loop side that drains the queue (``goLive(_:)``).
         var outlet: (any SessionOutlet)?
         /// A drain is scheduled on the outlet and has not taken the queue yet.
@@ -72,8 +70,6 @@ final class StreamSession: Sendable {
     private let wakeup = AsyncSignal()
     /// Wakes the watch (a write started, or the stream ends).
     private let watchSignal = AsyncSignal()
-    /// Wakes the operation reader (the writer drained, or the stream ends).
-    private let drained = AsyncSignal()
 
     /// Per queued item, on top of its text: its share of the queue's storage.
     private static let itemOverhead = 64
@@ -152,7 +148,6 @@ final class StreamSession: Sendable {
     private func wakeAll() {
         wakeup.notify()
         watchSignal.notify()
-        drained.notify()
     }
 
     var isClosed: Bool { state.withLockedValue { $0.closed } }
@@ -262,42 +257,15 @@ final class StreamSession: Sendable {
     }
 
     private func release(cost: Int, endingWrite: Bool) {
-        let wakeReader = state.withLockedValue { state -> Bool in
+        state.withLockedValue { state in
             if endingWrite { state.writeStarted = nil }
             state.takenBytes = max(0, state.takenBytes - cost)
-            guard state.readerWaiting, state.heldBytes <= limits.resumeReadingBytes else { return false }
-            state.readerWaiting = false
-            return true
-        }
-        if wakeReader { drained.notify() }
-    }
-
-    /// Returns once the bytes held for the client are back under the low-water mark (at once if they are not
-    /// over the high-water mark), or when the stream ends: the WebSocket's operations are not read meanwhile, so
-    /// a client that never reads its replies is slowed, with bounded memory and no busy wait.
-    func waitUntilDrained() async {
-        while true {
-            let wait = state.withLockedValue { state -> Bool in
-                if state.closed {
-                    state.readerWaiting = false
-                    return false
-                }
-                if state.readerWaiting {
-                    if state.heldBytes > limits.resumeReadingBytes { return true }
-                    state.readerWaiting = false
-                    return false
-                }
-                if state.heldBytes <= limits.pauseReadingBytes { return false }
-                state.readerWaiting = true
-                return true
-            }
-            if !wait || Task.isCancelled { return }
-            await drained.wait()
         }
     }
 
-    /// Watches the writer until the server must end the stream, and returns why: over the byte budget, replaced, or a write that took longer than the write timeout. Returns `nil` when cancelled.
-    /// With `untilClosed`, it also returns (`nil`) once the stream is closed.
+    /// Watches the writer until the server must end the stream, and returns why: over the byte budget, replaced, or a
+    /// write that took longer than the write timeout. Returns `nil` when cancelled, and with `untilClosed` once the
+    /// stream is closed.
     func watch(untilClosed: Bool = false) async -> EndReason? {
         enum Step { case end(EndReason), closed, waitUntil(ContinuousClock.Instant), waitForWrite }
         let timeout = limits.writeTimeout
