@@ -8,6 +8,8 @@ import Testing
     @Test func everyKindSurvivesThePayloadRoundTrip() throws {
         let notifications: [NodeNotification] = [
             .committed(node: "node-a"),
+            .committed(node: "node-a", partitions: PartitionMask(partitionsOf: [0, 5, 15])),
+            .committed(node: "node-a", partitions: .none),
             .revoked(node: "node-b"),
             .frame(EphemeralFrame(type: "typing", json: "{\"type\":\"typing\",\"active\":true}", users: ["bob", "carol"], node: "node-a")),
             .membersChanged(node: "node-c", conversationId: "0193a5c2-0000-7000-8000-000000000001"),
@@ -18,6 +20,28 @@ import Testing
             #expect(NodeNotification(payload: payload) == notification, "\(payload)")
         }
         #expect(NodeNotification.committed(node: "node-a").payload == #"{"k":"c","n":"node-a"}"#)
+        #expect(NodeNotification.committed(node: "node-a", partitions: PartitionMask(partitionsOf: [0, 3])).payload == #"{"k":"c","m":9,"n":"node-a"}"#)
+    }
+
+    @Test func anOlderNodesCommitNotificationNamesEveryPartition() {
+        #expect(NodeNotification(payload: #"{"k":"c","n":"node-a"}"#) == .committed(node: "node-a", partitions: .all))
+    }
+
+    @Test func aPartitionMaskNamesPartitionsBelow64AndOtherwiseAll() {
+        var mask = PartitionMask.none
+        #expect(mask.isEmpty && mask.partitions(below: 16) == [])
+        mask.insert(2)
+        mask.insert(9)
+        mask.insert(20)
+        #expect(mask.partitions(below: 16) == [2, 9], "partitions past the log's count are not read")
+        #expect(mask.partitions(below: 32) == [2, 9, 20])
+        var merged = mask
+        merged.formUnion(PartitionMask(partitionsOf: [0]))
+        #expect(merged.partitions(below: 16) == [0, 2, 9])
+        merged.formUnion(.all)
+        #expect(merged == .all && merged.partitions(below: 4) == [0, 1, 2, 3])
+        mask.insert(64)
+        #expect(mask == .all, "a partition a mask cannot name makes it every partition")
     }
 
     @Test func anUnknownOrMalformedPayloadIsIgnored() {

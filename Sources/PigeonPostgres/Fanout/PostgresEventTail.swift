@@ -5,10 +5,11 @@ import PigeonProtocol
 
 /// Committed events to this node's devices, whichever node committed them: the committing node hands its events to
 /// its devices at once when they follow, in their partition, what it handed over already; everything else (other
-/// nodes' commits, a gap) is read from the log by the tail, woken by ``NodeNotification/committed(node:)`` (sent after
-/// commit, coalesced, outside the writing transaction) and every second. The notifications carry no data, so a lost
+/// nodes' commits, a gap) is read from the log by the tail, woken by ``NodeNotification/committed(node:partitions:)``
+/// (sent after commit, coalesced, outside the writing transaction, naming the partitions written since the last one:
+/// the woken tail reads only those) and every second (every partition). The notifications carry no events, so a lost
 /// one costs at most the poll.
-final class PostgresEventTail: Sendable {
+package final class PostgresEventTail: Sendable {
     private let local: LocalFanout
     private let readEvents: PostgresFanout.EventReader
     private let notifications: PostgresNotifications
@@ -22,9 +23,13 @@ final class PostgresEventTail: Sendable {
     private let tailWakeUp: AsyncSignal
     /// Set after local commits: the other nodes are to be told (one notification at a time, coalesced).
     private let notifyWakeUp = AsyncSignal()
+    /// The partitions this node committed to since its last notification.
+    private let committedSinceNotify = NIOLockedValueBox(PartitionMask.none)
+    /// The partitions the tail was woken for since its last read (none when only the poll's timeout woke it: every one).
+    private let wokenFor = NIOLockedValueBox(PartitionMask.none)
 
     /// `head`: the newest offset of each partition when the node starts (its devices get what comes after).
-    init(
+    package init(
         local: LocalFanout, head: [Int64], readEvents: @escaping PostgresFanout.EventReader, notifications: PostgresNotifications,
         nodeId: String, stageTimer: ProcessingStageTimer, clock: ElapsedClock, logger: Logger
     ) {
@@ -39,13 +44,19 @@ final class PostgresEventTail: Sendable {
         self.logger = logger
     }
 
-    /// Another node committed, or the listener (re)connected: read the log.
-    func wake() { tailWakeUp.notify() }
+    /// Another node committed to `partitions`, or (``PartitionMask/all``) the listener (re)connected: read them.
+    package func wake(_ partitions: PartitionMask = .all) {
+        wokenFor.withLockedValue { $0.formUnion(partitions) }
+        tailWakeUp.notify()
+    }
 
-    func publish(_ committed: [StoredEvent]) {
+    package func publish(_ committed: [StoredEvent]) {
         guard !committed.isEmpty else { return }
+        committedSinceNotify.withLockedValue { $0.formUnion(PartitionMask(partitionsOf: committed.map(\.partition))) }
         notifyWakeUp.notify()
-        for events in Self.partitionRuns(committed) where !handOver(events) { tailWakeUp.notify() }
+        for events in Self.partitionRuns(committed) where !handOver(events) {
+            wake(PartitionMask(partitionsOf: [events.first?.partition ?? 0]))
+        }
     }
 
     /// `events` cut into runs of one partition each.
@@ -88,17 +99,23 @@ final class PostgresEventTail: Sendable {
         }
     }
 
-    /// Reads what the local devices have not had yet, in every partition, and hands it over.
+    /// Reads what the local devices have not had yet, in the partitions it was woken for (every one after a second
+    /// without a wake-up), and hands it over.
     ///
     /// Only the events of users with a stream on this node are read: each node reads its own devices' share of the
     /// log, not all of it. A stream registered while a read was under way may have read its backlog from the store
     /// before that read's snapshot: the read is done again (three times at most, then for every user) so that no
     /// event falls between the stream's backlog and what the tail hands over.
-    func tail() async {
+    package func tail() async {
         let pageSize = 500
         while !Task.isCancelled {
             await tailWakeUp.wait(timeout: .seconds(1))
             if Task.isCancelled { return }
+            let woken = wokenFor.withLockedValue { woken in
+                defer { woken = .none }
+                return woken
+            }
+            let partitions = (woken.isEmpty ? PartitionMask.all : woken).partitions(below: handedOver.withLockedValue(\.count))
             do {
                 var full = true
                 while full {
@@ -111,12 +128,12 @@ final class PostgresEventTail: Sendable {
                         let connected = attempt < 3 ? local.connectedUsers() : nil
                         // Bounded: a read on a connection that died under it may never return (see ``withDeadline``).
                         read = try await withDeadline(.seconds(10)) { [readEvents] in
-                            try await readEvents(after, connected?.users, pageSize)
+                            try await readEvents(after, partitions, connected?.users, pageSize)
                         }
                         guard let connected, local.connectedUsers()?.registrations != connected.registrations else { break }
                     }
                     let runs = Dictionary(grouping: Self.partitionRuns(read.events), by: { $0.first?.partition ?? 0 })
-                    for partition in read.heads.indices {
+                    for partition in partitions {
                         let run = runs[partition]?.first ?? []
                         // A full page covers the partition up to its last event only.
                         let through = run.count == pageSize ? run.last!.id : read.heads[partition]
@@ -128,12 +145,13 @@ final class PostgresEventTail: Sendable {
                 if Task.isCancelled { return }
                 logger.warning("event tail failed; retrying", metadata: ["error": "\(String(reflecting: error))"])
                 try? await clock.sleep(for: .milliseconds(200))
-                tailWakeUp.notify()
+                wake(PartitionMask(partitionsOf: partitions))
             }
         }
     }
 
-    /// One notification (a wake-up naming this node, no data) at a time, for every commit since the previous one.
+    /// One notification (a wake-up naming this node and the partitions written, no events) at a time, for every commit
+    /// since the previous one.
     /// Outside the writing transaction: a `NOTIFY` inside it would hold PostgreSQL's database-wide notification lock
     /// through the commit, and every writer of every node would commit one at a time.
     func notifyOtherNodes() async {
@@ -141,7 +159,11 @@ final class PostgresEventTail: Sendable {
             await notifyWakeUp.wait()
             if Task.isCancelled { return }
             do {
-                try await notifications.send(.committed(node: nodeId))
+                let partitions = committedSinceNotify.withLockedValue { committed in
+                    defer { committed = .none }
+                    return committed
+                }
+                try await notifications.send(.committed(node: nodeId, partitions: partitions))
             } catch {
                 if Task.isCancelled { return }
                 logger.debug("event notification not sent", metadata: ["error": "\(String(reflecting: error))"])

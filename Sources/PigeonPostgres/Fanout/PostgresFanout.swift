@@ -19,10 +19,10 @@ import ServiceLifecycle
 /// The polls, the heartbeat and the pauses after a failed read run on `clock` (the real one unless a test injects
 /// another); the `LISTEN` reconnection backoff and the reads' deadlines bound real I/O and stay on real time.
 public final class PostgresFanout: Fanout, Service {
-    /// Reads the events of `users` (`nil`: every user's) after the given offset of each partition and up to its
-    /// head, at most `pageSize` per partition, each partition's in offset order; answers them and each partition's
-    /// head as read before them.
-    package typealias EventReader = @Sendable (_ after: [Int64], _ users: [String]?, _ pageSize: Int) async throws -> (
+    /// Reads the events of `users` (`nil`: every user's) in `partitions` after the given offset of each partition and
+    /// up to its head, at most `pageSize` per partition, each partition's in offset order; answers them and each
+    /// partition's head as read before them (`after`'s offset for a partition not read).
+    package typealias EventReader = @Sendable (_ after: [Int64], _ partitions: [Int], _ users: [String]?, _ pageSize: Int) async throws -> (
         events: [StoredEvent], heads: [Int64]
     )
 
@@ -87,7 +87,7 @@ public final class PostgresFanout: Fanout, Service {
             events.wake()
             revocations.wake()
             presence.reload()
-        case .committed: events.wake()
+        case .committed(_, let partitions): events.wake(partitions)
         case .revoked: revocations.wake()
         case .frame(let frame): frames.receive(frame)
         case .membersChanged(_, let conversationId): frames.receiveMembersChange(conversationId)

@@ -9,8 +9,9 @@ import PostgresNIO
 /// Each notification is a wake-up or a best-effort frame: the store's tables (event log, revocations, presence) stay
 /// the source, so a lost notification delays a node by at most a poll, never loses anything.
 package enum NodeNotification: Sendable, Equatable {
-    /// `node` committed events: the others' tails read the log.
-    case committed(node: String)
+    /// `node` committed events in `partitions` of the log: the others' tails read those partitions (``PartitionMask/all``:
+    /// every partition, what an older node's notification without the mask means).
+    case committed(node: String, partitions: PartitionMask = .all)
     /// `node` committed revocations: the others read them.
     case revoked(node: String)
     /// A frame that is never stored (typing), relayed to the other nodes' devices of its users.
@@ -25,7 +26,7 @@ package enum NodeNotification: Sendable, Equatable {
     /// The node that sent it; a node ignores its own.
     package var node: String {
         switch self {
-        case .committed(let node), .revoked(let node), .membersChanged(let node, _), .blocksChanged(let node, _): node
+        case .committed(let node, _), .revoked(let node), .membersChanged(let node, _), .blocksChanged(let node, _): node
         case .frame(let frame): frame.node
         case .presence(let change): change.node
         }
@@ -77,7 +78,7 @@ package struct PresenceChange: Sendable, Codable, Equatable {
 extension NodeNotification: Codable {
     /// `{"k": kind, …}`: short keys, a `NOTIFY` payload must stay under 8,000 bytes.
     private enum CodingKeys: String, CodingKey {
-        case kind = "k", node = "n", conversationId = "c", frame = "f", presence = "p", userId = "u"
+        case kind = "k", node = "n", conversationId = "c", frame = "f", presence = "p", userId = "u", partitions = "m"
     }
 
     private enum Kind: String, Codable {
@@ -87,7 +88,10 @@ extension NodeNotification: Codable {
     package init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         switch try container.decode(Kind.self, forKey: .kind) {
-        case .committed: self = .committed(node: try container.decode(String.self, forKey: .node))
+        case .committed:
+            // Absent in an older node's notification: every partition.
+            let bits = try container.decodeIfPresent(UInt64.self, forKey: .partitions)
+            self = .committed(node: try container.decode(String.self, forKey: .node), partitions: bits.map(PartitionMask.init(bits:)) ?? .all)
         case .revoked: self = .revoked(node: try container.decode(String.self, forKey: .node))
         case .frame: self = .frame(try container.decode(EphemeralFrame.self, forKey: .frame))
         case .membersChanged:
@@ -102,9 +106,10 @@ extension NodeNotification: Codable {
     package func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         switch self {
-        case .committed(let node):
+        case .committed(let node, let partitions):
             try container.encode(Kind.committed, forKey: .kind)
             try container.encode(node, forKey: .node)
+            if let bits = partitions.bits { try container.encode(bits, forKey: .partitions) }
         case .revoked(let node):
             try container.encode(Kind.revoked, forKey: .kind)
             try container.encode(node, forKey: .node)

@@ -94,25 +94,29 @@ extension PostgresMessageStore {
         return try await Self.storedEvents(rows, client: client, logger: logger)
     }
 
-    /// The events of `users` (`nil`: everyone's) after `after` (an offset per partition) and up to each partition's
-    /// committed head, at most `pageSize` per partition, each partition's in offset order, and those heads (read
-    /// first, so every event up to them was committed when the events were read): what the fan-out's tail reads.
-    package static func readEvents(_ client: PostgresClient, after: [Int64], users: [String]?, pageSize: Int, logger: Logger) async throws -> (
-        events: [StoredEvent], heads: [Int64]
-    ) {
+    /// The events of `users` (`nil`: everyone's) in `partitions` after `after` (an offset per partition) and up to each
+    /// partition's committed head, at most `pageSize` per partition, each partition's in offset order, and those heads
+    /// (read first, so every event up to them was committed when the events were read; `after`'s offset for a partition
+    /// not read): what the fan-out's tail reads.
+    package static func readEvents(
+        _ client: PostgresClient, after: [Int64], partitions: [Int], users: [String]?, pageSize: Int, logger: Logger
+    ) async throws -> (events: [StoredEvent], heads: [Int64]) {
+        let parts = partitions.filter { after.indices.contains($0) }.map { Int32($0) }
         var heads = after
+        if parts.isEmpty { return ([], heads) }
         for try await (part, offset) in try await client.query(
-            "SELECT part, last_offset FROM event_partitions WHERE part < \(after.count)", logger: logger
+            "SELECT part, last_offset FROM event_partitions WHERE part = ANY(\(parts))", logger: logger
         ).decode((Int32, Int64).self) {
             heads[Int(part)] = max(heads[Int(part)], offset)
         }
         if users?.isEmpty == true || heads == after { return ([], heads) }
-        let parts = (0..<after.count).map { Int32($0) }
+        let afterRead = parts.map { after[Int($0)] }
+        let headsRead = parts.map { heads[Int($0)] }
         var rows: [EventTuple] = []
         for try await row in try await client.query(
             """
             SELECT \(unescaped: Self.eventColumns)
-            FROM unnest(\(parts)::integer[], \(after)::bigint[], \(heads)::bigint[]) AS t(part, after, head)
+            FROM unnest(\(parts)::integer[], \(afterRead)::bigint[], \(headsRead)::bigint[]) AS t(part, after, head)
             CROSS JOIN LATERAL (
                 SELECT * FROM events x
                 WHERE x.part = t.part AND x.id > t.after AND x.id <= t.head AND (\(users == nil) OR x.user_id = ANY(\(users ?? [])))

@@ -115,8 +115,8 @@ public final class PostgresMessageStore: MessageStore, Service {
         self.fanout = PostgresFanout(
             client: client, epoch: epoch, nodeId: nodeId, head: head, revocationHead: revocationHead, local: local, logger: logger,
             stageTimer: stageTimer, clock: clock,
-            readEvents: { [client, logger] after, users, pageSize in
-                try await Self.readEvents(client, after: after, users: users, pageSize: pageSize, logger: logger)
+            readEvents: { [client, logger] after, partitions, users, pageSize in
+                try await Self.readEvents(client, after: after, partitions: partitions, users: users, pageSize: pageSize, logger: logger)
             },
             readRevocations: { [client, logger] after, limit in
                 try await Self.readRevocations(client, after: after, limit: limit, logger: logger)
