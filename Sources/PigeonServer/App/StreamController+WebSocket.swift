@@ -180,6 +180,24 @@ extension StreamController {
         }
     }
 
+    /// Appends a prepared send, answered with its `ack` once accepted, or an `error` frame naming it (also when it could
+    /// not be prepared): on the event loop (``WebSocketOperations/actNow(_:)``) or in the lane's turn.
+    func append(_ prepared: Result<Ingest.Prepared, some Error>, clientMessageId: String, session: StreamSession) {
+        switch prepared {
+        case .success(let message):
+            ingest.append(message) { result in
+                switch result {
+                case .success(let accepted):
+                    session.send(type: "ack", json: Self.ackFrame(accepted.response))
+                case .failure(let error):
+                    session.send(type: "error", json: Self.errorFrame(clientMessageId, error))
+                }
+            }
+        case .failure(let error):
+            session.send(type: "error", json: Self.errorFrame(clientMessageId, WireError.of(error, logger: logger, what: "a send")))
+        }
+    }
+
     /// Performs one operation. A send or an edit is prepared (the hook asked) before its turn, and appended in it.
     private func perform(
         _ operation: ClientOperation, device: DeviceIdentity, session: StreamSession, receipts: ReceiptQueue, turn: Turn?,
@@ -193,21 +211,7 @@ extension StreamController {
             } catch {
                 prepared = .failure(error)
             }
-            await inTurn(turn, acted: acted) {
-                switch prepared {
-                case .success(let message):
-                    ingest.append(message) { result in
-                        switch result {
-                        case .success(let accepted):
-                            session.send(type: "ack", json: Self.ackFrame(accepted.response))
-                        case .failure(let error):
-                            session.send(type: "error", json: Self.errorFrame(request.clientMessageId, error))
-                        }
-                    }
-                case .failure(let error):
-                    session.send(type: "error", json: Self.errorFrame(request.clientMessageId, WireError.of(error, logger: logger, what: "a send")))
-                }
-            }
+            await inTurn(turn, acted: acted) { append(prepared, clientMessageId: request.clientMessageId, session: session) }
         case .receipt(let conversationId, let request):
             await inTurn(turn, acted: acted) { receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq) }
         case .typing(let conversationId, let active):

@@ -56,20 +56,7 @@ final class WebSocketOperations: Sendable {
         switch operation {
         case .send(let conversationId, let request):
             guard let prepared = controller.ingest.prepareFromMemory(request, from: device, to: conversationId) else { return .lane(operation) }
-            switch prepared {
-            case .success(let message):
-                let session = session
-                controller.ingest.append(message) { result in
-                    switch result {
-                    case .success(let accepted):
-                        session.send(type: "ack", json: StreamController.ackFrame(accepted.response))
-                    case .failure(let error):
-                        session.send(type: "error", json: StreamController.errorFrame(request.clientMessageId, error))
-                    }
-                }
-            case .failure(let error):
-                session.send(type: "error", json: StreamController.errorFrame(request.clientMessageId, error))
-            }
+            controller.append(prepared, clientMessageId: request.clientMessageId, session: session)
             return .done
         case .receipt(let conversationId, let request):
             receipts.add(conversationId: conversationId, kind: request.kind, upToSeq: request.upToSeq)
