@@ -81,8 +81,26 @@ import Testing
         // The text listing shows the ticks; the conversation list its name.
         let listing = try await cli.run(["ls", conversation, "--local"], profile: "alice")
         #expect(listing.stdout.split(separator: "\n").filter { $0.hasSuffix("✓✓") }.count == 5, "\(listing)")
+        // Each message shows the #seq that `pigeon edit` and `delete` take.
+        let seqLines = listing.stdout.split(separator: "\n").filter { $0.hasSuffix("✓✓") }
+        #expect(zip(seqLines, 1...5).allSatisfy { line, seq in line.contains(" #\(seq) ") }, "\(listing)")
         let conversations = try await cli.run(["ls", "--local"], profile: "bob")
         #expect(conversations.stdout.contains(conversation) && conversations.stdout.contains("Tickets"), "\(conversations)")
+        try await server.stop()
+    }
+
+    /// Without `PIGEON_HOME`, profiles live under `$HOME/.pigeon`: the `$HOME` the process was given, not the account's
+    /// home directory, so scripts and tests with a home of their own do not share profiles.
+    @Test func profilesLiveUnderTheGivenHOME() async throws {
+        let server = try PigeonServerProcess()
+        try await server.start()
+        let home = makeTemporaryDirectory("pigeon-cli-home")
+        let login = try await runBuiltProduct(
+            "pigeon", ["--server", server.url, "login", "zed"], home: home, timeout: .seconds(60), overriding: ["PIGEON_HOME": nil, "HOME": home])
+        #expect(login.status == 0, "\(login)")
+        #expect(FileManager.default.fileExists(atPath: "\(home)/.pigeon/zed/device.json"), "\(login)")
+        let listed = try await runBuiltProduct("pigeon", ["ls", "--local"], home: home, timeout: .seconds(60), overriding: ["PIGEON_HOME": nil, "HOME": home])
+        #expect(listed.status == 0 && listed.stdout.contains("No conversations yet"), "\(listed)")
         try await server.stop()
     }
 

@@ -92,10 +92,25 @@ final class TmuxSession: Sendable {
         #expect(!bobsMessages.stdout.contains("written while offline"), "the server had the message while alice was offline: \(bobsMessages)")
         #expect(screenLine(containing: "written while offline")?.trimmingCharacters(in: .whitespaces).hasSuffix("⏰") == true)
         #expect(screenLine(containing: "○ offline (by you)") != nil)
+        // An edit made offline says it waits, not that it is under way.
+        try tmux.press("Up")
+        try tmux.type("/edit written while offline, fixed")
+        try tmux.press("Enter")
+        try await waitUntil("the edit says it is sent once online", describe: { (try? tmux.screen()) ?? "" }) {
+            screenLine(containing: "Edit saved: it is sent once online") != nil
+        }
+        #expect(screenLine(containing: "Editing the message") == nil)
         try tmux.type("/online")
         try tmux.press("Enter")
         try await waitForLine("written while offline", endingWith: "✓", "/online sends it")
         #expect(screenLine(containing: "No connection") == nil)
+        // "reconnecting…" is gone once the header says online (read from one capture of the screen).
+        var onlineScreen = ""
+        try await waitUntil("the header says online", describe: { onlineScreen }) {
+            onlineScreen = (try? tmux.screen()) ?? ""
+            return onlineScreen.contains("● online")
+        }
+        #expect(!onlineScreen.contains("reconnecting"), "\(onlineScreen)")
 
         // Bob answers from his shell: it appears live, with his name.
         #expect(try await cli.run(["send", conversation, "hi alice, got it", "--wait", "20"], profile: "bob").status == 0)
@@ -113,6 +128,46 @@ final class TmuxSession: Sendable {
         try tmux.press("Escape")
         try tmux.press("C-c")
         try await waitUntil("pigeon chat exits", describe: { (try? tmux.screen()) ?? "" }) { screenLine(containing: "EXITED:0") != nil }
+        try await server.stop()
+    }
+
+    /// A slash command being typed is not typing: bob's chat never shows "alice is typing…" while she types
+    /// `/offline` or `/edit …`, and does when she types a message (so the test sees typing when there is some).
+    @Test func aSlashCommandBeingTypedIsNotTyping() async throws {
+        let server = try PigeonServerProcess()
+        try await server.start()
+        let cli = PigeonCLI(server: server.url)
+        #expect(try await cli.run(["login", "alice"], profile: "alice").status == 0)
+        #expect(try await cli.run(["login", "bob"], profile: "bob").status == 0)
+        let conversation = try await cli.run(["new", "bob"], profile: "alice").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        func chat(_ profile: String) throws -> TmuxSession {
+            try TmuxSession(
+                command: "env PIGEON_HOME=\(cli.home) \(PigeonCLI.binaryPath) --server \(server.url) --profile \(cli.home)/\(profile) chat \(conversation); sleep 60")
+        }
+        let alice = try chat("alice")
+        defer { alice.kill() }
+        let bob = try chat("bob")
+        defer { bob.kill() }
+        for (name, session) in [("alice", alice), ("bob", bob)] {
+            try await waitUntil("\(name)'s chat is online", describe: { (try? session.screen()) ?? "" }) {
+                ((try? session.screen()) ?? "").contains("● online")
+            }
+        }
+
+        try alice.type("/edit")
+        try await Task.sleep(for: .milliseconds(300))
+        try alice.type(" 1 changed")
+        try alice.press("C-u")
+        try alice.type("/offline")
+        // Long enough for a typing frame to cross the server (it does in well under a second, as below).
+        try await Task.sleep(for: .seconds(2))
+        #expect(!((try? bob.screen()) ?? "").contains("typing"), "\((try? bob.screen()) ?? "")")
+        try alice.press("C-u")
+
+        try alice.type("a real message")
+        try await waitUntil("bob sees alice typing a message", describe: { (try? bob.screen()) ?? "" }) {
+            ((try? bob.screen()) ?? "").contains("alice is typing…")
+        }
         try await server.stop()
     }
 

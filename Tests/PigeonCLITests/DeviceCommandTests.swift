@@ -36,6 +36,7 @@ import Testing
         #expect(revoked.status == 0 && revoked.stdout.contains("Revoked \(ids[1])"), "\(revoked)")
         let refused = try await cli.run(["devices"], profile: "phone")
         #expect(refused.status == 1 && refused.stderr.contains("does not accept this device's token"), "\(refused)")
+        #expect(refused.stderr.contains("--profile <new directory> --from-profile <a profile of"), "\(refused)")
         let again = try await cli.run(["revoke", ids[1]], profile: "laptop")
         #expect(again.status == 1 && again.stderr.contains("has no device \(ids[1])"), "\(again)")
         #expect(try await devices(cli, "laptop").compactMap { $0["deviceId"] as? String } == [ids[0], ids[2]])
@@ -74,6 +75,12 @@ import Testing
         #expect(revoked.status == 0, "\(revoked)")
         try await waitUntil("pigeon chat exits saying the device was signed out", describe: screen) { screen().contains("EXITED:1") }
         #expect(screen().contains("pigeon: this device was signed out"), "\(screen())")
+        // The same advice as every other command's (the screen wraps it: compared without line breaks).
+        let unwrapped = screen().replacingOccurrences(of: "\n", with: "")
+        #expect(unwrapped.contains("pigeon login alice --profile <new directory> --from-profile <a profile of alice still signed in>"), "\(screen())")
+        // The advice, followed to the letter, signs alice in again on a new device.
+        let anew = try await cli.run(["login", "alice", "--profile", "\(cli.home)/phone-2", "--from-profile", "\(cli.home)/laptop"])
+        #expect(anew.status == 0, "\(anew)")
         try await server.stop()
     }
 }

@@ -36,6 +36,10 @@ import Testing
         #expect(forbidden.status == 1 && forbidden.stderr.contains("pigeon: not allowed"), "\(forbidden)")
         let removed = try await cli.run(["remove", short, "dave", "--json"], profile: "alice")
         #expect(memberRoles(try json(removed)) == ["alice": "owner", "bob": "member", "carol": "member"], "\(removed)")
+        // The conversation list says a member change once, in words, with no tick.
+        let list = try await cli.run(["ls"], profile: "alice")
+        let crew = list.stdout.split(separator: "\n").first { $0.contains("Crew") }.map(String.init) ?? ""
+        #expect(crew.contains("you removed dave") && !crew.contains("you: you") && !crew.hasSuffix("✓"), "\(list)")
         let text = try await cli.run(["members", short], profile: "alice")
         #expect(text.status == 0 && text.stdout.contains("Crew (\(conversation)) · group · 3 members"), "\(text)")
         #expect(text.stdout.contains("alice  owner") && text.stdout.contains("(you)") && text.stdout.contains("joined at #"), "\(text)")

@@ -13,6 +13,24 @@ import Testing
         return object
     }
 
+    /// The server names the push gateway it uses when it starts (its user and password left out), or says push is off.
+    @Test func theServerLogsItsPushGatewayAtStart() async throws {
+        for (arguments, expected) in [
+            (["--push-gateway", "http://ops:secret@127.0.0.1:9/"], "push notifications through a Matrix push gateway"),
+            ([], "push notifications off (no --push-gateway)"),
+        ] {
+            let server = try PigeonServerProcess(extraArguments: arguments + ["--log-level", "info"])
+            try await server.start()
+            let logs = try FileManager.default.contentsOfDirectory(atPath: server.dataDirectory).filter { $0.hasPrefix("server-") }
+            let log = { logs.map { (try? String(contentsOfFile: "\(server.dataDirectory)/\($0)", encoding: .utf8)) ?? "" }.joined() }
+            try await waitUntil("the start-up log names the push setting", describe: log) { log().contains(expected) }
+            if !arguments.isEmpty {
+                #expect(log().contains("gateway=http://127.0.0.1:9/_matrix/push/v1/notify") && !log().contains("secret"), "\(log())")
+            }
+            try await server.stop()
+        }
+    }
+
     @Test func registerStatusAndUnregister() async throws {
         let gateway = try await MatrixPushGateway.start()
         let server = try PigeonServerProcess(extraArguments: ["--push-gateway", gateway.url])

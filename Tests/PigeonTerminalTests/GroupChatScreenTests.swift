@@ -87,4 +87,20 @@ import Testing
         let direct = render([message(1, "some have it", recipients: RecipientCounts(members: 1, delivered: 0, read: 0))], group: false)
         #expect(direct.text.first { $0.contains("some have it") }?.hasSuffix(" ✓") == true)
     }
+
+    /// README's group (`pigeon new bob carol`: alice's messages have two recipients) shows the ticks the screen draws.
+    @Test func readmeShowsTheGroupTicksTheScreenDraws() throws {
+        let screen = render([
+            message(1, "one of them has it", recipients: RecipientCounts(members: 2, delivered: 1, read: 0)),
+            message(2, "both have it, one read it", recipients: RecipientCounts(members: 2, delivered: 2, read: 1)),
+        ])
+        let readme = try String(
+            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("README.md"), encoding: .utf8)
+        for (text, tick) in [("one of them has it", "✓✓ 1/2"), ("both have it, one read it", "✓✓ read 1/2")] {
+            let shown = screen.text.first { $0.contains(text) } ?? ""
+            #expect(shown.hasSuffix(tick), "\(shown)")
+            #expect(readme.contains("`\(tick)`"), "README shows \(tick)")
+        }
+    }
 }

@@ -291,6 +291,11 @@ def test_same_origin():
             check(pending < back < accepted, f"⏰ while alice was offline, ✓ only after she was back: {log}")
             bob_delivered = index(log, lambda e: e.get("id") == to_alice and e["status"] in ("delivered", "read"), "bob's ✓✓")
             check(bob_delivered > back, "bob's ✓✓ only after alice was back")
+            # Once stored, both panes list the messages in seq order: alice's offline message (typed before bob's
+            # arrived, stored after it) goes below bob's.
+            for side in ("alice", "bob"):
+                seqs = demo.page.eval_on_selector_all(f"#{side} .msg[data-seq]", "nodes => nodes.map(n => Number(n.dataset.seq))")
+                check(len(seqs) >= 4 and seqs == sorted(seqs), f"{side}'s pane is in seq order: {seqs}")
 
             # Refused sends show ⚠️ with the server's code, over the WebSocket and over HTTP.
             for side in ("alice", "bob"):

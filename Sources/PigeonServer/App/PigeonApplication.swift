@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
@@ -100,6 +101,7 @@ public enum PigeonApplication {
                 + [core.processor].compactMap { $0 } + [core.typing, core.sampler] + [core.pushDispatcher].compactMap { $0 }
                 + [core.webhookDispatcher].compactMap { $0 } + [core.beforeSendHook].compactMap { $0 },
             onServerRunning: { channel in
+                logPush(configuration.push, logger: logger)
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
             },
             logger: logger)
@@ -116,6 +118,21 @@ extension Application: ApplicationRunnable {
     public func runService() async throws {
         try await runService(gracefulShutdownSignals: [.sigterm, .sigint])
     }
+}
+
+/// Where push notifications go (or that none are sent), logged once the server listens: an operator sees at start
+/// whether the gateway they configured is the one in use. A URL's user and password are left out.
+private func logPush(_ push: PushConfiguration, logger: Logger) {
+    guard let notifyURL = push.notifyURL else {
+        logger.info("push notifications off (no --push-gateway): devices' registrations are kept, nothing is sent")
+        return
+    }
+    var shown = URLComponents(string: notifyURL)
+    shown?.user = nil
+    shown?.password = nil
+    logger.info(
+        "push notifications through a Matrix push gateway",
+        metadata: ["gateway": "\(shown?.string ?? notifyURL)", "includeBody": "\(push.includeBody)"])
 }
 
 /// The warning logged once the server listens (on `address`, the one it bound) while open registration is on.

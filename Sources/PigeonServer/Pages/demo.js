@@ -546,6 +546,22 @@
     storedAs(item, seq) {
       item.seq = seq;
       this.addSeq(seq);
+      if (item.node) this.place(item.node, seq);
+    }
+
+    // Keeps the list in the conversation's order: a stored message (with its seq) goes after the stored ones with a
+    // lower seq and before any with a higher one or still waiting for its seq (those stay last, in the order typed).
+    place(node, seq) {
+      node.dataset.seq = String(seq);
+      const list = this.dom.list;
+      const before = [...list.children].find(
+        (other) => other !== node && (other.dataset.seq === undefined || Number(other.dataset.seq) > seq),
+      );
+      if (before) {
+        if (node.nextSibling !== before) list.insertBefore(node, before);
+      } else if (list.lastChild !== node) {
+        list.append(node);
+      }
     }
 
     // ⚠️: a refusal, a dead letter (final), or transient errors that used up the tries (retry offers another round).
@@ -702,7 +718,7 @@
       }
       this.addRow(message.serverId, node, message.senderId, message.body, message.reactions);
       this.incoming.set(message.serverId, { message, node, viaHistory });
-      this.dom.list.append(node);
+      this.place(node, message.seq);
       this.dom.list.scrollTop = this.dom.list.scrollHeight;
       this.renderIncoming();
       this.hidePeerTyping();

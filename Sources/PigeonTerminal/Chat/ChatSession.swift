@@ -16,6 +16,8 @@ actor ChatSession {
     private var screen: RenderedScreen?
     private(set) var quitting = false
     private var noticeExpires: ContinuousClock.Instant?
+    /// What ends the notice besides its time: the work it reports, once the screen can see it done.
+    private var noticeEnd: NoticeEnd?
     private var typingSince: [String: ContinuousClock.Instant] = [:]
     private var typingSent: ContinuousClock.Instant?
     /// Set when the server refused this device's token: the session ends and `pigeon chat` says why.
@@ -137,10 +139,16 @@ actor ChatSession {
         }
     }
 
+    /// A line that is a command (`/offline`), not a message (`//` starts a message with a slash).
+    static func isCommand(_ line: String) -> Bool {
+        let text = line.drop { $0 == " " || $0 == "\t" }
+        return text.hasPrefix("/") && !text.hasPrefix("//")
+    }
+
     private func submit(_ line: String) {
         let text = line.trimmingCharacters(in: .whitespaces)
         guard !text.isEmpty else { return }
-        if text.hasPrefix("/"), !text.hasPrefix("//") {
+        if Self.isCommand(text) {
             command(text)
             return
         }
@@ -171,7 +179,7 @@ actor ChatSession {
         case "/online":
             client.setNetworkEnabled(true)
             state.networkEnabled = true
-            notify("Network on: reconnecting…")
+            notify("Network on: reconnecting…", until: .online)
         case "/retry": retry()
         case "/search":
             if argument.isEmpty { state.search = ChatScreenState.Search() } else { runSearch(argument) }
@@ -398,7 +406,12 @@ actor ChatSession {
         }
         do {
             let change = try body(target)
-            notify(change.type == ServerMessageType.delete ? "Deleting the message…" : "Editing the message…")
+            let deleting = change.type == ServerMessageType.delete
+            if state.networkEnabled, state.connection == .online {
+                notify(deleting ? "Deleting the message…" : "Editing the message…", until: .sent(localId: change.localId))
+            } else {
+                notify(deleting ? "Deletion saved: it is sent once online (⏰)" : "Edit saved: it is sent once online (⏰)")
+            }
             state.selected = nil
             reload()
         } catch {
@@ -456,7 +469,16 @@ actor ChatSession {
         }
     }
 
+    /// Tells the others the viewer is typing a message (at most every 3 s); a slash command being typed is not one
+    /// (and ends a typing indicator already sent).
     private func typing() {
+        if Self.isCommand(state.input.text) {
+            if typingSent != nil {
+                typingSent = nil
+                setTyping(false)
+            }
+            return
+        }
         let now = ContinuousClock.now
         guard typingSent.map({ now - $0 > .seconds(3) }) ?? true else { return }
         typingSent = now
@@ -547,13 +569,42 @@ actor ChatSession {
         typingSince = typingSince.filter { now - $0.value < .seconds(6) }
         state.typing = typingSince.keys.sorted()
         state.connection = client.connectionState
+        settleNotice()
         state.frame += 1
         draw()
     }
 
-    private func notify(_ text: String, isError: Bool = false) {
+    /// What ends a notice of work in progress (it also ends after 30 s, or when another notice replaces it).
+    private enum NoticeEnd {
+        /// The stream is open.
+        case online
+        /// The server has the message (an edit or a deletion) with this local id.
+        case sent(localId: Int64)
+    }
+
+    private func notify(_ text: String, isError: Bool = false, until end: NoticeEnd? = nil) {
         state.notice = ChatScreenState.Notice(text, isError: isError)
-        noticeExpires = .now + .seconds(isError ? 6 : 4)
+        noticeEnd = end
+        noticeExpires = .now + .seconds(end != nil ? 30 : isError ? 6 : 4)
+        settleNotice()
+    }
+
+    /// Takes down a notice of work in progress once the work is done: "reconnecting…" while the header says online,
+    /// "Editing the message…" once the server has the edit.
+    private func settleNotice() {
+        guard let end = noticeEnd else { return }
+        let done: Bool
+        switch end {
+        case .online:
+            done = state.connection == .online
+        case .sent(let localId):
+            let status = (try? client.message(localId: localId))??.status
+            done = status.map { $0 != .pending && $0 != .sending } ?? true
+        }
+        guard done else { return }
+        state.notice = nil
+        noticeEnd = nil
+        noticeExpires = nil
     }
 
     /// Reads the conversation again from the local database; marks it read while the newest messages are in view.
@@ -577,6 +628,7 @@ actor ChatSession {
         } catch {
             notify("local database: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)
         }
+        settleNotice()
     }
 
     private func draw() {

@@ -42,7 +42,8 @@ extension PigeonCommand {
             await chat.run()
             if let error = await chat.signedOut {
                 throw CLIError(
-                    "this device was signed out: the server no longer accepts its token (\(error.message)); unsent messages stay on this device; log in again with `pigeon login <userId>`")
+                    "this device was signed out: the server no longer accepts its token (\(error.message)); unsent messages stay on this device; "
+                        + CLIError.signInAgain(userId: session.device.userId))
             }
         }
     }

@@ -59,6 +59,7 @@ extension PigeonCommand {
                 state.messages = page.messages
                 state.hasOlder = page.hasMore
                 state.isGroup = found.kind == .group
+                state.showsSeqs = true
                 let colors = standardOutputIsColorTerminal
                 for line in ChatScreen.messageLines(state, width: terminalWidth() ?? 80) { printLine(line.ansi(colors: colors)) }
                 return
@@ -81,9 +82,11 @@ extension PigeonCommand {
                 line.append(TextWidth.padded(unread, to: 10) + " ", TextStyle(foreground: .green, bold: true))
                 if let last = conversation.lastMessage {
                     line.append(MessageFormat.clock(MessageFormat.timestamp(of: last), timeZone: .current) + " ", TextStyle(foreground: .gray))
-                    line.append(MessageFormat.sender(of: last, me: me) + ": ", TextStyle(foreground: .cyan))
+                    // A member change names who made it ("you added dave") and has no tick.
+                    let isChange = if case .membersChange = last.kind { true } else { false }
+                    if !isChange { line.append(MessageFormat.sender(of: last, me: me) + ": ", TextStyle(foreground: .cyan)) }
                     line.append(TextWidth.truncated(TextWidth.sanitized(MessageFormat.preview(of: last, me: me)), to: 40))
-                    if last.isOutgoing { line.append(" " + Ticks.symbol(for: last.status), Ticks.style(for: last.status)) }
+                    if last.isOutgoing, !isChange { line.append(" " + Ticks.symbol(for: last.status), Ticks.style(for: last.status)) }
                 }
                 printLine(line.ansi(colors: colors))
             }

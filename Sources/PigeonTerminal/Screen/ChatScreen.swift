@@ -44,6 +44,8 @@ public struct ChatScreenState: Sendable, Equatable {
     public var messages: [PigeonMessage] = []
     /// Older messages exist on the device.
     public var hasOlder = false
+    /// Each stored message shows its `#seq` after the sender (`pigeon ls`: what `pigeon edit` and `delete` take).
+    public var showsSeqs = false
     public var connection: ConnectionState = .offline
     /// False after `/offline`.
     public var networkEnabled = true
@@ -175,7 +177,10 @@ public enum ChatScreen {
         let shown = visibleMessages(state)
         let names = shown.map { MessageFormat.sender(of: $0, me: state.userId) }
         let nameWidth = min(12, max(3, names.map { TextWidth.of($0) }.max() ?? 3))
-        let prefixWidth = 1 + 5 + 1 + nameWidth + 1
+        let seqLabels = shown.map { message in state.showsSeqs ? message.seq.map { "#\($0)" } ?? "" : "" }
+        // "#12 " after the name, in a column as wide as the widest (blank for a message not stored yet).
+        let seqWidth = state.showsSeqs ? (seqLabels.map(\.count).max() ?? 0) + 1 : 0
+        let prefixWidth = 1 + 5 + 1 + nameWidth + 1 + seqWidth
         let ticks = shown.map { message -> (String, TextStyle)? in
             guard message.isOutgoing, message.kind == .message else { return nil }
             return Ticks.tick(for: message, inGroup: state.isGroup, frame: state.frame)
@@ -189,7 +194,7 @@ public enum ChatScreen {
         }
         if state.hasOlder { lines.append(StyledLine("  ↑ older messages: PgUp", TextStyle(foreground: .gray))) }
         var lastDay: DateComponents?
-        for ((message, name), tick) in zip(zip(shown, names), ticks) {
+        for (((message, name), tick), seqLabel) in zip(zip(zip(shown, names), ticks), seqLabels) {
             let time = MessageFormat.timestamp(of: message)
             let day = MessageFormat.dayKey(time, timeZone: state.timeZone)
             if day != lastDay {
@@ -202,7 +207,7 @@ public enum ChatScreen {
             if case .membersChange(let change) = message.kind {
                 var line = StyledLine(selected ? "›" : " ", TextStyle(foreground: .yellow, bold: true))
                 line.append(MessageFormat.clock(time, timeZone: state.timeZone), TextStyle(foreground: .gray))
-                line.append(String(repeating: " ", count: nameWidth + 2))
+                line.append(String(repeating: " ", count: nameWidth + 2 + seqWidth))
                 line.append(TextWidth.sanitized(MessageFormat.describe(change, me: state.userId)), TextStyle(foreground: .gray))
                 lines.append(line)
                 continue
@@ -226,6 +231,7 @@ public enum ChatScreen {
                     line.append(" ")
                     line.append(TextWidth.padded(TextWidth.sanitized(name), to: nameWidth), TextStyle(foreground: own ? .green : .cyan, bold: true))
                     line.append(" ")
+                    if seqWidth > 0 { line.append(TextWidth.padded(seqLabel, to: seqWidth), TextStyle(foreground: .gray)) }
                 } else {
                     line.append(String(repeating: " ", count: prefixWidth - 1))
                 }

@@ -31,6 +31,15 @@ public struct CLIError: Error, CustomStringConvertible, Equatable {
         return message
     }
 
+    /// What to do once the server no longer accepts a device's token (revoked from another device): the one advice every
+    /// command gives. The old profile keeps the revoked device (and its unsent messages), so the new device needs a
+    /// profile of its own, and, as a further device of the user, proof from a profile still signed in.
+    static func signInAgain(userId: String?) -> String {
+        let user = userId ?? "<userId>"
+        return "to sign in again, log in a new device in a new profile: `pigeon login \(user) --profile <new directory> "
+            + "--from-profile <a profile of \(user) still signed in>` (without --from-profile if \(user) has no device left)"
+    }
+
     /// What a PigeonKit or network error means to someone at a terminal, and what to do about it.
     static func from(_ error: any Error, server: String) -> CLIError {
         if let error = error as? CLIError { return error }
@@ -42,7 +51,7 @@ public struct CLIError: Error, CustomStringConvertible, Equatable {
             return CLIError(error.message, status: .notYet)
         case .server:
             if error.httpStatus == 401 {
-                return CLIError("the server at \(server) does not accept this device's token (\(error.message)); log in again with `pigeon login <userId> --profile <new directory>`")
+                return CLIError("the server at \(server) does not accept this device's token (\(error.message)); \(signInAgain(userId: nil))")
             }
             if error.serverError?.code == .notFound {
                 return CLIError("the server says: \(error.message)")

@@ -31,9 +31,14 @@ public struct Profile: Sendable {
     var deviceFile: URL { directory.appendingPathComponent("device.json") }
     public var databasePath: String { directory.appendingPathComponent("pigeon.sqlite").path }
 
-    /// `$PIGEON_HOME`, else `~/.pigeon`.
+    /// `$PIGEON_HOME`, else `$HOME/.pigeon` (the account's home directory when `$HOME` is not set).
     public static var root: URL {
         if let home = ProcessInfo.processInfo.environment["PIGEON_HOME"], !home.isEmpty { return URL(fileURLWithPath: home) }
+        // `$HOME` as the process was given it (Foundation's home directory on Linux is the account's, from the password
+        // database, whatever `$HOME` says).
+        if let home = ProcessInfo.processInfo.environment["HOME"], !home.isEmpty {
+            return URL(fileURLWithPath: home).appendingPathComponent(".pigeon")
+        }
         return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".pigeon")
     }
 

@@ -56,15 +56,18 @@ struct PigeonCLI: Sendable {
 }
 
 /// Runs a built executable of this package to its end (killed after `timeout`) with a home of its own
-/// (`PIGEON_HOME`) and none of the test environment's `PIGEON_SERVER`, `PIGEON_PROFILE` or `PIGEON_LOG_LEVEL`.
+/// (`PIGEON_HOME`) and none of the test environment's `PIGEON_SERVER`, `PIGEON_PROFILE` or `PIGEON_LOG_LEVEL`;
+/// `overriding` sets (or, with `nil`, removes) variables after that.
 func runBuiltProduct(
-    _ name: String, _ arguments: [String], home: String, stdin: String? = nil, timeout: Duration, what: String? = nil
+    _ name: String, _ arguments: [String], home: String, stdin: String? = nil, timeout: Duration, what: String? = nil,
+    overriding: [String: String?] = [:]
 ) async throws -> CLIResult {
     var environment = ProcessInfo.processInfo.environment
     environment["PIGEON_HOME"] = home
     environment["PIGEON_SERVER"] = nil
     environment["PIGEON_PROFILE"] = nil
     environment["PIGEON_LOG_LEVEL"] = nil
+    for (name, value) in overriding { environment[name] = value }
     let outPath = "\(home)/.out-\(UUID().uuidString)"
     let errPath = "\(home)/.err-\(UUID().uuidString)"
     var inPath = "/dev/null"
