@@ -20,7 +20,7 @@ public struct PigeonCommand: AsyncParsableCommand {
         subcommands: [
             Login.self, New.self, List.self, Send.self, Download.self, Sync.self, Read.self, Chat.self, Members.self, Add.self, Remove.self, Leave.self,
             Edit.self, Delete.self, React.self, Reply.self, ThreadCommand.self, Invites.self, Accept.self, Decline.self, Block.self, Unblock.self,
-            Blocks.self, Devices.self, Revoke.self, Logout.self, Push.self, Demo.self,
+            Blocks.self, Devices.self, Revoke.self, Logout.self, Push.self, Export.self, Demo.self,
         ])
 
     @OptionGroup public var global: GlobalOptions

@@ -69,6 +69,21 @@ import Testing
         let lines = story.stdout.split(separator: "\n").map(String.init)
         let order = ["you added carol and dave", "you removed dave", "bob left"].map { text in lines.firstIndex { $0.contains(text) } }
         #expect(order.allSatisfy { $0 != nil } && order == order.sorted { ($0 ?? 0) < ($1 ?? 0) }, "\(story.stdout)")
+
+        // Export: the same story as text on stdout, as JSON into a file that is never overwritten by accident.
+        let exported = try await cli.run(["export", short, "--local"], profile: "alice")
+        #expect(exported.status == 0 && exported.stdout.hasPrefix("Crew (\(conversation))"), "\(exported)")
+        let told = ["you added carol and dave", "you removed dave", "bob left"].map { text in exported.stdout.range(of: text)?.lowerBound }
+        #expect(told.allSatisfy { $0 != nil } && told == told.sorted { $0! < $1! }, "\(exported.stdout)")
+        let file = "\(cli.home)/crew.json"
+        let toFile = try await cli.run(["export", short, "--format", "json", "--out", file, "--local"], profile: "alice")
+        #expect(toFile.status == 0 && toFile.stdout.isEmpty, "\(toFile)")
+        let document = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: file))) as? [String: Any]
+        #expect((document?["messages"] as? [[String: Any]])?.compactMap { $0["text"] as? String }.contains("bob left") == true, "\(document ?? [:])")
+        let overwrite = try await cli.run(["export", short, "--format", "json", "--out", file, "--local"], profile: "alice")
+        #expect(overwrite.status == 1 && overwrite.stderr.contains("exists; pass --force"), "\(overwrite)")
+        let badFormat = try await cli.run(["export", short, "--format", "xml"], profile: "alice")
+        #expect(badFormat.status == 64 && badFormat.stderr.contains("--format must be json or text"), "\(badFormat)")
         try await server.stop()
     }
 

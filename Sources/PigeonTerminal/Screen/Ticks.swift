@@ -104,25 +104,7 @@ public enum MessageFormat {
     /// A member change as a line of the conversation: "alice added carol", "bob left", "alice renamed the group to
     /// Trip"; the viewer is "you".
     public static func describe(_ change: MembersChange, me: String) -> String {
-        func name(_ user: String) -> String { user == me ? "you" : user }
-        func names(_ users: [String]) -> String {
-            let all = users.map(name)
-            guard all.count > 1 else { return all.first ?? "nobody" }
-            return all.dropLast().joined(separator: ", ") + " and " + all.last!
-        }
-        let by = name(change.by)
-        switch change.action {
-        case .added: return "\(by) added \(names(change.userIds))" + (change.role == .admin ? " as admin" : "")
-        case .removed: return "\(by) removed \(names(change.userIds))"
-        case .left: return "\(names(change.userIds)) left"
-        case .role:
-            let role = change.role?.rawValue ?? "member"
-            if change.role == .owner { return "\(names(change.userIds)) \(change.userIds == [me] ? "are" : "is") now the owner" }
-            return "\(by) made \(names(change.userIds)) \(role == "admin" ? "an admin" : "a member")"
-        case .renamed:
-            guard let name = change.name else { return "\(by) removed the group's name" }
-            return "\(by) renamed the group to \(name)"
-        }
+        change.sentence(viewer: me)
     }
 
     /// A message in one line of text, for a list: a member change described, a deleted message as such, the
