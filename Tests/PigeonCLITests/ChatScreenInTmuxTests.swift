@@ -42,13 +42,19 @@ final class TmuxSession: Sendable {
 }
 
 @Suite(.serialized) struct ChatScreenInTmuxTests {
-    @Test func chatShowsLiveTicksTheOfflineBannerAndIncomingMessages() async throws {
+    /// A running server, alice and bob logged in, and alice's conversation with bob.
+    private func aliceAndBob() async throws -> (server: PigeonServerProcess, cli: PigeonCLI, conversation: String) {
         let server = try PigeonServerProcess()
         try await server.start()
         let cli = PigeonCLI(server: server.url)
         #expect(try await cli.run(["login", "alice"], profile: "alice").status == 0)
         #expect(try await cli.run(["login", "bob"], profile: "bob").status == 0)
         let conversation = try await cli.run(["new", "bob"], profile: "alice").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        return (server, cli, conversation)
+    }
+
+    @Test func chatShowsLiveTicksTheOfflineBannerAndIncomingMessages() async throws {
+        let (server, cli, conversation) = try await aliceAndBob()
 
         let command = "env PIGEON_HOME=\(cli.home) \(PigeonCLI.binaryPath) --server \(server.url) --profile \(cli.home)/alice chat \(conversation); echo EXITED:$?; sleep 60"
         let tmux = try TmuxSession(command: command)
@@ -134,12 +140,7 @@ final class TmuxSession: Sendable {
     /// A slash command being typed is not typing: bob's chat never shows "alice is typing…" while she types
     /// `/offline` or `/edit …`, and does when she types a message (so the test sees typing when there is some).
     @Test func aSlashCommandBeingTypedIsNotTyping() async throws {
-        let server = try PigeonServerProcess()
-        try await server.start()
-        let cli = PigeonCLI(server: server.url)
-        #expect(try await cli.run(["login", "alice"], profile: "alice").status == 0)
-        #expect(try await cli.run(["login", "bob"], profile: "bob").status == 0)
-        let conversation = try await cli.run(["new", "bob"], profile: "alice").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let (server, cli, conversation) = try await aliceAndBob()
         func chat(_ profile: String) throws -> TmuxSession {
             try TmuxSession(
                 command: "env PIGEON_HOME=\(cli.home) \(PigeonCLI.binaryPath) --server \(server.url) --profile \(cli.home)/\(profile) chat \(conversation); sleep 60")
