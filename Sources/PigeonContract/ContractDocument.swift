@@ -8,10 +8,19 @@ public enum ContractDocument: String, Sendable, CaseIterable {
     /// AsyncAPI 3.0: the WebSocket's operations and frames, and the server-sent events.
     case asyncapi
 
-    /// The document, pretty-printed JSON ending in a newline; the same bytes whatever the configuration.
+    /// The document, pretty-printed JSON ending in a newline, of every route (what is committed and printed).
     public var text: String {
         switch self {
         case .openapi: OpenAPIDocument.text
+        case .asyncapi: AsyncAPIDocument.text
+        }
+    }
+
+    /// The document a server serves when the options behind `availabilities` are on: the OpenAPI one lists only the
+    /// routes registered then; the AsyncAPI one is the same whatever the configuration.
+    package func text(serving availabilities: Set<ContractRoute.Availability>) -> String {
+        switch self {
+        case .openapi: OpenAPIDocument.text(serving: availabilities)
         case .asyncapi: AsyncAPIDocument.text
         }
     }

@@ -71,6 +71,8 @@ package struct ContractRoute: Sendable {
             case json(String)
             /// Text of another media type (`text/event-stream`, Prometheus text, an HTML page).
             case text(mediaType: String)
+            /// `text/event-stream` whose events each are the named schema of ``ContractSchemas``.
+            case eventStream(item: String)
             /// Bytes of any media type (an attachment), with the headers that describe them.
             case binary(headers: [(name: String, description: String)])
             /// No body, these headers (a `304`).
@@ -91,6 +93,11 @@ package struct ContractRoute: Sendable {
 
         package static func text(_ status: Int, _ mediaType: String, _ description: String) -> Answer {
             Answer(status: status, description: description, body: .text(mediaType: mediaType))
+        }
+
+        /// A `text/event-stream` answer, each event of it the named schema `item`.
+        package static func eventStream(_ status: Int, item: String, _ description: String) -> Answer {
+            Answer(status: status, description: description, body: .eventStream(item: item))
         }
 
         /// An HTML page (`text/html`).
@@ -130,6 +137,9 @@ package struct ContractRoute: Sendable {
     package var availability: Availability = .always
     package var security: Security
     package var parameters: [Parameter] = []
+    /// Groups of parameters of which a request gives at most one (`400` for more): OpenAPI cannot say it in the
+    /// parameters, so the operation carries them as `x-pigeon-exclusive-parameters` and the parameters' descriptions.
+    package var exclusive: [[String]] = []
     /// The named schema of the JSON request body, if it takes one.
     package var request: String?
     /// A body of raw bytes instead (an upload), described.

@@ -22,8 +22,8 @@ extension ContractRoute {
         "Over --conversations-per-minute conversation creations and changes of the user, --stored-bytes-per-minute of storage, or --stranger-adds-per-hour users added with whom the caller shares no joined conversation (nothing is created; Retry-After says when enough of the hour's adds expire).")
     private static let blockedAdd = Refusal.forbidden("A user added blocks the caller (\"this user does not accept invitations from you\"); nothing changed.")
     private static let sendRate = Refusal.rateLimited("Over --rate-limit sends of the device, or --stored-bytes-per-minute of storage of the user.")
-    private static let after = Parameter.query("after", Schema.integer(nil, minimum: 0, maximum: Int64.max), "The page after this seq (gap recovery).")
-    private static let before = Parameter.query("before", Schema.integer(nil, minimum: 1, maximum: Int64.max), "The page just before this seq (scrolling back).")
+    private static let after = Parameter.query("after", Schema.integer(nil, minimum: 0, maximum: Int64.max), "The page after this seq (gap recovery). Not with before: both are 400.")
+    private static let before = Parameter.query("before", Schema.integer(nil, minimum: 1, maximum: Int64.max), "The page just before this seq (scrolling back). Not with after: both are 400.")
 
     private static func limit(_ maximum: Int64, default value: Int64) -> Parameter {
         .query("limit", Schema.integer("Default \(value).", minimum: 1, maximum: maximum), "Page size, 1-\(maximum) (default \(value)); anything else is 400.")
@@ -57,7 +57,10 @@ extension ContractRoute {
         ContractRoute(
             method: .put, path: "/v1/devices/current/push", operationId: "registerPush", tag: "devices", summary: "Register the device for push",
             security: .device, request: "PushRegistrationRequest", answers: [.empty(204, "Registered (a second PUT replaces it).")],
-            refusals: [.invalid("A bad kind, appId, pushkey or data (over 2,048 bytes)."), .unauthorized(), .tooLarge]),
+            refusals: [
+                .invalid("A bad kind, appId, pushkey or data (over 2,048 bytes)."), .unauthorized(), .tooLarge,
+                .conflict("A device of another user holds the appId and pushkey (nothing changed)."),
+            ]),
         ContractRoute(
             method: .get, path: "/v1/devices/current/push", operationId: "pushRegistration", tag: "devices", summary: "The device's push registration",
             security: .device, answers: [.json(200, "PushRegistrationInfo", "The registration and what was last pushed.")],
@@ -108,7 +111,8 @@ extension ContractRoute {
             answers: [.json(200, "Conversation", "The conversation after the change; under --consent invites, strangers to the caller are invited.")],
             refusals: [
                 .invalid("A bad userId, role owner, a direct conversation, or over --max-members members after the change."), .unauthorized(),
-                .forbidden("A plain member, or a user added blocks the caller (nothing changed)."), notMember, .tooLarge, addRate,
+                .forbidden("A plain member, an admin adding with role admin (the owner's alone), or a user added blocks the caller (nothing changed)."),
+                notMember, .tooLarge, addRate,
             ]),
         ContractRoute(
             method: .post, path: "/v1/conversations/{id}/accept", operationId: "acceptInvitation", tag: "conversations",
@@ -127,10 +131,10 @@ extension ContractRoute {
             ]),
         ContractRoute(
             method: .delete, path: "/v1/conversations/{id}/members/{userId}", operationId: "removeMember", tag: "conversations",
-            summary: "Remove a member, or leave", description: "Owner and admins remove others (an admin not the owner); any member removes itself.",
+            summary: "Remove a member, or leave", description: "Owner and admins remove others ranked below them (an admin removes members); any member removes itself.",
             security: .device, parameters: [conversationId, memberId], answers: [.json(200, "Conversation", "The conversation after the change.")],
             refusals: [
-                .invalid("A malformed userId."), .unauthorized(), .forbidden("A plain member removing another, an admin removing the owner."),
+                .invalid("A malformed userId."), .unauthorized(), .forbidden("A plain member removing another, an admin removing another admin or the owner."),
                 .notFound("The conversation is unknown or not the caller's, or the user is not a member."), membershipRate,
             ]),
         ContractRoute(
@@ -188,7 +192,7 @@ extension ContractRoute {
             method: .get, path: "/v1/conversations/{id}/messages", operationId: "history", tag: "messages", summary: "A page of history",
             description: "after or before (not both: 400), exclusive; neither: the newest page. Never below the caller's joinedSeq.",
             security: .device,
-            parameters: [conversationId, after, before, limit(500, default: 100)],
+            parameters: [conversationId, after, before, limit(500, default: 100)], exclusive: [["after", "before"]],
             answers: [.json(200, "MessagePage", "Ascending seq.")],
             refusals: [.invalid("A bad after, before or limit, both after and before, or the id is not a UUID."), .unauthorized(), notMember]),
         ContractRoute(
@@ -201,6 +205,7 @@ extension ContractRoute {
                 conversationId, .path("serverId", ContractSchemas.uuid, "The thread's root message (400 when it is not a UUID)."), after, before,
                 limit(500, default: 100),
             ],
+            exclusive: [["after", "before"]],
             answers: [.json(200, "ThreadPage", "The root and the replies, ascending seq.")],
             refusals: [
                 .invalid("A bad after, before or limit, both after and before, or an id that is not a UUID."), .unauthorized(),
@@ -350,7 +355,7 @@ extension ContractRoute {
                 cursor,
                 .header("Last-Event-ID", ContractSchemas.cursor, "The last event's id (a browser's EventSource adds it when it reconnects); wins over cursor."),
             ],
-            answers: [.text(200, "text/event-stream", "The stream, until the client or the server ends it.")],
+            answers: [.eventStream(200, item: "ServerSentEvent", "The stream, until the client or the server ends it: ServerSentEvent items.")],
             refusals: [.invalid("A malformed cursor or Last-Event-ID."), .unauthorized()]),
         ContractRoute(
             method: .get, path: "/v1/ws", operationId: "webSocket", tag: "events", summary: "The device's WebSocket",

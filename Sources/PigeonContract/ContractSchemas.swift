@@ -97,7 +97,7 @@ package enum ContractSchemas {
     /// Every named schema, in document order.
     package static var components: [(String, JSONNode)] {
         base + ServerEvent.Kind.allCases.map { (eventName($0), event($0)) }
-            + [("Event", eventUnion)]
+            + [("Event", eventUnion), ("ServerSentEvent", serverSentEvent)]
             + ClientOperation.Op.allCases.map { (operationName($0), operation($0)) }
             + [("ClientOperation", operationUnion), ("AckFrame", ackFrame), ("ErrorFrame", errorFrame), ("ServerFrame", serverFrameUnion)]
             + serviceSchemas
@@ -620,6 +620,19 @@ package enum ContractSchemas {
             "description": "One event of a device's stream: `type` says which.",
             "oneOf": .array(ServerEvent.Kind.allCases.map { Schema.ref(eventName($0)) }),
         ]
+    }
+
+    /// One event of `GET /v1/events` as its SSE framing carries it: OpenAPI 3.1 has no schema for the items of a
+    /// stream, so the answer's `text/event-stream` schema names this one (as OpenAPI 3.2's `itemSchema` would).
+    private static var serverSentEvent: JSONNode {
+        Schema.object(
+            "One server-sent event of GET /v1/events, its fields as the framing carries them: `id: <id>`, `event: <event>`, `data: <data as one line of JSON>`, then a blank line. The stream is a sequence of these (after `retry: 1000` and a comment; `: keep-alive` comments between them).",
+            required: ["event", "data"],
+            [
+                ("id", Schema.described(cursor, "The event's cursor (absent on typing): resume after it with cursor or Last-Event-ID.")),
+                ("event", Schema.enumeration(ServerEvent.Kind.allCases.map(\.rawValue), "The event's type, the same as its data's type.")),
+                ("data", Schema.ref("Event")),
+            ])
     }
 
     // MARK: WebSocket operations and answers

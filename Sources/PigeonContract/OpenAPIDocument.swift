@@ -1,13 +1,18 @@
 import HTTPTypes
 import PigeonProtocol
 
-/// The OpenAPI 3.1 document of every HTTP route (`GET /openapi.json`, `pigeon-server contract openapi`,
-/// docs/openapi.json): built from ``ContractRoute/all`` and ``ContractSchemas``, the same whatever the server's
-/// configuration (routes that need an option say which, in `x-pigeon-requires`).
+/// The OpenAPI 3.1 document of the HTTP routes, built from ``ContractRoute/all`` and ``ContractSchemas``: of every
+/// route (`pigeon-server contract openapi`, docs/openapi.json; routes that need an option say which, in
+/// `x-pigeon-requires`), or of those a server's options turn on (its `GET /openapi.json`), so that a contract tester
+/// pointed at a server meets no documented route that answers `404` there.
 package enum OpenAPIDocument {
     package static let version = "1.2"
 
-    package static var json: JSONNode {
+    /// The document of every route.
+    package static var json: JSONNode { json(serving: Set(ContractRoute.Availability.allCases)) }
+
+    /// The document of the routes registered when the options behind `availabilities` are on.
+    package static func json(serving availabilities: Set<ContractRoute.Availability>) -> JSONNode {
         [
             "openapi": "3.1.0",
             "info": [
@@ -17,7 +22,7 @@ package enum OpenAPIDocument {
                 "license": ["name": "See the project's repository"],
             ],
             "tags": .array(tags.map { ["name": .string($0.0), "description": .string($0.1)] }),
-            "paths": paths,
+            "paths": paths(ContractRoute.all.filter { availabilities.contains($0.availability) }),
             "components": [
                 "schemas": .object(ContractSchemas.components.map { .init(key: $0.0, value: $0.1) }),
                 "responses": .object(ContractError.allCases.map { .init(key: $0.responseName, value: response(of: $0)) }),
@@ -29,6 +34,11 @@ package enum OpenAPIDocument {
     /// The document's text, as served and committed.
     package static let text = json.prettyPrinted
 
+    /// The text of ``json(serving:)``.
+    package static func text(serving availabilities: Set<ContractRoute.Availability>) -> String {
+        availabilities == Set(ContractRoute.Availability.allCases) ? text : json(serving: availabilities).prettyPrinted
+    }
+
     private static let description = """
         Pigeon's HTTP API (API.md and docs/API.md are the prose). JSON bodies in UTF-8; times are integers, milliseconds \
         since the Unix epoch; unknown JSON fields are ignored, a key given twice is 400. Every error is \
@@ -38,7 +48,10 @@ package enum OpenAPIDocument {
         answer 408 request_timeout, 414 and 431 invalid_request, and 503 overloaded (docs/API.md, "Limits every client \
         meets"). With --cors-origin every /v1 route and these documents answer CORS preflights and carry \
         Access-Control-Allow-Origin (docs/API.md, "From a browser"). The WebSocket's and the SSE stream's messages are \
-        described by /asyncapi.json. Routes marked x-pigeon-requires exist only with that option (else 404).
+        described by /asyncapi.json. Routes marked x-pigeon-requires exist only with that option (else 404): a server's \
+        own /openapi.json lists only the routes its options turn on (without --web, no GET /), the committed copy \
+        (pigeon-server contract openapi) all of them. Parameters of which a request gives at most one (after and \
+        before) are listed in the operation's x-pigeon-exclusive-parameters; giving more is 400.
         """
 
     private static let tags: [(String, String)] = [
@@ -55,10 +68,10 @@ package enum OpenAPIDocument {
         ("contract", "The machine-readable contract."),
     ]
 
-    private static var paths: JSONNode {
+    private static func paths(_ routes: [ContractRoute]) -> JSONNode {
         var order: [String] = []
         var byPath: [String: [ContractRoute]] = [:]
-        for route in ContractRoute.all {
+        for route in routes {
             if byPath[route.path] == nil { order.append(route.path) }
             byPath[route.path, default: []].append(route)
         }
@@ -108,6 +121,7 @@ package enum OpenAPIDocument {
             ("x-pigeon-requires", route.availability.option.map(JSONNode.string)),
             ("security", security(route.security)),
             ("parameters", route.parameters.isEmpty ? nil : .array(route.parameters.map(parameter))),
+            ("x-pigeon-exclusive-parameters", route.exclusive.isEmpty ? nil : .array(route.exclusive.map { .array($0.map(JSONNode.string)) })),
             (
                 "requestBody",
                 route.request.map { ["required": true, "content": ["application/json": ["schema": Schema.ref($0)]]] }
@@ -141,6 +155,13 @@ package enum OpenAPIDocument {
         case .text(let mediaType):
             let schema: JSONNode = mediaType == "application/json" ? ["type": "object"] : ["type": "string"]
             return ["description": .string(answer.description), "content": [mediaType: ["schema": schema]]]
+        case .eventStream(let item):
+            let schema: JSONNode = [
+                "type": "string",
+                "description": .string("Server-sent events, each of them x-pigeon-item-schema (the schema of one item, as OpenAPI 3.2's itemSchema)."),
+                "x-pigeon-item-schema": Schema.ref(item),
+            ]
+            return ["description": .string(answer.description), "content": ["text/event-stream": ["schema": schema]]]
         case .binary(let headers):
             return .fields([
                 ("description", .string(answer.description)),

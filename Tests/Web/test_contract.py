@@ -33,7 +33,9 @@ TIME_LIMIT = 170  # seconds for the schemathesis run, well under 3 minutes
 
 
 def test_documents_are_served_as_committed():
-    server = Server("--admin-token", ADMIN_TOKEN, name="contract-documents")
+    # The committed document lists every route; a server lists those its options turn on (--admin-token and --web
+    # add routes): with both, it serves the committed bytes.
+    server = Server("--admin-token", ADMIN_TOKEN, "--web", name="contract-documents")
     try:
         for name in ("openapi", "asyncapi"):
             answer = request("GET", server.url(f"/{name}.json"))
@@ -50,6 +52,14 @@ def test_documents_are_served_as_committed():
         check({"webSocket", "serverSentEvents"} <= set(asyncapi["channels"]), f"channels: {list(asyncapi['channels'])}")
     finally:
         server.stop()
+    # Without them, the served document lists neither GET / nor the admin routes, which would answer 404 there.
+    bare = Server(name="contract-documents-bare")
+    try:
+        paths = json.loads(request("GET", bare.url("/openapi.json")).body)["paths"]
+        check("/" not in paths and not any(path.startswith("/v1/admin") for path in paths), f"paths: {sorted(paths)}")
+        check(request("GET", bare.url("/")).status == 404, "GET / without --web")
+    finally:
+        bare.stop()
 
 
 def run_schemathesis(server, folder, config_text, *arguments):

@@ -9,8 +9,10 @@ import PigeonProtocol
 /// bursts coalesce), ``claimDuePushes(now:limit:leaseUntil:node:includeBody:)`` hands the due ones to one node
 /// under a lease, and ``finishPush(_:outcome:now:minInterval:node:)`` records the gateway's answer.
 public protocol PushStore: Sendable {
-    /// Stores (or replaces) `device`'s registration; another device's registration of the same pushkey and app is
-    /// dropped (a pushkey wakes one device, and a reinstalled app's new device takes it over).
+    /// Stores (or replaces) `device`'s registration. A pushkey wakes one device: another device of the same user
+    /// holding the same pushkey and app loses it (the app reinstalled); a device of another user holding it makes
+    /// this ``PigeonError/pushkeyHeld`` and changes nothing (knowing a pushkey must not let one take over another
+    /// user's notifications; it is free again once that device unregisters, registers another pushkey, or is revoked).
     func setPushRegistration(_ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64) async throws
     /// Drops `device`'s registration and any push owed to it; `false` when it had none.
     @discardableResult
@@ -112,4 +114,11 @@ public enum PushOutcome: Sendable, Equatable {
     /// Not sent and not tried again: the device came online (its stream delivers), the gateway refused the request
     /// for good, or the retry window passed.
     case dropped
+}
+
+extension PigeonError {
+    /// A push registration of a pushkey that a device of another user holds (``PushStore/setPushRegistration(_:data:for:at:)``).
+    package static let pushkeyHeld = PigeonError(
+        .conflict,
+        "this pushkey is registered to a device of another user; it is free once that device unregisters it or is revoked")
 }

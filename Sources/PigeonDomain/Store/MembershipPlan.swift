@@ -13,8 +13,10 @@ public enum MembershipOperation: Sendable, Equatable {
 /// What a membership change does, the same in every store (which only writes it): the rules of API.md 1.1 applied
 /// to the conversation as it is under its lock, without I/O.
 ///
-/// - Adding and removing others, and renaming, are for the owner and admins (`403` otherwise); an admin cannot remove
-///   the owner; changing roles is the owner's. Any member may leave.
+/// - Roles rank owner > admin > member. Adding members and renaming are for the owner and admins (`403` otherwise);
+///   one removes only those ranked below oneself (an admin removes members, never another admin or the owner), and
+///   granting a role above `member` is the owner's alone, by any route: `PATCH` or an add with `"role": "admin"`.
+///   Otherwise an admin could remove a member, re-add it as admin, and be removed by it. Any member may leave.
 /// - A direct conversation never gains members and is never renamed (`400`).
 /// - Each change is a `pigeon.members` message with the next seq, sent as `message.new` to every device of every
 ///   member of the conversation before the change and of every member it added (so the removed member gets the
@@ -74,6 +76,7 @@ package struct MembershipPlan: Equatable {
             guard me.role != .member else { throw PigeonError(.forbidden, "only the owner and admins add members") }
             guard kind == .group else { throw PigeonError.invalid("a direct conversation never gains members; create a group") }
             guard role != .owner else { throw PigeonError.invalid("a conversation has one owner; add members as member or admin") }
+            guard role == .member || me.role == .owner else { throw PigeonError(.forbidden, "only the owner adds members as admin") }
             var seen = Set(before)
             let new = userIds.filter { seen.insert($0).inserted }
             guard !new.isEmpty else { break }
@@ -103,6 +106,9 @@ package struct MembershipPlan: Equatable {
                 throw PigeonError(.notFound, "\(userId) is not a member of this conversation")
             }
             guard target.role != .owner || isService else { throw PigeonError(.forbidden, "the owner cannot be removed; it may leave") }
+            guard isService || Self.rank(me.role) > Self.rank(target.role) else {
+                throw PigeonError(.forbidden, "an admin removes only members; only the owner removes an admin")
+            }
             after.removeAll { $0.userId == userId }
             removed = [userId]
             changes.append(Change(seq: next(), body: MembersChange(action: .removed, userIds: [userId], by: by), recipients: before))
@@ -158,6 +164,15 @@ package struct MembershipPlan: Equatable {
     private mutating func next() -> Int64 {
         lastSeq += 1
         return lastSeq
+    }
+
+    /// A role's rank: one acts on (removes, demotes) only those ranked below itself.
+    private static func rank(_ role: MemberRole) -> Int {
+        switch role {
+        case .owner: 2
+        case .admin: 1
+        case .member: 0
+        }
     }
 
     /// Who becomes owner when the owner leaves: the longest-standing admin, else the longest-standing member

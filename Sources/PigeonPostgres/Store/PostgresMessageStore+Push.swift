@@ -8,28 +8,44 @@ import PostgresNIO
 /// a node that dies with pushes claimed hands them on when the lease ends (or at once when it restarts).
 extension PostgresMessageStore: PushStore {
     public func setPushRegistration(_ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64) async throws {
-        try await transaction { connection in
-            // A pushkey wakes one device: another device's registration of it (a reinstall, another account) goes.
-            try await connection.query(
-                """
-                DELETE FROM push_pending p USING push_registrations r
-                WHERE p.user_id = r.user_id AND p.device_id = r.device_id AND r.app_id = \(request.appId) AND r.pushkey = \(request.pushkey)
-                    AND NOT (r.user_id = \(device.userId) AND r.device_id = \(device.deviceId))
-                """, logger: logger)
-            try await connection.query(
-                """
-                DELETE FROM push_registrations WHERE app_id = \(request.appId) AND pushkey = \(request.pushkey)
-                    AND NOT (user_id = \(device.userId) AND device_id = \(device.deviceId))
-                """, logger: logger)
-            try await connection.query(
-                """
-                INSERT INTO push_registrations(user_id, device_id, kind, app_id, pushkey, data, updated_at)
-                VALUES (\(device.userId), \(device.deviceId), \(request.kind.rawValue), \(request.appId), \(request.pushkey), \(data), \(now))
-                ON CONFLICT (user_id, device_id) DO UPDATE SET
-                    kind = EXCLUDED.kind, app_id = EXCLUDED.app_id, pushkey = EXCLUDED.pushkey, data = EXCLUDED.data,
-                    updated_at = EXCLUDED.updated_at
-                """, logger: logger)
+        do {
+            try await transaction { connection in try await Self.setPushRegistration(connection, request, data: data, for: device, at: now, logger: logger) }
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "23505" {
+            // Another user's device registered the pushkey between the check and the insert: the unique index holds it.
+            throw PigeonError.pushkeyHeld
         }
+    }
+
+    private static func setPushRegistration(
+        _ connection: PostgresConnection, _ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64,
+        logger: Logger
+    ) async throws {
+        // A pushkey wakes one device: another user's device keeps it (409); the same user's other device (the app
+        // reinstalled) loses it. Only this user's rows are deleted, so a race leaves the unique index to refuse.
+        for try await holder in try await connection.query(
+            "SELECT user_id FROM push_registrations WHERE app_id = \(request.appId) AND pushkey = \(request.pushkey)", logger: logger
+        ).decode(String.self) where holder != device.userId {
+            throw PigeonError.pushkeyHeld
+        }
+        try await connection.query(
+            """
+            DELETE FROM push_pending p USING push_registrations r
+            WHERE p.user_id = r.user_id AND p.device_id = r.device_id AND r.app_id = \(request.appId) AND r.pushkey = \(request.pushkey)
+                AND r.user_id = \(device.userId) AND r.device_id <> \(device.deviceId)
+            """, logger: logger)
+        try await connection.query(
+            """
+            DELETE FROM push_registrations WHERE app_id = \(request.appId) AND pushkey = \(request.pushkey)
+                AND user_id = \(device.userId) AND device_id <> \(device.deviceId)
+            """, logger: logger)
+        try await connection.query(
+            """
+            INSERT INTO push_registrations(user_id, device_id, kind, app_id, pushkey, data, updated_at)
+            VALUES (\(device.userId), \(device.deviceId), \(request.kind.rawValue), \(request.appId), \(request.pushkey), \(data), \(now))
+            ON CONFLICT (user_id, device_id) DO UPDATE SET
+                kind = EXCLUDED.kind, app_id = EXCLUDED.app_id, pushkey = EXCLUDED.pushkey, data = EXCLUDED.data,
+                updated_at = EXCLUDED.updated_at
+            """, logger: logger)
     }
 
     @discardableResult

@@ -7,16 +7,20 @@ import PigeonProtocol
 extension SQLiteMessageStore: PushStore {
     public func setPushRegistration(_ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64) async throws {
         try await write { db in
-            // A pushkey wakes one device: another device's registration of it (a reinstall, another account) goes.
+            // A pushkey wakes one device: another user's device keeps it (409); the same user's other device (the app
+            // reinstalled) loses it.
+            let holder = try String.fetchOne(
+                db, sql: "SELECT user_id FROM push_registrations WHERE app_id = ? AND pushkey = ?", arguments: [request.appId, request.pushkey])
+            if let holder, holder != device.userId { throw PigeonError.pushkeyHeld }
             try db.execute(
                 sql: """
                     DELETE FROM push_pending WHERE (user_id, device_id) IN (
                         SELECT user_id, device_id FROM push_registrations
-                        WHERE app_id = ? AND pushkey = ? AND NOT (user_id = ? AND device_id = ?))
+                        WHERE app_id = ? AND pushkey = ? AND user_id = ? AND device_id <> ?)
                     """,
                 arguments: [request.appId, request.pushkey, device.userId, device.deviceId])
             try db.execute(
-                sql: "DELETE FROM push_registrations WHERE app_id = ? AND pushkey = ? AND NOT (user_id = ? AND device_id = ?)",
+                sql: "DELETE FROM push_registrations WHERE app_id = ? AND pushkey = ? AND user_id = ? AND device_id <> ?",
                 arguments: [request.appId, request.pushkey, device.userId, device.deviceId])
             try db.execute(
                 sql: """

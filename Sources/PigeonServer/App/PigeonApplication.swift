@@ -60,7 +60,7 @@ public enum PigeonApplication {
             store: core.store, buffer: core.accept, hub: core.hub, metrics: core.metrics,
             metricsToken: configuration.metricsToken.map(OperatorToken.init)
         ).addRoutes(to: router)
-        ContractController().addRoutes(to: router)
+        ContractController(availabilities: configuration.contractAvailabilities).addRoutes(to: router)
         // Without an admin token the admin routes do not exist (404).
         if let adminToken = configuration.adminToken.map(OperatorToken.init) {
             let admin = v1.group("/admin").add(middleware: OperatorTokenMiddleware(token: adminToken))

@@ -12,7 +12,7 @@ import PigeonProtocol
 /// it, and is logged); ``run()`` fetches at once, then every refresh interval, and after a failure again with a
 /// backoff (1 s, doubling, at most the refresh interval or a minute); a token naming an unknown `kid` makes
 /// ``refreshForUnknownKid()`` fetch at once, at most once per minimum refresh interval, with concurrent callers
-/// sharing one fetch. A URL fetch has a timeout and a size cap.
+/// sharing one fetch. A URL fetch has a timeout and a size cap, and follows no redirect.
 actor JWKSKeySource {
     enum Location: Sendable, CustomStringConvertible {
         case file(String)
@@ -149,15 +149,36 @@ actor JWKSKeySource {
             guard data.count <= maxBytes else { throw PigeonError.invalid("the JWKS file \(path) is larger than \(maxBytes) bytes") }
             return data
         case .url(let url):
-            var request = HTTPClientRequest(url: url)
-            request.headers.add(name: "Accept", value: "application/json")
-            let timeout = TimeAmount.nanoseconds(Int64(fetchTimeout.components.seconds) * 1_000_000_000 + fetchTimeout.components.attoseconds / 1_000_000_000)
-            let response = try await HTTPClient.shared.execute(request, timeout: timeout)
-            guard response.status == .ok else {
-                throw PigeonError.invalid("the JWKS URL answered HTTP \(response.status.code)")
+            // A client of its own that follows no redirect: the keys that sign every token must come from the URL the
+            // operator configured, not from wherever that host (or whoever answers for it) points to. Fetches are
+            // rare (minutes apart), so the client lives for one fetch.
+            var configuration = HTTPClient.Configuration()
+            configuration.redirectConfiguration = .disallow
+            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+            do {
+                let data = try await fetch(url, with: client)
+                try await client.shutdown()
+                return data
+            } catch {
+                try? await client.shutdown()
+                throw error
             }
-            let body = try await response.body.collect(upTo: maxBytes)
-            return Data(body.readableBytesView)
         }
+    }
+
+    private func fetch(_ url: String, with client: HTTPClient) async throws -> Data {
+        var request = HTTPClientRequest(url: url)
+        request.headers.add(name: "Accept", value: "application/json")
+        let timeout = TimeAmount.nanoseconds(Int64(fetchTimeout.components.seconds) * 1_000_000_000 + fetchTimeout.components.attoseconds / 1_000_000_000)
+        let response = try await client.execute(request, timeout: timeout)
+        if (300..<400).contains(response.status.code) {
+            throw PigeonError.invalid(
+                "the JWKS URL answered HTTP \(response.status.code), a redirect: redirects are not followed (configure the final URL)")
+        }
+        guard response.status == .ok else {
+            throw PigeonError.invalid("the JWKS URL answered HTTP \(response.status.code)")
+        }
+        let body = try await response.body.collect(upTo: maxBytes)
+        return Data(body.readableBytesView)
     }
 }

@@ -92,7 +92,8 @@ import Testing
                 "docs/\(document.rawValue).json is not what the server serves: run `swift run pigeon-server contract \(document.rawValue) > docs/\(document.rawValue).json`"
             )
         }
-        try await withTestServer { client in
+        // With every option that adds routes on, the server serves the committed documents.
+        try await withTestServer(configure: { for option in ContractRoute.Availability.allCases { Self.enable(option, in: &$0) } }) { client in
             for document in ContractDocument.allCases {
                 let answer = try await client.request(.GET, document.path)
                 #expect(answer.status == 200)
@@ -101,6 +102,53 @@ import Testing
                 #expect(BrowserTests.corsHeaders(answer.headers).isEmpty, "no CORS header without --cors-origin")
             }
         }
+    }
+
+    /// A server's own /openapi.json describes it as configured: without --web it has no `GET /`, without --admin-token
+    /// no admin route (schemathesis met `GET /` documented and answering 404); every route it lists answers.
+    @Test func theServedDocumentListsOnlyTheRoutesOfTheServersOptions() async throws {
+        let everyOption = ContractRoute.Availability.allCases
+        for options in [[ContractRoute.Availability.always], [.always, .adminToken], [.always, .web], everyOption] {
+            try await withTestServer(configure: { for option in options { Self.enable(option, in: &$0) } }) { client in
+                let answer = try await client.request(.GET, "/openapi.json")
+                #expect(answer.text == ContractDocument.openapi.text(serving: Set(options)))
+                let served = try #require(try JSONSerialization.jsonObject(with: Data(answer.text.utf8)) as? [String: Any])
+                let paths = try #require(served["paths"] as? [String: [String: Any]])
+                let listed = Set(paths.flatMap { path, operations in operations.keys.map { "\($0.uppercased()) \(path)" } })
+                let expected = Set(ContractRoute.all.filter { options.contains($0.availability) }.map { "\($0.method.rawValue) \($0.path)" })
+                #expect(listed == expected, "with \(options)")
+                #expect(paths["/"] == nil || options.contains(.web), "GET / is listed only with --web")
+                #expect(!paths.keys.contains { $0.hasPrefix("/v1/admin") } || options.contains(.adminToken))
+                // The pages and admin routes it lists exist: GET / answers 200 with --web, and 404 (unlisted) without.
+                #expect(try await client.request(.GET, "/").status == (options.contains(.web) ? 200 : 404))
+            }
+        }
+    }
+
+    /// What OpenAPI cannot say in parameters is said beside them: `after` and `before` exclude each other (a `400`
+    /// the operation documents), and the SSE answer names the schema of each of its events.
+    @Test func exclusiveParametersAndTheServerSentEventsAreDescribed() throws {
+        let paths = try #require(try Self.parsed(.openapi)["paths"] as? [String: [String: [String: Any]]])
+        for path in ["/v1/conversations/{id}/messages", "/v1/conversations/{id}/threads/{serverId}/messages"] {
+            let operation = try #require(paths[path]?["get"])
+            #expect(operation["x-pigeon-exclusive-parameters"] as? [[String]] == [["after", "before"]], "\(path)")
+            let parameters = try #require(operation["parameters"] as? [[String: Any]])
+            for name in ["after", "before"] {
+                let description = try #require(parameters.first { $0["name"] as? String == name }?["description"] as? String)
+                #expect(description.contains("400"), "\(path) \(name): \(description)")
+            }
+            #expect((operation["responses"] as? [String: Any])?["400"] != nil, "\(path) documents its 400")
+        }
+        let events = try #require(paths["/v1/events"]?["get"])
+        let ok = try #require((events["responses"] as? [String: Any])?["200"] as? [String: Any])
+        let stream = try #require((ok["content"] as? [String: Any])?["text/event-stream"] as? [String: Any])
+        let schema = try #require(stream["schema"] as? [String: Any])
+        #expect((schema["x-pigeon-item-schema"] as? [String: String])?["$ref"] == "#/components/schemas/ServerSentEvent")
+        let schemas = try #require((try Self.parsed(.openapi)["components"] as? [String: Any])?["schemas"] as? [String: [String: Any]])
+        let item = try #require(schemas["ServerSentEvent"])
+        let properties = try #require(item["properties"] as? [String: [String: Any]])
+        #expect(properties["data"]?["$ref"] as? String == "#/components/schemas/Event")
+        #expect(Set(properties["event"]?["enum"] as? [String] ?? []) == Set(ServerEvent.Kind.allCases.map(\.rawValue)))
     }
 
     /// With --cors-origin the documents answer like the /v1 routes: a page of an allowed origin may read them.

@@ -154,7 +154,7 @@ import Testing
             let renamed = try await client.request(.PATCH, base, token: bob.token, body: "{\"name\":\"renamed\"}")
             #expect(renamed.status == 200, "\(renamed.text)")
             #expect(try renamed.decode(Conversation.self).name == "renamed")
-            #expect(try await client.request(.POST, "\(base)/members", token: bob.token, body: "{\"userIds\":[\"dave\"],\"role\":\"admin\"}").status == 200)
+            #expect(try await client.request(.POST, "\(base)/members", token: bob.token, body: "{\"userIds\":[\"dave\"]}").status == 200)
             #expect(try await client.request(.DELETE, "\(base)/members/dave", token: bob.token).status == 200)
             // What no role may do.
             expectError(
@@ -178,6 +178,50 @@ import Testing
             #expect(try await client.request(.POST, "\(base)/members", token: alice.token, body: "{\"userIds\":[\"carol\"]}").status == 200)
             #expect(try await client.request(.PATCH, "\(base)/members/bob", token: alice.token, body: "{\"role\":\"admin\"}").status == 200)
             #expect(try await client.conversation(alice, group.id).lastSeq == 4)
+        }
+    }
+
+    /// Roles rank owner > admin > member: an admin cannot grant admin by any route (the probe: it removed a member,
+    /// re-added it with `"role": "admin"`, and the new admin removed it), nor remove another admin or the owner.
+    @Test func anAdminNeitherGrantsAdminByAnyRouteNorRemovesItsEqualsOrTheOwner() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            _ = try await client.register("carol")
+            let dave = try await client.register("dave")
+            let group = try await client.createConversation(alice, members: ["bob", "carol", "dave"], name: "g")
+            let base = "/v1/conversations/\(group.id)"
+            for admin in ["bob", "dave"] {
+                #expect(try await client.request(.PATCH, "\(base)/members/\(admin)", token: alice.token, body: "{\"role\":\"admin\"}").status == 200)
+            }
+            let before = try await client.conversation(alice, group.id)
+            // The way round PATCH: remove carol, re-add her as admin.
+            #expect(try await client.request(.DELETE, "\(base)/members/carol", token: bob.token).status == 200)
+            expectError(
+                try await client.request(.POST, "\(base)/members", token: bob.token, body: "{\"userIds\":[\"carol\"],\"role\":\"admin\"}"), 403,
+                .forbidden, "an admin adds an admin")
+            expectError(
+                try await client.request(.POST, "\(base)/members", token: bob.token, body: "{\"userIds\":[\"erin\"],\"role\":\"admin\"}"), 403,
+                .forbidden, "an admin adds a new user as admin")
+            expectError(try await client.request(.DELETE, "\(base)/members/dave", token: bob.token), 403, .forbidden, "an admin removes an admin")
+            expectError(
+                try await client.request(.PATCH, "\(base)/members/dave", token: bob.token, body: "{\"role\":\"member\"}"), 403, .forbidden,
+                "an admin demotes an admin")
+            expectError(try await client.request(.DELETE, "\(base)/members/alice", token: dave.token), 403, .forbidden, "an admin removes the owner")
+            // The refusals changed nothing: only carol's removal was written.
+            let after = try await client.conversation(alice, group.id)
+            #expect(after.lastSeq == before.lastSeq + 1)
+            #expect(after.members.map(\.userId) == ["alice", "bob", "dave"])
+            #expect(after.members.map(\.role) == [.owner, .admin, .admin])
+            // The owner grants admin by either route and removes an admin; an admin still adds members as members.
+            #expect(try await client.request(.POST, "\(base)/members", token: bob.token, body: "{\"userIds\":[\"carol\"]}").status == 200)
+            let added = try await client.request(.POST, "\(base)/members", token: alice.token, body: "{\"userIds\":[\"erin\"],\"role\":\"admin\"}")
+            #expect(added.status == 200, "\(added.text)")
+            #expect(try added.decode(Conversation.self).members.first { $0.userId == "erin" }?.role == .admin)
+            #expect(try await client.request(.DELETE, "\(base)/members/dave", token: alice.token).status == 200)
+            let final = try await client.conversation(alice, group.id)
+            #expect(final.members.map(\.userId) == ["alice", "bob", "carol", "erin"])
+            #expect(final.members.map(\.role) == [.owner, .admin, .member, .admin])
         }
     }
 

@@ -97,6 +97,47 @@ import Testing
         }
     }
 
+    /// A device of another user that knows a pushkey cannot take it over (the probe: `204`, and the victim's
+    /// notifications then went to the taker's): `409 conflict`, the victim keeps its registration and its pushes. The
+    /// pushkey is free again once the victim's device registers another one, or is revoked.
+    @Test func anotherUsersDeviceCannotTakeOverAPushkey() async throws {
+        let gateway = try await MatrixPushGateway.start()
+        defer { Task { await gateway.stop() } }
+        try await withTestServer(configure: Self.pushing(to: gateway)) { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let mallory = try await client.register("mallory")
+            try await Self.registerPush(client, bob, pushkey: "bob-phone")
+            try await Self.registerPush(client, mallory, pushkey: "mallory-phone")
+            let taking = #"{"kind":"apns","appId":"com.example.chat","pushkey":"bob-phone"}"#
+            expectError(
+                try await client.request(.PUT, "/v1/devices/current/push", token: mallory.token, body: taking), 409, .conflict, "another user's pushkey")
+            #expect(try await Self.registration(client, bob)?.pushkey == "bob-phone", "the holder keeps it")
+            #expect(try await Self.registration(client, mallory)?.pushkey == "mallory-phone", "the refusal changed nothing")
+            // Another app's pushkey of the same text is another registration.
+            try await Self.registerPush(client, mallory, pushkey: "bob-phone", appId: "com.example.other")
+            #expect(try await Self.registration(client, bob)?.pushkey == "bob-phone")
+
+            // bob's notifications still go to bob's registration.
+            let conversation = try await client.createConversation(alice, members: ["bob"])
+            let sent = try await client.sendAccepted(alice, to: conversation.id, body: "for bob")
+            try await waitUntil("bob was pushed") { gateway.received.contains { $0.eventId == sent.serverId } }
+            let pushed = gateway.received.filter { $0.eventId == sent.serverId }.flatMap(\.devices)
+            #expect(pushed.map(\.pushkey) == ["bob-phone"] && pushed.map(\.appId) == ["com.example.chat"], "\(pushed)")
+
+            // Once bob's device registers another pushkey, the old one is free.
+            try await Self.registerPush(client, bob, pushkey: "bob-new-phone")
+            try await Self.registerPush(client, mallory, pushkey: "bob-phone")
+            #expect(try await Self.registration(client, mallory)?.pushkey == "bob-phone")
+            // And a revoked holder's pushkey is free too.
+            let carol = try await client.register("carol")
+            let revoked = #"{"kind":"apns","appId":"com.example.chat","pushkey":"bob-new-phone"}"#
+            expectError(try await client.request(.PUT, "/v1/devices/current/push", token: carol.token, body: revoked), 409, .conflict, "held")
+            #expect(try await client.request(.DELETE, "/v1/devices/\(bob.deviceId)", token: bob.token).status == 204)
+            #expect(try await client.request(.PUT, "/v1/devices/current/push", token: carol.token, body: revoked).status == 204)
+        }
+    }
+
     /// docs/API.md and the OpenAPI document: `data` and `lastPushedAt` are always in the answer, `null` when there is
     /// none (schemathesis found them left out).
     @Test func aRegistrationWithoutDataOrPushShowsThemAsNull() async throws {

@@ -121,6 +121,34 @@ import PigeonTestSupport
         }
     }
 
+    /// The configured URL answering a redirect to another origin (here another port): not followed, so keys of the
+    /// redirected document are never trusted (the probe: they were), and the last good key set stays in use.
+    @Test func aRedirectIsNotFollowedAndItsKeysAreNeverTrusted() async throws {
+        let good = try await TestSigningKey.es256(kid: "good")
+        let planted = try await TestSigningKey.es256(kid: "planted")
+        let elsewhere = JWKSEndpoint(TestSigningKey.jwks([planted]))
+        let endpoint = JWKSEndpoint(TestSigningKey.jwks([good]))
+        try await elsewhere.run { elsewhereURL in
+            try await endpoint.run { url in
+                let configure = Self.configure(url) {
+                    $0.jwtJWKSRefreshInterval = .milliseconds(200)
+                    $0.jwtJWKSMinimumRefreshInterval = .zero
+                }
+                try await withTestServer(configure: configure) { client in
+                    #expect(try await Self.status(client, try good.token("alice", "d")) == 200)
+                    endpoint.redirect(to: elsewhereURL)
+                    let seen = endpoint.fetches
+                    let refreshed = await eventually(within: .seconds(15)) { endpoint.fetches >= seen + 3 }
+                    #expect(refreshed, "the configured URL was fetched again")
+                    // An unknown kid fetches at once (no minimum interval here): still only the configured URL.
+                    expectError(try await client.request(.GET, "/v1/conversations", token: try planted.token("mallory", "d")), 401, .unauthorized)
+                    #expect(elsewhere.fetches == 0, "the redirect was followed \(elsewhere.fetches) times")
+                    #expect(try await Self.status(client, try good.token("alice", "d")) == 200, "the last good key set stays")
+                }
+            }
+        }
+    }
+
     @Test func aJWKSFileIsReadAtStartAndAgainForAnUnknownKid() async throws {
         let rsa = try await TestSigningKey.rsa("PS256", kid: "ps")
         let ec = try await TestSigningKey.es256(kid: "ec")

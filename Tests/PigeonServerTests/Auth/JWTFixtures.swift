@@ -127,6 +127,7 @@ final class JWKSEndpoint: Sendable {
     private struct State {
         var status = 200
         var body = ""
+        var location: String?
         var fetches = 0
     }
     private let state = NIOLockedValueBox(State())
@@ -139,18 +140,29 @@ final class JWKSEndpoint: Sendable {
         state.withLockedValue {
             $0.body = body
             $0.status = status
+            $0.location = nil
+        }
+    }
+
+    /// Answers every fetch with a `302` to `url`.
+    func redirect(to url: String) {
+        state.withLockedValue {
+            $0.body = ""
+            $0.status = 302
+            $0.location = url
         }
     }
 
     var fetches: Int { state.withLockedValue { $0.fetches } }
 
     fileprivate func answer() -> Response {
-        let (status, body) = state.withLockedValue { state in
+        let (status, body, location) = state.withLockedValue { state in
             state.fetches += 1
-            return (state.status, state.body)
+            return (state.status, state.body, state.location)
         }
-        return Response(
-            status: .init(code: status), headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let location { headers[.location] = location }
+        return Response(status: .init(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
     /// Runs the endpoint on a loopback HTTP server for `body`, which gets its URL.
