@@ -28,7 +28,7 @@ import Testing
         let alice = try await client.register("alice")
         let bob = try await client.register("bob")
         let conversations = [try await client.createConversation(alice, members: ["bob"]), try await client.createConversation(alice, members: ["bob"])]
-        let picture = AttachmentTests.bytes(300_000, seed: 3)
+        let picture = AttachmentTests.bytes(300_000)
         let upload = try AttachmentTests.uploaded(try await AttachmentTests.upload(client, alice, name: "p.png", picture))
         #expect(try await AttachmentTests.sendWith(client, alice, conversations[0].id, [AttachmentReference(id: upload.id)], body: "photo").status == 202)
         _ = try await client.waitForCount(bob, conversations[0].id, 1)
