@@ -213,6 +213,7 @@ let package = Package(
             dependencies: [
                 "PigeonServer",
                 "PigeonContract",
+                "PigeonSQLite",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -105,7 +105,7 @@ PY
 # The suites that start servers and Redis of their own, kill them, or drive PostgreSQL and Redis directly: a pass of
 # their own, so that fewer processes and connections compete for the 2 cores at once (in one pass with the API
 # suites, slow machines let too few sends through before a kill and missed reconnection deadlines).
-backends="CrashTests|BrowserServerProcessTests|PushCrashTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests|PostgresAttachmentTests"
+backends="CrashTests|BrowserServerProcessTests|PushCrashTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests|PostgresAttachmentTests|NodeIdentityTests|BackupTests"
 
 # The tests that measure this process's resident memory while an upload streams through it: each alone in its
 # process (a suite running beside them allocates too, and their figure is then its noise).

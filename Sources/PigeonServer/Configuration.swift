@@ -27,8 +27,10 @@ public struct ServerConfiguration: Sendable {
     public var store = StoreBackend.embedded
     public var buffer = BufferBackend.embedded
     /// This node's name among the nodes sharing Redis and PostgreSQL (its Redis consumer and lease holder, its
-    /// presence rows). `nil`: the one kept in `<dataDirectory>/node-id`, created at the first start, so a node that
-    /// restarts takes its partitions back at once instead of waiting for its old leases to expire.
+    /// presence rows). With the Redis buffer the node claims it in Redis for as long as it runs, and refuses to start
+    /// when another live process holds it (``PigeonCore/open(configuration:logger:)``). `nil`: with a shared backend a
+    /// fresh random id at every start (a data directory is no identity: several nodes may be started from one);
+    /// with the embedded store and buffer, the one kept in `<dataDirectory>/node-id`, created at the first start.
     public var nodeId: String?
     /// fsync every commit (a ✓ survives power loss). Off: survives a crash of the process only.
     public var durable = true
@@ -119,6 +121,9 @@ public struct ServerConfiguration: Sendable {
     public init() {}
 
     /// A node id: 1–64 characters of `[A-Za-z0-9._-]`.
+    /// Both the store and the buffer are the embedded SQLite files: one process, its data directory its own.
+    public var isEmbedded: Bool { store == .embedded && buffer == .embedded }
+
     public static func isValidNodeId(_ id: String) -> Bool {
         (1...64).contains(id.utf8.count) && id.utf8.allSatisfy { byte in
             switch byte {

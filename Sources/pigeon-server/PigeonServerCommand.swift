@@ -8,7 +8,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pigeon-server",
         abstract: "Pigeon: reliable message delivery for chat apps.",
-        subcommands: [Serve.self, Contract.self],
+        subcommands: [Serve.self, Contract.self, Backup.self, Restore.self],
         defaultSubcommand: Serve.self)
 }
 
@@ -37,7 +37,7 @@ struct Serve: AsyncParsableCommand {
         help: "With the embedded store and buffer: keep accepted messages in a separate SQLite buffer and store them in batches (two durable writes per message).")
     var separateBuffer = false
 
-    @Option(name: .customLong("node-id"), help: "This node's name among several sharing Redis and PostgreSQL (default: kept in <data-dir>/node-id).")
+    @Option(name: .customLong("node-id"), help: "This node's name among several sharing Redis and PostgreSQL, claimed in Redis while it runs (default: a random one per start; embedded: kept in <data-dir>/node-id).")
     var nodeId: String?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default info).")

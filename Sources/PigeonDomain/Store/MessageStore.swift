@@ -205,6 +205,8 @@ public protocol EventLog: Sendable {
     var epoch: String { get }
     /// How many partitions the event log has (1 for a single log).
     var eventPartitions: Int { get }
+    /// The log this one continues after a restore from a backup, if any: its cursors up to its head stay valid here.
+    var formerLog: FormerEventLog? { get }
     /// Events of `device`'s stream after `after`, at most `limit`: in each partition the next ones in offset order
     /// (a prefix of what follows, so that advancing the position past them skips nothing).
     func events(for device: DeviceIdentity, after: EventPosition, limit: Int) async throws -> [StoredEvent]
@@ -215,6 +217,22 @@ public protocol EventLog: Sendable {
     /// Deletes events older than `cutoff` (milliseconds since the epoch); returns how many.
     @discardableResult
     func pruneEvents(olderThan cutoff: Int64) async throws -> Int
+}
+
+extension EventLog {
+    public var formerLog: FormerEventLog? { nil }
+}
+
+/// An event log that a restored one continues: the epoch its cursors carry, and the last position the restored copy
+/// holds. Its cursors at or before that position name the same events in the restored log.
+public struct FormerEventLog: Sendable, Equatable {
+    public var epoch: String
+    public var head: EventPosition
+
+    public init(epoch: String, head: EventPosition) {
+        self.epoch = epoch
+        self.head = head
+    }
 }
 
 /// Dead letters: messages processing gave up on, kept for an operator to replay.

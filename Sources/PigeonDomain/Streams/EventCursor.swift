@@ -170,11 +170,13 @@ extension EventLog {
         EventCursor(epoch: epoch, position: position).string
     }
 
-    /// Resolves a client's cursor: no cursor → now; ours and retained → after it; anything else → reset to now.
+    /// Resolves a client's cursor: no cursor → now; ours (or the former log's, up to its head) and retained → after it;
+    /// anything else → reset to now.
     package func resolveStart(_ cursor: String?) async throws -> StreamStart {
         let head = try await headPosition()
         guard let cursor else { return StreamStart(after: head, reset: false) }
-        guard let parsed = EventCursor(cursor, partitions: eventPartitions), parsed.epoch == epoch, parsed.position.isWithin(head),
+        guard let parsed = EventCursor(cursor, partitions: eventPartitions), parsed.position.isWithin(head),
+            parsed.epoch == epoch || (parsed.epoch == formerLog?.epoch && formerLog.map { parsed.position.isWithin($0.head) } == true),
             try await prunedThrough().isWithin(parsed.position)
         else { return StreamStart(after: head, reset: true) }
         return StreamStart(after: parsed.position, reset: false)

@@ -9,6 +9,8 @@ public final class SQLiteMessageStore: MessageStore {
     public typealias FaultInjector = ProcessingFaultInjector
 
     public let epoch: String
+    /// The log this one was restored from, when it was (``markRestored(path:)``).
+    public let formerLog: FormerEventLog?
     /// Internal for the store contract tests, which inspect the tables.
     package let pool: DatabasePool
     package let writer: GroupCommitWriter
@@ -36,6 +38,14 @@ public final class SQLiteMessageStore: MessageStore {
             let epoch = Identifiers.randomHex(bytes: 4)
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('epoch', ?)", arguments: [epoch])
             return epoch
+        }
+        self.formerLog = try pool.read { db in
+            let values = try Dictionary(
+                uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT key, value FROM meta WHERE key IN ('restored_epoch', 'restored_head')").map {
+                    ($0[0] as String, $0[1] as String)
+                })
+            guard let epoch = values["restored_epoch"], let head = values["restored_head"].flatMap({ Int64($0) }) else { return nil }
+            return FormerEventLog(epoch: epoch, head: EventPosition(offsets: [head]))
         }
         let (blocksExist, invitesExist) = try pool.read { db in
             (
@@ -773,6 +783,24 @@ public final class SQLiteMessageStore: MessageStore {
     }
 
     // MARK: Events
+
+    /// Makes the store at `path` (a restored copy, no server on it) a log of its own: a new epoch, and the old one kept
+    /// with the copy's last event id as ``formerLog``. A cursor the old log gave out up to there names the same events
+    /// here and keeps working; one beyond it named events the copy does not hold, and is answered `reset`, even once new
+    /// events (whose ids start again after the copy's last) pass it. Only the latest restore is remembered.
+    package static func markRestored(path: String) throws {
+        let queue = try DatabaseQueue(path: path)
+        defer { try? queue.close() }
+        try queue.write { db in
+            guard let epoch = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'epoch'") else { return }
+            let head = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'events'") ?? 0
+            try db.execute(
+                sql: """
+                    INSERT OR REPLACE INTO meta(key, value) VALUES ('epoch', ?), ('restored_epoch', ?), ('restored_head', ?)
+                    """,
+                arguments: [Identifiers.randomHex(bytes: 4), epoch, String(head)])
+        }
+    }
 
     /// One partition: the embedded store has a single writer, so one log in commit order shares nothing it could contend on.
     public var eventPartitions: Int { 1 }

@@ -72,7 +72,17 @@ final class PigeonCore: Sendable {
         var sqliteFiles: [String] = []
         var backendServices: [any Service] = []
         var nodeRosters: [any NodeRoster] = []
-        let nodeId = try configuration.nodeId ?? Self.persistentNodeId(dataDirectory: dataDirectory)
+        let nodeId: String
+        if case .redis(let url) = configuration.buffer {
+            // Claimed before anything acts under it (the store's presence rows, the buffer's leases); released last.
+            let identity = try await Self.claimNodeId(configuration.nodeId, bufferURL: url, logger: logger)
+            nodeId = identity.nodeId
+            backendServices.append(identity)
+        } else {
+            nodeId =
+                try configuration.nodeId
+                ?? (configuration.isEmbedded ? Self.persistentNodeId(dataDirectory: dataDirectory) : "node-" + Identifiers.randomHex(bytes: 8))
+        }
         let store: any MessageStore & PushStore & WebhookStore
         // The webhook events the store records with what they report; none without `--webhook`.
         let webhooks = WebhookOutbox(typeNames: configuration.appBackend.enabledWebhookEvents)
@@ -215,6 +225,28 @@ final class PigeonCore: Sendable {
         guard try await processor.drain(within: configuration.shutdownDrainTimeout) else {
             throw PigeonError.overloaded(
                 "\(path) still holds \(leftover.depth) messages after \(configuration.shutdownDrainTimeout) of draining; the store refused them (see the log)")
+        }
+    }
+
+    /// Claims the node's id in the buffer's Redis (``NodeIdentityLease``). An id the operator gave (`explicit`) that
+    /// another live process holds refuses the start (``NodeIdentityLease/Held``: one line naming it and when its lease
+    /// ends); without one, a random id is drawn, and drawn again in the unlikely case it is held.
+    private static func claimNodeId(_ explicit: String?, bufferURL: String, logger: Logger) async throws -> NodeIdentityLease {
+        var candidate = explicit ?? "node-" + Identifiers.randomHex(bytes: 8)
+        let buffer = try RedisStreamsBuffer.Configuration(url: bufferURL, nodeId: candidate)
+        let client = RedisClient(configuration: try RedisConfiguration(url: bufferURL), connectionCount: 1, logger: logger)
+        while true {
+            do {
+                return try await NodeIdentityLease.claim(
+                    nodeId: candidate, keyPrefix: buffer.keyPrefix, ttl: buffer.leaseTTL, interval: buffer.heartbeatInterval, client: client,
+                    logger: logger)
+            } catch is NodeIdentityLease.Held where explicit == nil {
+                logger.notice("a random node id was in use; drawing another", metadata: ["nodeId": "\(candidate)"])
+                candidate = "node-" + Identifiers.randomHex(bytes: 8)
+            } catch {
+                await client.shutdown()
+                throw error
+            }
         }
     }
 

@@ -2,6 +2,12 @@ import Foundation
 import NIOConcurrencyHelpers
 import PigeonTestSupport
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The built `pigeon-server` binary run as a child process, for tests that kill it.
 final class ServerProcess: @unchecked Sendable {
     let port: Int
@@ -29,9 +35,12 @@ final class ServerProcess: @unchecked Sendable {
     /// Without `port` it takes a free one; another process may bind it between that check and the server's own bind
     /// (a test's client connection can get it as its ephemeral port), so a server that exits with "Address already in
     /// use" before it was ready is started again on another free port (up to three times).
+    ///
+    /// Without `givesDataDirectory` the process gets no `--data-dir`: it runs in `dataDirectory` as its working
+    /// directory, where its default `./pigeon-data` would be.
     init(
         dataDirectory: String, port: Int? = nil, backend: TestBackendInstance = TestBackendInstance(), arguments: [String] = [],
-        environment: [String: String] = [:], waitUntilReady: Bool = true
+        environment: [String: String] = [:], waitUntilReady: Bool = true, givesDataDirectory: Bool = true
     ) async throws {
         self.dataDirectory = dataDirectory
         self.logPath = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
@@ -43,8 +52,9 @@ final class ServerProcess: @unchecked Sendable {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: Self.binaryPath)
             process.arguments =
-                ["serve", "--host", "127.0.0.1", "--port", String(chosenPort), "--data-dir", dataDirectory, "--log-level", "warning"]
-                + backend.serverArguments + arguments
+                ["serve", "--host", "127.0.0.1", "--port", String(chosenPort), "--log-level", "warning"]
+                + (givesDataDirectory ? ["--data-dir", dataDirectory] : []) + backend.serverArguments + arguments
+            if !givesDataDirectory { process.currentDirectoryURL = URL(fileURLWithPath: dataDirectory) }
             let logHandle = FileHandle(forWritingAtPath: logPath)
             process.standardOutput = logHandle
             process.standardError = logHandle
@@ -72,6 +82,23 @@ final class ServerProcess: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(50))
         }
         return false
+    }
+
+    /// Runs `pigeon-server arguments…` to its end (a command that ends by itself: `backup`, a refused `serve`) without
+    /// blocking a concurrency thread; its exit status and output (stdout and stderr).
+    static func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let outputPath = makeTemporaryDirectory() + "/output"
+        defer { try? FileManager.default.removeItem(atPath: (outputPath as NSString).deletingLastPathComponent) }
+        let pid = try Command.spawn([binaryPath] + arguments, outputPath: outputPath)
+        var status: Int32 = 0
+        while true {
+            let waited = waitpid(pid, &status, WNOHANG)
+            if waited == pid { break }
+            if waited == -1 && errno != EINTR { throw TestFailure("waitpid: \(errno)") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        return (code, (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
     }
 
     var client: PigeonTestClient { PigeonTestClient(port: port) }
