@@ -78,6 +78,27 @@ import Testing
         await backend.tearDown()
     }
 
+    /// A start that fails after the node claimed its id (here: its PostgreSQL database does not exist) releases the claim,
+    /// so that starting again with the same --node-id fails for what is wrong, not because the id looks in use.
+    @Test func aStartThatFailsAfterItsClaimReleasesIt() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let backend = try await TestBackendInstance.make(.production)
+        let arguments = backend.serverArguments
+        let redis = try #require(arguments.firstIndex(of: "--buffer").map { arguments[$0 + 1] })
+        var missing = try #require(URLComponents(string: try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL")))
+        missing.path = "/pigeon_no_such_database"
+        for attempt in 1...2 {
+            let start = try await ServerProcess.run(
+                ["serve", "--port", String(try freePort()), "--data-dir", directory, "--node-id", "phoenix", "--store", try #require(missing.string),
+                 "--buffer", redis])
+            #expect(start.status == 1, "attempt \(attempt): \(start.output)")
+            #expect(!start.output.contains("is in use by another live process"), "attempt \(attempt): \(start.output)")
+            #expect(start.output.contains("pigeon_no_such_database"), "attempt \(attempt) names what is wrong: \(start.output)")
+        }
+        await backend.tearDown()
+    }
+
     /// A node whose claim disappears from Redis claims it again; a node that finds its id held by another process stops.
     @Test func aNodeWhoseIdIsTakenStops() async throws {
         let directory = makeTemporaryDirectory()

@@ -66,6 +66,21 @@ final class PigeonCore: Sendable {
     static func open(configuration: ServerConfiguration, logger: Logger) async throws -> PigeonCore {
         if let problem = configuration.push.problem { throw PigeonError.invalid(problem) }
         if let problem = configuration.appBackend.problem { throw PigeonError.invalid(problem) }
+        // Claimed before anything acts under it (the store's presence rows, the buffer's leases); released last, or at
+        // once when the start fails after the claim (a restart with the same --node-id is not refused until it expires).
+        var identity: NodeIdentityLease?
+        if case .redis(let url) = configuration.buffer {
+            identity = try await Self.claimNodeId(configuration.nodeId, bufferURL: url, logger: logger)
+        }
+        do {
+            return try await open(configuration: configuration, identity: identity, logger: logger)
+        } catch {
+            await identity?.release()
+            throw error
+        }
+    }
+
+    private static func open(configuration: ServerConfiguration, identity: NodeIdentityLease?, logger: Logger) async throws -> PigeonCore {
         let metrics = PigeonMetrics()
         let hub = StreamHub()
         let dataDirectory = URL(fileURLWithPath: configuration.dataDirectory)
@@ -73,9 +88,7 @@ final class PigeonCore: Sendable {
         var backendServices: [any Service] = []
         var nodeRosters: [any NodeRoster] = []
         let nodeId: String
-        if case .redis(let url) = configuration.buffer {
-            // Claimed before anything acts under it (the store's presence rows, the buffer's leases); released last.
-            let identity = try await Self.claimNodeId(configuration.nodeId, bufferURL: url, logger: logger)
+        if let identity {
             nodeId = identity.nodeId
             backendServices.append(identity)
         } else {
