@@ -24,7 +24,7 @@ extension PostgresMessageStore: PushStore {
             try await connection.query(
                 """
                 INSERT INTO push_registrations(user_id, device_id, kind, app_id, pushkey, data, updated_at)
-                VALUES (\(device.userId), \(device.deviceId), \(request.kind.rawValue), \(request.appId), \(request.pushkey), \(data), \(now))
+                VALUES (\(device.userId), \(device.deviceId), \(request.kind.rawValue), \(request.appId), \(request.pushkey), \(cipher.seal(data)), \(now))
                 ON CONFLICT (user_id, device_id) DO UPDATE SET
                     kind = EXCLUDED.kind, app_id = EXCLUDED.app_id, pushkey = EXCLUDED.pushkey, data = EXCLUDED.data,
                     updated_at = EXCLUDED.updated_at
@@ -61,7 +61,7 @@ extension PostgresMessageStore: PushStore {
             """, logger: logger
         ).decode((String, String, String, String?, Int64, Int64?, Bool).self) {
             info = PushRegistrationInfo(
-                kind: PushKind(rawValue: kind) ?? .other, appId: appId, pushkey: pushkey, data: PushPayload.decodeData(data),
+                kind: PushKind(rawValue: kind) ?? .other, appId: appId, pushkey: pushkey, data: PushPayload.decodeData(try cipher.open(data)),
                 updatedAt: updatedAt, lastPushedAt: lastPushedAt, pending: pending)
         }
         return info
@@ -175,11 +175,11 @@ extension PostgresMessageStore: PushStore {
             ).decode((String, Int64).self) {
                 unread[userId] = Int(count)
             }
-            return rows.map { row in
-                ClaimedPush(
+            return try rows.map { row in
+                try ClaimedPush(
                     device: DeviceIdentity(userId: row.0, deviceId: row.1), kind: PushKind(rawValue: row.2) ?? .other, appId: row.3,
-                    pushkey: row.4, data: row.5, registeredAt: row.6, conversationId: row.7, seq: row.8, serverId: row.9, senderId: row.10,
-                    messageType: row.11, body: includeBody ? row.12 : nil, unread: unread[row.0] ?? 0, owedSince: row.13, attempts: Int(row.14))
+                    pushkey: row.4, data: cipher.open(row.5), registeredAt: row.6, conversationId: row.7, seq: row.8, serverId: row.9, senderId: row.10,
+                    messageType: row.11, body: includeBody ? cipher.open(row.12) : nil, unread: unread[row.0] ?? 0, owedSince: row.13, attempts: Int(row.14))
             }
         }
     }
