@@ -60,6 +60,7 @@ let package = Package(
             name: "PigeonDomain",
             dependencies: [
                 "PigeonProtocol",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
@@ -212,6 +213,7 @@ let package = Package(
             name: "pigeon-server",
             dependencies: [
                 "PigeonServer",
+                "PigeonDomain",
                 "PigeonContract",
                 "PigeonSQLite",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -105,7 +105,7 @@ PY
 # The suites that start servers and Redis of their own, kill them, or drive PostgreSQL and Redis directly: a pass of
 # their own, so that fewer processes and connections compete for the 2 cores at once (in one pass with the API
 # suites, slow machines let too few sends through before a kill and missed reconnection deadlines).
-backends="CrashTests|BrowserServerProcessTests|PushCrashTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests|PostgresAttachmentTests|NodeIdentityTests|BackupTests"
+backends="CrashTests|BrowserServerProcessTests|PushCrashTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|RedisStreamsBufferTests|PigeonRedisTests|ProcessorConcurrencyTests|EventPartitionTests|StoreContractTests|GroupStoreContractTests|FanoutContractTests|PostgresBatchTests|PostgresAttachmentTests|NodeIdentityTests|BackupTests|AtRestEncryptionTests"
 
 # The tests that measure this process's resident memory while an upload streams through it: each alone in its
 # process (a suite running beside them allocates too, and their figure is then its noise).
@@ -142,7 +142,7 @@ run_pass "running the terminal client's tests (the built pigeon and pigeon-serve
 # And the API suites apart from the rest: all of them at once held 2,700 descriptors (measured, issue 28), and past
 # 1,024 the process stalled for good with every test waiting (the hazard above).
 production_api="ReceiptTests|HistoryTests|DeviceTests|ConversationTests|PushTests|GroupChatTests|SendTests|StreamTests|EditDeleteTests|WebhookTests|BlockingTests|ServiceAPITests|BeforeSendHookTests|ReactionsAndThreadsTests|AttachmentTests|OrderingTests"
-production_skip="StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests|PostgresAttachmentTests|RedisStreamsBufferTests|CrashTests|$security|$memory"
+production_skip="StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|JSONTextTests|ClientOperationParserTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|ProcessingScheduleTests|PostgresBatchTests|PostgresAttachmentTests|AtRestEncryptionTests|RedisStreamsBufferTests|CrashTests|$security|$memory"
 PIGEON_TEST_BACKEND=production run_pass "running the server's API tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter "PigeonServerTests\.($production_api)" --skip "$production_skip" "$@"
 PIGEON_TEST_BACKEND=production run_pass "running the other server tests again against --store postgres --buffer redis" \

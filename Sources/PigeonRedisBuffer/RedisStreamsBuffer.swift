@@ -38,6 +38,9 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
         public var heartbeatInterval: Duration
         /// How long a (sender, device, clientMessageId) is remembered for de-duplication.
         public var dedupeTTL: Duration
+        /// Seals each entry's body before it reaches Redis (and its AOF or RDB files) and opens it as it is read back
+        /// (``AtRestCipher``; off: bodies as they are).
+        public var cipher = AtRestCipher.off
 
         public init(
             keyPrefix: String = "pigeon", partitions: Int = 16, nodeId: String? = nil,
@@ -195,7 +198,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
             return
         }
         let arguments: [any RESPArgument] = [
-            "\(message.serverId) \(message.acceptedAt)", Int64(configuration.dedupeTTL / .seconds(1)), BufferedMessageCodec.encode(message),
+            "\(message.serverId) \(message.acceptedAt)", Int64(configuration.dedupeTTL / .seconds(1)), encode(message),
         ]
         client.evalScript(Scripts.append, keys: [dedupeKey, keys.stream(partition)], arguments: arguments, routingKey: routingKey) {
             [state] result in
@@ -237,7 +240,7 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
 
     public func requeue(_ message: BufferedMessage) async throws {
         let partition = Self.partition(ofConversation: message.conversationId, partitions: configuration.partitions)
-        _ = try await client.send(RESPCommand("XADD", keys.stream(partition), "*", "m", BufferedMessageCodec.encode(message)))
+        _ = try await client.send(RESPCommand("XADD", keys.stream(partition), "*", "m", encode(message)))
         state.withLockedValue { $0.depthDelta += 1 }
     }
 
@@ -768,13 +771,21 @@ public final class RedisStreamsBuffer: IngestBuffer, Service {
     private func decodeEntry(_ entry: RESPValue, partition: Int) -> (String, BufferedMessage)? {
         guard let parts = entry.array, parts.count == 2, let streamId = parts[0].string else { return nil }
         guard let fields = parts[1].array, fields.count >= 2, fields[0].string == "m", let encoded = fields[1].buffer,
-            let message = BufferedMessageCodec.decode(encoded)
+            var message = BufferedMessageCodec.decode(encoded), let body = try? configuration.cipher.open(message.body)
         else {
             // Left pending where it is (a newer node may understand it), never handed out or deleted.
             logger.error("a buffer entry cannot be decoded; leaving it pending", metadata: ["partition": "\(partition)", "id": "\(streamId)"])
             return nil
         }
+        message.body = body
         return (streamId, message)
+    }
+
+    /// An entry's bytes: the message with its body sealed.
+    private func encode(_ message: BufferedMessage) -> ByteBuffer {
+        var sealed = message
+        sealed.body = configuration.cipher.seal(message.body)
+        return BufferedMessageCodec.encode(sealed)
     }
 
     /// "partition-streamId" → (partition, streamId).

@@ -39,6 +39,9 @@ public struct ServerConfiguration: Sendable {
     /// written straight into the store, one durable write (``DirectAcceptPath``).
     public var separateEmbeddedBuffer = false
     public var logLevel = Logger.Level.info
+    /// Encryption at rest (`--encryption-key-file`): the key ring the store seals bodies, payloads, push data and
+    /// attachment bytes with (SECURITY.md, "Encryption at rest"). ``AtRestCipher/off``: stored as they are.
+    public var atRest = AtRestCipher.off
 
     /// Largest request body or WebSocket message, in bytes.
     public var maxBodyBytes = 65_536

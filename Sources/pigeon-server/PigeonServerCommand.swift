@@ -8,7 +8,7 @@ struct PigeonServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pigeon-server",
         abstract: "Pigeon: reliable message delivery for chat apps.",
-        subcommands: [Serve.self, Contract.self, Backup.self, Restore.self],
+        subcommands: [Serve.self, Contract.self, Backup.self, Restore.self, Rekey.self],
         defaultSubcommand: Serve.self)
 }
 
@@ -97,6 +97,9 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup(title: "The app's backend: webhooks, before-send hook, server API, consent")
     var appBackend: AppBackendOptions
 
+    @OptionGroup(title: "Encryption at rest")
+    var atRest: AtRestOptions
+
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
         guard maxBuffered > 0, batchSize > 0, processingConcurrency > 0, maxAttempts > 0, eventRetentionHours > 0 else {
@@ -142,6 +145,7 @@ struct Serve: AsyncParsableCommand {
         try push.apply(to: &configuration, environment: environment)
         try web.apply(to: &configuration, environment: environment)
         try appBackend.apply(to: &configuration, environment: environment)
+        try atRest.apply(to: &configuration, environment: environment)
         if openRegistration { configuration.openRegistration = true }
         if noOpenRegistration { configuration.openRegistration = false }
 

@@ -19,7 +19,7 @@ extension PostgresAttachmentStore {
             blob = id
         }
         guard let blob else { throw PigeonError(.notFound, "the bytes of attachment \(attachment.id) are gone") }
-        let reader = ChunkReader(client: client, blob: blob, range: range, logger: logger)
+        let reader = ChunkReader(client: client, blob: blob, range: range, cipher: cipher, logger: logger)
         return AttachmentBytes(unfolding: { try await reader.next() })
     }
 
@@ -30,14 +30,16 @@ extension PostgresAttachmentStore {
         let client: PostgresClient
         let blob: Int64
         let range: ClosedRange<Int64>
+        let cipher: AtRestCipher
         let logger: Logger
         /// The next chunk to fetch, and the last one of the range.
         var nextChunk: Int64
         let last: Int64
         var fetched: [ByteBuffer] = []
 
-        init(client: PostgresClient, blob: Int64, range: ClosedRange<Int64>, logger: Logger) {
+        init(client: PostgresClient, blob: Int64, range: ClosedRange<Int64>, cipher: AtRestCipher, logger: Logger) {
             self.client = client
+            self.cipher = cipher
             self.blob = blob
             self.range = range
             self.logger = logger
@@ -54,15 +56,27 @@ extension PostgresAttachmentStore {
                 let size = Int64(PostgresAttachmentStore.chunkSize)
                 let (lower, upper) = (range.lowerBound, range.upperBound)
                 var expected = nextChunk
-                for try await (index, data) in try await client.query(
+                // Sealed chunks are fetched whole (a seal opens only whole) and trimmed here.
+                let query: PostgresQuery =
+                    cipher.isOn
+                    ? """
+                    SELECT n, data FROM attachment_chunks WHERE blob_id = \(blob) AND n BETWEEN \(Int32(nextChunk)) AND \(Int32(through)) ORDER BY n
                     """
+                    : """
                     SELECT n, substring(data FROM (GREATEST(\(lower) - n * \(size), 0) + 1)::integer
                         FOR (LEAST(\(upper) - n * \(size), \(size - 1)) - GREATEST(\(lower) - n * \(size), 0) + 1)::integer)
                     FROM attachment_chunks WHERE blob_id = \(blob) AND n BETWEEN \(Int32(nextChunk)) AND \(Int32(through)) ORDER BY n
-                    """, logger: logger
-                ).decode((Int32, ByteBuffer).self) {
+                    """
+                for try await (index, data) in try await client.query(query, logger: logger).decode((Int32, ByteBuffer).self) {
                     guard Int64(index) == expected else { break }
-                    fetched.append(data)
+                    if cipher.isOn {
+                        let plain = try PostgresMessageStore.openChunk(data, n: index, cipher: cipher)
+                        let start = Int(max(lower - Int64(index) * size, 0))
+                        let end = Int(min(upper - Int64(index) * size, Int64(plain.count) - 1))
+                        fetched.append(ByteBuffer(bytes: plain[start...end]))
+                    } else {
+                        fetched.append(data)
+                    }
                     expected += 1
                 }
                 guard expected == through + 1 else {

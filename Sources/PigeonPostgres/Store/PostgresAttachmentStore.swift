@@ -32,6 +32,8 @@ public struct PostgresAttachmentStore: AttachmentStore {
     package let client: PostgresClient
     package let uploads: PostgresClient
     package let logger: Logger
+    /// Seals each chunk as it is stored, opens it as it is read (``PostgresMessageStore/cipher``).
+    package let cipher: AtRestCipher
 
     /// The attachments of `messageStore`'s database: uploads on its ``PostgresMessageStore/attachmentClient`` pool,
     /// everything else on its main pool. Both run with ``PostgresMessageStore/run()``.
@@ -39,6 +41,7 @@ public struct PostgresAttachmentStore: AttachmentStore {
         self.client = messageStore.client
         self.uploads = messageStore.attachmentClient
         self.logger = logger
+        self.cipher = messageStore.cipher
     }
 
     // MARK: Uploads
@@ -49,12 +52,12 @@ public struct PostgresAttachmentStore: AttachmentStore {
         guard used + request.length <= request.quotaBytes else {
             throw AttachmentUploadError.quotaExceeded(used: used, quota: request.quotaBytes)
         }
-        let logger = logger
+        let (logger, cipher) = (logger, cipher)
         return try await uploads.withConnection { connection in
             var content: String?
             do {
                 let stored = try await Self.transaction(connection, logger: logger) { connection in
-                    try await Self.store(request, body: body, connection, content: &content, logger: logger)
+                    try await Self.store(request, body: body, connection, content: &content, cipher: cipher, logger: logger)
                 }
                 await Self.release(content: content, connection, logger: logger)
                 return stored
@@ -81,7 +84,8 @@ public struct PostgresAttachmentStore: AttachmentStore {
     /// The upload's transaction, from the first chunk to the row; `content` is set to the SHA-256 whose content lock
     /// (``lockContent(_:_:logger:)``) it took.
     private static func store<Body: AsyncSequence & Sendable>(
-        _ request: AttachmentUploadRequest, body: Body, _ connection: PostgresConnection, content: inout String?, logger: Logger
+        _ request: AttachmentUploadRequest, body: Body, _ connection: PostgresConnection, content: inout String?, cipher: AtRestCipher,
+        logger: Logger
     ) async throws -> StoredAttachment where Body.Element == ByteBuffer {
         var staged: Int64 = 0
         for try await id in try await connection.query("SELECT nextval('attachment_blob_ids')", logger: logger).decode(Int64.self) {
@@ -102,14 +106,14 @@ public struct PostgresAttachmentStore: AttachmentStore {
                 var part = buffer.readSlice(length: min(chunkSize - chunk.readableBytes, buffer.readableBytes))!
                 chunk.writeBuffer(&part)
                 guard chunk.readableBytes == chunkSize else { continue }
-                try await insertChunk(blob: staged, index: index, chunk, connection, logger: logger)
+                try await insertChunk(blob: staged, index: index, chunk, connection, cipher: cipher, logger: logger)
                 index += 1
                 chunk.clear()
             }
         }
         try Task.checkCancellation()
         guard received == request.length else { throw AttachmentUploadError.truncated(received: received, expected: request.length) }
-        if chunk.readableBytes > 0 { try await insertChunk(blob: staged, index: index, chunk, connection, logger: logger) }
+        if chunk.readableBytes > 0 { try await insertChunk(blob: staged, index: index, chunk, connection, cipher: cipher, logger: logger) }
         let sha256 = hex(hasher.finalize())
         try await lockContent(sha256, connection, logger: logger)
         content = sha256
@@ -139,7 +143,11 @@ public struct PostgresAttachmentStore: AttachmentStore {
         return stored
     }
 
-    private static func insertChunk(blob: Int64, index: Int32, _ data: ByteBuffer, _ connection: PostgresConnection, logger: Logger) async throws {
+    /// Stores chunk `index` of a blob, sealed when `cipher` has a key (the index authenticated with it).
+    private static func insertChunk(
+        blob: Int64, index: Int32, _ plain: ByteBuffer, _ connection: PostgresConnection, cipher: AtRestCipher, logger: Logger
+    ) async throws {
+        let data = cipher.isOn ? ByteBuffer(bytes: plain.withUnsafeReadableBytes { cipher.sealChunk($0, index: Int64(index)) }) : plain
         try await connection.query("INSERT INTO attachment_chunks(blob_id, n, data) VALUES (\(blob), \(index), \(data))", logger: logger)
     }
 

@@ -29,7 +29,8 @@ extension PostgresMessageStore {
                 """,
                 logger: logger)
             try await Self.recordWebhook(
-                connection, webhooks.device(.deviceRegistered, DeviceIdentity(userId: userId, deviceId: deviceId), at: now), logger: logger)
+                connection, webhooks.device(.deviceRegistered, DeviceIdentity(userId: userId, deviceId: deviceId), at: now), cipher: cipher,
+                logger: logger)
         }
         return DeviceIdentity(userId: userId, deviceId: deviceId)
     }
@@ -74,7 +75,7 @@ extension PostgresMessageStore {
             guard revoked else { return nil }
             // A revoked device is woken no more (API.md 1.1): its push registration goes with it.
             try await Self.removePushRegistration(connection, of: device, logger: logger)
-            try await Self.recordWebhook(connection, webhooks.device(.deviceRevoked, device, at: revokedAt), logger: logger)
+            try await Self.recordWebhook(connection, webhooks.device(.deviceRevoked, device, at: revokedAt), cipher: cipher, logger: logger)
             return DeviceRevocation(device: device, revokedAt: revokedAt)
         }
     }
@@ -112,7 +113,7 @@ extension PostgresMessageStore {
                 logger: logger
             ).decode(Int32.self) { inserted = true }
             // A device first seen through a JWT is a registration as the app's backend sees it.
-            if inserted { try await Self.recordWebhook(connection, webhooks.device(.deviceRegistered, device, at: now), logger: logger) }
+            if inserted { try await Self.recordWebhook(connection, webhooks.device(.deviceRegistered, device, at: now), cipher: cipher, logger: logger) }
             var state = JWTDeviceState(lastRevokedAt: nil, isListed: false)
             for try await lastRevokedAt in try await connection.query(
                 "SELECT last_revoked_at FROM devices WHERE user_id = \(device.userId) AND id = \(device.deviceId) FOR UPDATE", logger: logger

@@ -34,11 +34,14 @@ extension PostgresMessageStore {
     /// The events of `rows` (a row with neither a payload nor a message is left out): a `message.new` that refers to
     /// its message is rendered from it as of now, with its reactions as the event's user sees them and its reply
     /// preview (one statement each for all of them, ``decorate(_:readers:client:logger:)``).
-    package static func storedEvents(_ rows: [EventTuple], client: PostgresClient, logger: Logger) async throws -> [StoredEvent] {
+    package static func storedEvents(_ rows: [EventTuple], client: PostgresClient, cipher: AtRestCipher, logger: Logger) async throws
+        -> [StoredEvent]
+    {
         var events: [StoredEvent] = []
         var rendered: [(index: Int, message: Message)] = []
         for t in rows {
-            let event = StoredEvent(id: t.1, partition: Int(t.0), type: t.2, userId: t.3, deviceId: t.4, excludedDeviceId: t.5, payload: t.6 ?? "")
+            let event = StoredEvent(
+                id: t.1, partition: Int(t.0), type: t.2, userId: t.3, deviceId: t.4, excludedDeviceId: t.5, payload: try cipher.open(t.6 ?? ""))
             if t.6 == nil {
                 guard let serverId = t.7, let clientMessageId = t.8, let conversationId = t.9, let seq = t.10, let senderId = t.11,
                     let senderDeviceId = t.12, let type = t.13, let body = t.14, let clientTimestamp = t.15, let acceptedAt = t.16,
@@ -47,17 +50,18 @@ extension PostgresMessageStore {
                 rendered.append(
                     (
                         events.count,
-                        message((
-                            serverId, clientMessageId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp, acceptedAt, storedAt,
-                            t.18, t.19, t.20, t.21, t.22 ?? 0, t.23, t.24, t.25
-                        ))
+                        try message(
+                            (
+                                serverId, clientMessageId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp, acceptedAt,
+                                storedAt, t.18, t.19, t.20, t.21, t.22 ?? 0, t.23, t.24, t.25
+                            ), cipher: cipher)
                     ))
             }
             events.append(event)
         }
         guard !rendered.isEmpty else { return events }
         var messages = rendered.map(\.message)
-        try await decorate(&messages, readers: rendered.map { events[$0.index].userId }, client: client, logger: logger)
+        try await decorate(&messages, readers: rendered.map { events[$0.index].userId }, client: client, cipher: cipher, logger: logger)
         let payloads = EventPayload()
         for (entry, message) in zip(rendered, messages) { events[entry.index].payload = payloads.messageNew(message) }
         return events
@@ -91,7 +95,7 @@ extension PostgresMessageStore {
         ).decode(EventTuple.self) {
             rows.append(row)
         }
-        return try await Self.storedEvents(rows, client: client, logger: logger)
+        return try await Self.storedEvents(rows, client: client, cipher: cipher, logger: logger)
     }
 
     /// The events of `users` (`nil`: everyone's) in `partitions` after `after` (an offset per partition) and up to each
@@ -99,7 +103,8 @@ extension PostgresMessageStore {
     /// (read first, so every event up to them was committed when the events were read; `after`'s offset for a partition
     /// not read): what the fan-out's tail reads.
     package static func readEvents(
-        _ client: PostgresClient, after: [Int64], partitions: [Int], users: [String]?, pageSize: Int, logger: Logger
+        _ client: PostgresClient, after: [Int64], partitions: [Int], users: [String]?, pageSize: Int, cipher: AtRestCipher,
+        logger: Logger
     ) async throws -> (events: [StoredEvent], heads: [Int64]) {
         let parts = partitions.filter { after.indices.contains($0) }.map { Int32($0) }
         var heads = after
@@ -127,7 +132,7 @@ extension PostgresMessageStore {
         ).decode(EventTuple.self) {
             rows.append(row)
         }
-        return (try await storedEvents(rows, client: client, logger: logger), heads)
+        return (try await storedEvents(rows, client: client, cipher: cipher, logger: logger), heads)
     }
 
     public func headPosition() async throws -> EventPosition {
@@ -273,7 +278,7 @@ extension PostgresMessageStore {
                     NULLIF(s.rt, ''), NULLIF(s.tr, ''), NULLIF(s.at, '')
                 FROM unnest(\(messages.serverIds)::text[], \(messages.clientMessageIds)::text[], \(messages.conversationIds)::text[],
                     \(messages.seqs)::bigint[], \(messages.senderIds)::text[], \(messages.senderDeviceIds)::text[], \(messages.types)::text[],
-                    \(messages.bodies)::text[], \(messages.clientTimestamps)::bigint[], \(messages.acceptedAt)::bigint[], \(messages.storedAt)::bigint[],
+                    \(cipher.seal(all: messages.bodies))::text[], \(messages.clientTimestamps)::bigint[], \(messages.acceptedAt)::bigint[], \(messages.storedAt)::bigint[],
                     \(messages.targetIds)::text[], \(messages.editedAt)::bigint[], \(messages.deletedAt)::bigint[], \(messages.replyTos)::text[],
                     \(messages.threadRoots)::text[], \(messages.attachmentColumns)::text[])
                     AS s(i, c, cv, q, u, d, t, b, ct, a, st, tg, ed, dl, rt, tr, at)),
@@ -296,7 +301,7 @@ extension PostgresMessageStore {
                     edited_at = COALESCE(NULLIF(l.ed, 0), m.edited_at),
                     deleted_at = COALESCE(NULLIF(l.dl, 0), m.deleted_at),
                     attachments = CASE WHEN l.dl <> 0 THEN NULL ELSE m.attachments END
-                FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.bodies)::text[],
+                FROM unnest(\(batch.lifecycle.targetIds)::text[], \(cipher.seal(all: batch.lifecycle.bodies))::text[],
                     \(batch.lifecycle.editedAt)::bigint[], \(batch.lifecycle.deletedAt)::bigint[]) AS l(id, b, ed, dl)
                 WHERE m.server_id = l.id),
             unlinked AS (
@@ -307,7 +312,7 @@ extension PostgresMessageStore {
                 WHERE l.dl <> 0 AND m.server_id = l.id AND r.conversation_id = m.conversation_id AND r.seq = m.seq),
             erased AS (
                 UPDATE messages m SET body = l.e
-                FROM unnest(\(batch.lifecycle.targetIds)::text[], \(batch.lifecycle.erasedEdits)::text[]) AS l(id, e)
+                FROM unnest(\(batch.lifecycle.targetIds)::text[], \(cipher.seal(all: batch.lifecycle.erasedEdits))::text[]) AS l(id, e)
                 WHERE l.e <> '' AND m.target_id = l.id AND m.type = \(ServerMessageType.edit)),
             dead AS (
                 INSERT INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
@@ -315,7 +320,7 @@ extension PostgresMessageStore {
                 SELECT d.i, d.cv, d.c, d.u, d.d, d.t, d.b, d.ct, d.a, d.f, d.ec, d.em, NULLIF(d.rt, ''), NULLIF(d.tr, ''), NULLIF(d.at, '')
                 FROM unnest(\(dead.messages.map(\.serverId))::text[], \(dead.messages.map(\.conversationId))::text[],
                     \(dead.messages.map(\.clientMessageId))::text[], \(dead.messages.map(\.senderId))::text[],
-                    \(dead.messages.map(\.senderDeviceId))::text[], \(dead.messages.map(\.type))::text[], \(dead.messages.map(\.body))::text[],
+                    \(dead.messages.map(\.senderDeviceId))::text[], \(dead.messages.map(\.type))::text[], \(cipher.seal(all: dead.messages.map(\.body)))::text[],
                     \(dead.messages.map(\.clientTimestamp))::bigint[], \(dead.messages.map(\.acceptedAt))::bigint[], \(dead.failedAt)::bigint[],
                     \(dead.codes)::text[], \(dead.errors)::text[], \(dead.messages.map { $0.replyTo ?? "" })::text[],
                     \(dead.messages.map { $0.threadRoot ?? "" })::text[], \(dead.messages.map { AttachmentColumn.encode($0.attachments) ?? "" })::text[])
@@ -326,7 +331,7 @@ extension PostgresMessageStore {
                 INSERT INTO event_payloads(part, id, payload)
                 SELECT s.p, o.first_offset + s.r, s.pl
                 FROM unnest(\(shared.map { events.parts[Int($0.firstIndex)] })::integer[], \(shared.map { ranks[Int($0.firstIndex)] })::bigint[],
-                    \(shared.map(\.payload))::text[]) AS s(p, r, pl)
+                    \(cipher.seal(all: shared.map(\.payload)))::text[]) AS s(p, r, pl)
                 JOIN offs o ON o.taken_part = s.p),
             written AS (
                 INSERT INTO events(part, id, user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
@@ -334,13 +339,13 @@ extension PostgresMessageStore {
                     NULLIF(e.pl, ''), CASE WHEN e.pr < 0 THEN NULL ELSE o.first_offset + e.pr END
                 FROM unnest(\(events.parts)::integer[], \(ranks)::bigint[], \(events.userIds)::text[], \(events.deviceIds)::text[],
                     \(events.excludedDeviceIds)::text[], \(events.types)::text[], \(events.createdAt)::bigint[], \(events.conversationIds)::text[],
-                    \(events.seqs)::bigint[], \(events.payloads)::text[], \(payloadRanks)::bigint[]) AS e(p, r, u, d, x, t, c, ci, s, pl, pr)
+                    \(events.seqs)::bigint[], \(cipher.seal(all: events.payloads))::text[], \(payloadRanks)::bigint[]) AS e(p, r, u, d, x, t, c, ci, s, pl, pr)
                 JOIN offs o ON o.taken_part = e.p),
             hooks AS (
                 INSERT INTO webhook_events(id, ordering_key, type, created_at, body, next_attempt_at, retry_from)
                 SELECT h.i, h.k, h.t, h.c, h.b, h.c, h.c
                 FROM unnest(\(hooks.ids)::text[], \(hooks.orderingKeys)::text[], \(hooks.types)::text[], \(hooks.createdAt)::bigint[],
-                    \(hooks.bodies)::text[]) WITH ORDINALITY AS h(i, k, t, c, b, n)
+                    \(cipher.seal(all: hooks.bodies))::text[]) WITH ORDINALITY AS h(i, k, t, c, b, n)
                     -- after the offsets (and so the checks and the locks they wait for): positions in commit order
                     CROSS JOIN (SELECT count(*) FROM offs) AS taken
                 ORDER BY h.n)

@@ -148,7 +148,7 @@ extension PostgresMessageStore {
                     WHERE server_id = ANY(\(targetIds.sorted())) ORDER BY server_id FOR UPDATE
                     """, logger: logger
                 ).decode(MessageTuple.self) {
-                    let message = Self.message(row)
+                    let message = try Self.message(row, cipher: cipher)
                     targets[message.serverId] = StoredTarget(message)
                 }
             }

@@ -9,7 +9,7 @@ import PostgresNIO
 extension PostgresMessageStore: PushStore {
     public func setPushRegistration(_ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64) async throws {
         do {
-            try await transaction { connection in try await Self.setPushRegistration(connection, request, data: data, for: device, at: now, logger: logger) }
+            try await transaction { connection in try await Self.setPushRegistration(connection, request, data: cipher.seal(data), for: device, at: now, logger: logger) }
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "23505" {
             // Another user's device registered the pushkey between the check and the insert: the unique index holds it.
             throw PigeonError.pushkeyHeld
@@ -20,8 +20,8 @@ extension PostgresMessageStore: PushStore {
         _ connection: PostgresConnection, _ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64,
         logger: Logger
     ) async throws {
-        // A pushkey wakes one device: another user's device keeps it (409); the same user's other device (the app
-        // reinstalled) loses it. Only this user's rows are deleted, so a race leaves the unique index to refuse.
+        // `data` is sealed already (encryption at rest). A pushkey wakes one device: another user's device keeps it
+        // (409); the same user's other device (the app reinstalled) loses it. Only this user's rows are deleted, so a race leaves the unique index to refuse.
         for try await holder in try await connection.query(
             "SELECT user_id FROM push_registrations WHERE app_id = \(request.appId) AND pushkey = \(request.pushkey)", logger: logger
         ).decode(String.self) where holder != device.userId {
@@ -77,7 +77,7 @@ extension PostgresMessageStore: PushStore {
             """, logger: logger
         ).decode((String, String, String, String?, Int64, Int64?, Bool).self) {
             info = PushRegistrationInfo(
-                kind: PushKind(rawValue: kind) ?? .other, appId: appId, pushkey: pushkey, data: PushPayload.decodeData(data),
+                kind: PushKind(rawValue: kind) ?? .other, appId: appId, pushkey: pushkey, data: PushPayload.decodeData(try cipher.open(data)),
                 updatedAt: updatedAt, lastPushedAt: lastPushedAt, pending: pending)
         }
         return info
@@ -191,11 +191,11 @@ extension PostgresMessageStore: PushStore {
             ).decode((String, Int64).self) {
                 unread[userId] = Int(count)
             }
-            return rows.map { row in
-                ClaimedPush(
+            return try rows.map { row in
+                try ClaimedPush(
                     device: DeviceIdentity(userId: row.0, deviceId: row.1), kind: PushKind(rawValue: row.2) ?? .other, appId: row.3,
-                    pushkey: row.4, data: row.5, registeredAt: row.6, conversationId: row.7, seq: row.8, serverId: row.9, senderId: row.10,
-                    messageType: row.11, body: includeBody ? row.12 : nil, unread: unread[row.0] ?? 0, owedSince: row.13, attempts: Int(row.14))
+                    pushkey: row.4, data: cipher.open(row.5), registeredAt: row.6, conversationId: row.7, seq: row.8, serverId: row.9, senderId: row.10,
+                    messageType: row.11, body: includeBody ? cipher.open(row.12) : nil, unread: unread[row.0] ?? 0, owedSince: row.13, attempts: Int(row.14))
             }
         }
     }

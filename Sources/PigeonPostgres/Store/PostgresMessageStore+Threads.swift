@@ -17,7 +17,7 @@ extension PostgresMessageStore {
             "SELECT \(unescaped: Self.messageColumns) FROM messages WHERE conversation_id = \(conversationId) AND server_id = \(root)",
             logger: logger
         ).decode(MessageTuple.self) {
-            found = Self.message(row)
+            found = try Self.message(row, cipher: cipher)
         }
         guard let found, found.seq >= visibleFrom else { return nil }
         if let reader {

@@ -16,12 +16,14 @@ extension PostgresMessageStore: WebhookStore {
 
     /// Records `event` (nil: nothing to do) on `connection`, inside its transaction (the device transactions, which
     /// write no other event).
-    package static func recordWebhook(_ connection: PostgresConnection, _ event: WebhookEventRow?, logger: Logger) async throws {
+    package static func recordWebhook(
+        _ connection: PostgresConnection, _ event: WebhookEventRow?, cipher: AtRestCipher, logger: Logger
+    ) async throws {
         guard let event else { return }
         try await connection.query(
             """
             INSERT INTO webhook_events(id, ordering_key, type, created_at, body, next_attempt_at, retry_from)
-            VALUES (\(event.id), \(event.orderingKey), \(event.type.rawValue), \(event.createdAt), \(event.body), \(event.createdAt), \(event.createdAt))
+            VALUES (\(event.id), \(event.orderingKey), \(event.type.rawValue), \(event.createdAt), \(cipher.seal(event.body)), \(event.createdAt), \(event.createdAt))
             """, logger: logger)
     }
 
@@ -71,7 +73,7 @@ extension PostgresMessageStore: WebhookStore {
                 """, logger: logger
             ).decode((String, String, String, String, String, Bool).self) {
                 previews[MessageKey(conversationId: conversationId, serverId: serverId)] = ReplyPreview(
-                    serverId: serverId, senderId: senderId, type: type, body: body, deleted: deleted)
+                    serverId: serverId, senderId: senderId, type: type, body: try cipher.open(body), deleted: deleted)
             }
         }
         for serverId in edited {
@@ -107,7 +109,7 @@ extension PostgresMessageStore: WebhookStore {
         ).decode((Int64, String, String, String, Int64, String, Int32, Int64).self) {
             claimed.append(
                 WebhookDelivery(
-                    position: position, id: id, type: type, orderingKey: key, createdAt: createdAt, body: body, attempts: Int(attempts),
+                    position: position, id: id, type: type, orderingKey: key, createdAt: createdAt, body: try cipher.open(body), attempts: Int(attempts),
                     retryFrom: retryFrom))
         }
         return claimed.sorted { $0.position < $1.position }
@@ -155,7 +157,7 @@ extension PostgresMessageStore: WebhookStore {
             dead.append(
                 DeadWebhookEvent(
                     id: id, type: type, orderingKey: key, createdAt: createdAt, deadAt: deadAt, attempts: Int(attempts), lastError: lastError ?? "",
-                    body: body))
+                    body: try cipher.open(body)))
         }
         return dead
     }

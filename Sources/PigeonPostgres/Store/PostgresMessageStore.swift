@@ -28,6 +28,9 @@ public final class PostgresMessageStore: MessageStore, Service {
     /// for as long as its client takes to send the body: slow uploads wait for one another, never processing for a
     /// connection. It runs with ``run()`` and opens connections only when uploads come.
     package let attachmentClient: PostgresClient
+    /// The key ring bodies, payloads, push data and attachment chunks are sealed with at rest (``AtRestCipher/off``:
+    /// none): values are sealed in Swift before a statement carries them and opened as rows are decoded.
+    package let cipher: AtRestCipher
     package let logger: Logger
     package let faultInjector: ProcessingFaultInjector?
     /// Where a batch's transaction reports the time of its stages (connection, begin, read, write, commit).
@@ -65,7 +68,7 @@ public final class PostgresMessageStore: MessageStore, Service {
     public static func open(
         url: String, local: LocalFanout, faultInjector: ProcessingFaultInjector? = nil, logger: Logger, maxConnections: Int = 20,
         nodeId: String? = nil, stageTimer: ProcessingStageTimer = .none, clock: any Clock<Duration> = ContinuousClock(),
-        uploadConnections: Int = 4, webhooks: WebhookOutbox = .off
+        uploadConnections: Int = 4, webhooks: WebhookOutbox = .off, cipher: AtRestCipher = .off
     ) async throws -> PostgresMessageStore {
         let nodeId = nodeId ?? "node-" + Identifiers.randomHex(bytes: 8)
         let parsed = try PostgresURL(url)
@@ -75,6 +78,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
             }
             try await PostgresSchema.migrate(connection, logger: logger)
+            try await Self.verifyAndRecord(cipher, connection, logger: logger)
             let (epoch, partitions) = try await PostgresSchema.applyLayout(
                 connection, partitions: parsed.eventPartitions, nodeId: nodeId, logger: logger)
             var head = [Int64](repeating: 0, count: partitions)
@@ -92,7 +96,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             return PostgresMessageStore(
                 epoch: epoch, head: head, revocationHead: revocationHead, client: client,
                 attachmentClient: PostgresClient(configuration: uploads, backgroundLogger: logger), local: local, faultInjector: faultInjector,
-                logger: logger, nodeId: nodeId, stageTimer: stageTimer, clock: clock, webhooks: webhooks)
+                logger: logger, nodeId: nodeId, stageTimer: stageTimer, clock: clock, webhooks: webhooks, cipher: cipher)
         } catch {
             try? await connection.close()
             throw error
@@ -102,9 +106,10 @@ public final class PostgresMessageStore: MessageStore, Service {
     private init(
         epoch: String, head: [Int64], revocationHead: Int64, client: PostgresClient, attachmentClient: PostgresClient, local: LocalFanout,
         faultInjector: ProcessingFaultInjector?, logger: Logger, nodeId: String, stageTimer: ProcessingStageTimer, clock: any Clock<Duration>,
-        webhooks: WebhookOutbox
+        webhooks: WebhookOutbox, cipher: AtRestCipher
     ) {
         self.webhooks = webhooks
+        self.cipher = cipher
         self.epoch = epoch
         self.stageTimer = stageTimer
         self.eventPartitions = head.count
@@ -116,7 +121,8 @@ public final class PostgresMessageStore: MessageStore, Service {
             client: client, epoch: epoch, nodeId: nodeId, head: head, revocationHead: revocationHead, local: local, logger: logger,
             stageTimer: stageTimer, clock: clock,
             readEvents: { [client, logger] after, partitions, users, pageSize in
-                try await Self.readEvents(client, after: after, partitions: partitions, users: users, pageSize: pageSize, logger: logger)
+                try await Self.readEvents(
+                    client, after: after, partitions: partitions, users: users, pageSize: pageSize, cipher: cipher, logger: logger)
             },
             readRevocations: { [client, logger] after, limit in
                 try await Self.readRevocations(client, after: after, limit: limit, logger: logger)
@@ -319,7 +325,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 ORDER BY m.seq DESC LIMIT 1) m
             """, logger: logger
         ).decode(MessageTuple.self) {
-            let message = Self.message(row)
+            let message = try Self.message(row, cipher: cipher)
             last[message.conversationId] = message
         }
         var lastMessages = Array(last.values)
@@ -392,9 +398,10 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     /// The message of a row as it is stored: its thread summary from the root's columns, its attachments from their
     /// column, without its reactions and reply preview (``decorate(_:reader:)`` adds them).
-    package static func message(_ t: MessageTuple) -> Message {
+    package static func message(_ t: MessageTuple, cipher: AtRestCipher) throws -> Message {
         Message(
-            serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6, body: t.7,
+            serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: t.3, senderId: t.4, senderDeviceId: t.5, type: t.6,
+            body: try cipher.open(t.7),
             clientTimestamp: t.8, acceptedAt: t.9, storedAt: t.10, editedAt: t.11, deletedAt: t.12, replyTo: t.13, threadRoot: t.14,
             thread: t.15 > 0 ? ThreadSummary(replyCount: Int(t.15), lastReplyAt: t.16 ?? 0, lastReplySenders: ReplyRules.senders(t.17)) : nil,
             attachments: AttachmentColumn.decode(t.18))
@@ -402,16 +409,19 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     /// Adds to `messages` their reactions as `reader` sees them and their reply previews, as of now.
     package func decorate(_ messages: inout [Message], reader: String?) async throws {
-        try await Self.decorate(&messages, readers: Array(repeating: reader, count: messages.count), client: client, logger: logger)
+        try await Self.decorate(&messages, readers: Array(repeating: reader, count: messages.count), client: client, cipher: cipher, logger: logger)
     }
 
     /// Adds to each of `messages` its reactions as the user of the same index in `readers` sees them, and its reply
     /// preview, as of now: one statement for all the messages' reactions, one for all their quotes.
-    package static func decorate(_ messages: inout [Message], readers: [String?], client: PostgresClient, logger: Logger) async throws {
+    package static func decorate(
+        _ messages: inout [Message], readers: [String?], client: PostgresClient, cipher: AtRestCipher, logger: Logger
+    ) async throws {
         guard !messages.isEmpty else { return }
         let reactions = try await reactionRows(of: messages.map { ($0.conversationId, $0.seq) }, client: client, logger: logger)
         let previews = try await previews(
-            of: messages.compactMap { message in message.replyTo.map { (message.conversationId, $0) } }, client: client, logger: logger)
+            of: messages.compactMap { message in message.replyTo.map { (message.conversationId, $0) } }, client: client, cipher: cipher,
+            logger: logger)
         for index in messages.indices {
             if let rows = reactions[MessageKey(conversationId: messages[index].conversationId, seq: messages[index].seq)] {
                 messages[index].reactions = ReactionRules.aggregate(rows, reader: readers[index])
@@ -431,7 +441,7 @@ public final class PostgresMessageStore: MessageStore, Service {
 
     /// The reply previews of the messages named (conversation, serverId), as of now.
     private static func previews(
-        of targets: [(conversationId: String, serverId: String)], client: PostgresClient, logger: Logger
+        of targets: [(conversationId: String, serverId: String)], client: PostgresClient, cipher: AtRestCipher, logger: Logger
     ) async throws -> [MessageKey: ReplyPreview] {
         guard !targets.isEmpty else { return [:] }
         var previews: [MessageKey: ReplyPreview] = [:]
@@ -443,7 +453,7 @@ public final class PostgresMessageStore: MessageStore, Service {
             """, logger: logger
         ).decode((String, String, String, String, String, Bool).self) {
             previews[MessageKey(conversationId: conversationId, serverId: serverId)] = ReplyPreview(
-                serverId: serverId, senderId: senderId, type: type, body: body, deleted: deleted)
+                serverId: serverId, senderId: senderId, type: type, body: try cipher.open(body), deleted: deleted)
         }
         return previews
     }
@@ -498,7 +508,7 @@ public final class PostgresMessageStore: MessageStore, Service {
         }
         var messages: [Message] = []
         for try await row in try await client.query(query, logger: logger).decode(MessageTuple.self) {
-            messages.append(Self.message(row))
+            messages.append(try Self.message(row, cipher: cipher))
         }
         let hasMore = messages.count > limit
         if hasMore { messages.removeLast() }
@@ -521,7 +531,7 @@ public final class PostgresMessageStore: MessageStore, Service {
                 DeadLetter(
                     message: Message(
                         serverId: t.0, clientMessageId: t.1, conversationId: t.2, seq: 0, senderId: t.3, senderDeviceId: t.4, type: t.5,
-                        body: t.6, clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0, replyTo: t.12, threadRoot: t.13,
+                        body: try cipher.open(t.6), clientTimestamp: t.7, acceptedAt: t.8, storedAt: 0, replyTo: t.12, threadRoot: t.13,
                         attachments: AttachmentColumn.decode(t.14)),
                     failedAt: t.9, error: ErrorDetail(code: ErrorCode(rawValue: t.10), message: t.11)))
         }
@@ -537,7 +547,8 @@ public final class PostgresMessageStore: MessageStore, Service {
             """, logger: logger
         ).decode((String, String, String, String, String, String, String, Int64, Int64, String?, String?, String?).self) {
             return BufferedMessage(
-                serverId: t.0, conversationId: t.1, senderId: t.2, senderDeviceId: t.3, clientMessageId: t.4, type: t.5, body: t.6,
+                serverId: t.0, conversationId: t.1, senderId: t.2, senderDeviceId: t.3, clientMessageId: t.4, type: t.5,
+                body: try cipher.open(t.6),
                 clientTimestamp: t.7, acceptedAt: t.8, replyTo: t.9, threadRoot: t.10, attachments: AttachmentColumn.decode(t.11))
         }
         return nil

@@ -24,10 +24,10 @@ public final class EmbeddedBuffer: IngestBuffer {
     private let state = NIOLockedValueBox(State())
     private let diskHealth: SQLiteDiskHealth
 
-    /// Opens or creates the buffer at `path`.
-    public init(path: String, durable: Bool = true) throws {
+    /// Opens or creates the buffer at `path`; with `cipher` on, bodies are sealed at rest as in the store.
+    public init(path: String, durable: Bool = true, cipher: AtRestCipher = .off) throws {
         self.diskHealth = SQLiteDiskHealth(path: path)
-        self.pool = try SQLiteDatabase.open(path: path, durable: durable, readers: 2)
+        self.pool = try SQLiteDatabase.open(path: path, durable: durable, readers: 2, cipher: cipher)
         try Self.migrator.migrate(pool)
         self.writer = GroupCommitWriter(writer: pool)
         let depth = try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM entries") ?? 0 }
@@ -166,7 +166,7 @@ public final class EmbeddedBuffer: IngestBuffer {
         try db.cachedStatement(
             sql: """
                 INSERT INTO entries(server_id, conversation_id, sender_id, sender_device_id, client_message_id,
-                    type, body, client_timestamp, accepted_at, reply_to, thread_root, attachments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    type, body, client_timestamp, accepted_at, reply_to, thread_root, attachments) VALUES (?, ?, ?, ?, ?, ?, at_rest_seal(?), ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
             message.serverId, message.conversationId, message.senderId, message.senderDeviceId,
@@ -198,7 +198,7 @@ public final class EmbeddedBuffer: IngestBuffer {
                 db.cachedStatement(
                     sql: """
                         SELECT id, attempts, server_id, conversation_id, sender_id, sender_device_id, client_message_id,
-                            type, body, client_timestamp, accepted_at, reply_to, thread_root, attachments
+                            type, at_rest_open(body), client_timestamp, accepted_at, reply_to, thread_root, attachments
                         FROM entries WHERE id > ? ORDER BY id LIMIT ?
                         """),
                 arguments: [after, max]

@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import PigeonDomain
 
 #if canImport(Glibc)
 import Glibc
@@ -13,20 +14,34 @@ import Darwin
 /// equal bytes are stored once; an upload is written to `<directory>/tmp/<uuid>` first and renamed into place once
 /// complete (and, with `durable`, fsynced), so a content file is always whole.
 ///
+/// With a key (``AtRestCipher``), a file holds its bytes sealed a chunk (``chunkBytes``) at a time, each chunk with
+/// its index authenticated, so a range is read by opening only the chunks it spans. The name stays the SHA-256 of
+/// the plaintext (as the upload's metadata has it): equal uploads still share one file. A file written before the
+/// store had a key is exactly its plaintext size, which tells it apart; `rekey` seals it.
+///
 /// Every operation here blocks; ``run(_:)`` runs it on the blocking pool, never on a Swift concurrency thread.
 package struct AttachmentFiles: Sendable {
     package let directory: URL
     /// Whether a file and the directory entry that names it are fsynced before an upload counts as stored.
     let durable: Bool
     private let pool: NIOThreadPool
+    /// Seals what is written, opens what is read (``AtRestCipher/off``: bytes as they are).
+    let cipher: AtRestCipher
 
     /// The most bytes one read or write moves: the chunks a download streams, and the pieces an upload is written in.
     static let chunkBytes = 256 * 1024
 
-    init(directory: URL, durable: Bool, pool: NIOThreadPool) {
+    init(directory: URL, durable: Bool, pool: NIOThreadPool, cipher: AtRestCipher = .off) {
         self.directory = directory
         self.durable = durable
         self.pool = pool
+        self.cipher = cipher
+    }
+
+    /// The size on disk of a content of `size` bytes written now: its plaintext size, plus each chunk's seal.
+    func storedSize(of size: Int64) -> Int64 {
+        let chunks = (size + Int64(Self.chunkBytes) - 1) / Int64(Self.chunkBytes)
+        return size + chunks * Int64(cipher.chunkOverhead)
     }
 
     var temporaryDirectory: String { directory.appendingPathComponent("tmp").path }
@@ -57,8 +72,14 @@ package struct AttachmentFiles: Sendable {
         return TemporaryFile(path: path, descriptor: descriptor)
     }
 
-    /// Appends `buffer`'s readable bytes to `file`.
-    func append(_ buffer: ByteBuffer, to file: TemporaryFile) throws {
+    /// Appends `buffer`'s readable bytes to `file` as its chunk number `index`: at most ``chunkBytes``, and exactly
+    /// that many unless it is the last (sealed with the cipher's newest key when it has one).
+    func append(_ buffer: ByteBuffer, to file: TemporaryFile, index: Int64) throws {
+        let sealed = cipher.isOn ? ByteBuffer(bytes: buffer.withUnsafeReadableBytes { cipher.sealChunk($0, index: index) }) : buffer
+        try Self.append(sealed, to: file)
+    }
+
+    private static func append(_ buffer: ByteBuffer, to file: TemporaryFile) throws {
         try file.withDescriptor { descriptor in
             try buffer.withUnsafeReadableBytes { bytes in
                 var written = 0
@@ -87,7 +108,7 @@ package struct AttachmentFiles: Sendable {
     func place(temporary path: String, sha256: String, size: Int64) throws {
         let target = contentPath(sha256)
         var existing = stat()
-        if stat(target, &existing) == 0, Int64(existing.st_size) == size {
+        if stat(target, &existing) == 0, Int64(existing.st_size) == storedSize(of: size) {
             unlink(path)
             return
         }
@@ -145,9 +166,65 @@ package struct AttachmentFiles: Sendable {
 
     // MARK: Reading
 
-    /// The content `sha256`, open for reading.
-    func openContent(_ sha256: String) throws -> ContentFile {
-        ContentFile(descriptor: try Self.retrying { open(contentPath(sha256), O_RDONLY | O_CLOEXEC) })
+    /// The content `sha256` of `size` plaintext bytes, open for reading: sealed if the file is longer than that.
+    func openContent(_ sha256: String, size: Int64) throws -> ContentFile {
+        let descriptor = try Self.retrying { open(contentPath(sha256), O_RDONLY | O_CLOEXEC) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            closeDescriptor(descriptor)
+            throw IOError(errnoCode: errno, reason: "fstat \(contentPath(sha256))")
+        }
+        let file = ContentFile(descriptor: descriptor, size: size, keyId: nil)
+        guard Int64(info.st_size) > size else { return file }
+        let idLength = Int(try Self.read(file, offset: 4, count: 1).readableBytesView.first!)
+        let header = try Self.read(file, offset: 0, count: AtRestCipher.chunkHeaderLength(idLength: idLength))
+        guard let keyId = AtRestCipher.chunkKeyId(Array(header.readableBytesView)) else {
+            throw AtRestKeyError("the attachment file \(contentPath(sha256)) is neither its plaintext nor sealed")
+        }
+        return ContentFile(descriptor: file.take(), size: size, keyId: keyId)
+    }
+
+    /// Rewrites the content `sha256` of `size` bytes sealed with the cipher's newest key, unless it is already (or is
+    /// gone); whether it did. The new file replaces the old one by a rename: a download that opened the old one reads
+    /// it to its end.
+    func reseal(_ sha256: String, size: Int64) throws -> Bool {
+        let file: ContentFile
+        do {
+            file = try openContent(sha256, size: size)
+        } catch let error as IOError where error.errnoCode == ENOENT {
+            return false
+        }
+        if file.keyId == cipher.newest?.id || (size == 0 && file.keyId == nil) { return false }
+        let temporary = try createTemporary()
+        do {
+            var (offset, index): (Int64, Int64) = (0, 0)
+            while offset < size {
+                let plain = try readPlain(file, offset: offset, count: Int(min(Int64(Self.chunkBytes), size - offset)))
+                try append(plain, to: temporary, index: index)
+                offset += Int64(plain.readableBytes)
+                index += 1
+            }
+            try finish(temporary)
+            _ = try Self.retrying { rename(temporary.path, contentPath(sha256)) }
+            if durable { try Self.syncDirectory(contentDirectory(sha256)) }
+            return true
+        } catch {
+            discard(temporary)
+            throw error
+        }
+    }
+
+    /// Up to `count` plaintext bytes of `file` from `offset`, within one chunk (``chunkBytes``) of it.
+    func readPlain(_ file: ContentFile, offset: Int64, count: Int) throws -> ByteBuffer {
+        guard let keyId = file.keyId else { return try Self.read(file, offset: offset, count: count) }
+        let overhead = AtRestCipher.chunkHeaderLength(idLength: keyId.utf8.count) + 28
+        let chunkBytes = Int64(Self.chunkBytes)
+        let index = offset / chunkBytes
+        let plainLength = Int(min(chunkBytes, file.size - index * chunkBytes))
+        let sealed = try Self.read(file, offset: index * (chunkBytes + Int64(overhead)), count: plainLength + overhead)
+        let plain = try cipher.openChunk(Array(sealed.readableBytesView), index: index)
+        let start = Int(offset - index * chunkBytes)
+        return ByteBuffer(bytes: plain[start..<min(plain.count, start + count)])
     }
 
     /// `count` bytes of `file` from `offset`: the file must have them all.
@@ -216,10 +293,25 @@ final class TemporaryFile: Sendable {
 /// sweep unlinks it, so a download that started is served whole.
 final class ContentFile: Sendable {
     let descriptor: CInt
+    /// The plaintext size of the content.
+    let size: Int64
+    /// The key its chunks are sealed with; `nil`: the file is its plaintext.
+    let keyId: String?
+    private let owned = NIOLockedValueBox(true)
 
-    init(descriptor: CInt) { self.descriptor = descriptor }
+    init(descriptor: CInt, size: Int64, keyId: String?) {
+        self.descriptor = descriptor
+        self.size = size
+        self.keyId = keyId
+    }
 
-    deinit { closeDescriptor(descriptor) }
+    /// The descriptor, for another `ContentFile` to own: this one no longer closes it.
+    func take() -> CInt {
+        owned.withLockedValue { $0 = false }
+        return descriptor
+    }
+
+    deinit { if owned.withLockedValue({ $0 }) { closeDescriptor(descriptor) } }
 }
 
 /// `close(2)`, by a name the types above (which have a `close()` of their own) can call.

@@ -1,12 +1,14 @@
 import Foundation
 import GRDB
+import PigeonDomain
 
 /// How SQLite files of the embedded mode are opened.
 package enum SQLiteDatabase {
     /// Opens (creating if needed) a WAL database at `path`, with `synchronous = FULL` when `durable`
     /// (every commit is on disk before it returns, so an answer given after a commit survives power loss)
-    /// and `NORMAL` otherwise (survives a crash of the process, not of the machine).
-    package static func open(path: String, durable: Bool, readers: Int = 4) throws -> DatabasePool {
+    /// and `NORMAL` otherwise (survives a crash of the process, not of the machine). Every connection has the SQL
+    /// functions of `cipher` (``AtRestFunctions``).
+    package static func open(path: String, durable: Bool, readers: Int = 4, cipher: AtRestCipher = .off) throws -> DatabasePool {
         var configuration = Configuration()
         configuration.maximumReaderCount = readers
         configuration.busyMode = .timeout(10)
@@ -17,6 +19,7 @@ package enum SQLiteDatabase {
             // Commits must not stall on checkpoints: ``WALCheckpointer`` runs them beside the writer. This
             // threshold is only a safety net for a WAL that the checkpointer could not keep small.
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 50000")
+            AtRestFunctions.register(cipher, on: db)
         }
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {

@@ -35,7 +35,7 @@ public final class SQLiteAttachmentStore: AttachmentStore {
     /// looks through `directory`: call it at startup, before serving.
     public init(messageStore: SQLiteMessageStore, directory: URL, durable: Bool, logger: Logger) throws {
         self.store = messageStore
-        self.files = AttachmentFiles(directory: directory, durable: durable, pool: .singleton)
+        self.files = AttachmentFiles(directory: directory, durable: durable, pool: .singleton, cipher: messageStore.cipher)
         self.logger = logger
         try files.prepare()
         let pool = messageStore.pool
@@ -87,19 +87,22 @@ public final class SQLiteAttachmentStore: AttachmentStore {
         var hasher = ContentHasher()
         var received: Int64 = 0
         var pending = ByteBufferAllocator().buffer(capacity: AttachmentFiles.chunkBytes)
+        // Written a whole chunk at a time: a sealed file's chunks are found by their index.
+        var index: Int64 = 0
         do {
             for try await chunk in body {
                 received += Int64(chunk.readableBytes)
                 if received > length { throw AttachmentUploadError.tooLong(expected: length) }
                 pending.writeImmutableBuffer(chunk)
-                if pending.readableBytes >= AttachmentFiles.chunkBytes {
-                    hasher = try await Self.write(pending, to: file, hashing: hasher, files)
-                    pending.clear()
+                while pending.readableBytes >= AttachmentFiles.chunkBytes {
+                    hasher = try await Self.write(pending.readSlice(length: AttachmentFiles.chunkBytes)!, to: file, index: index, hashing: hasher, files)
+                    index += 1
                 }
+                pending.discardReadBytes()
                 try Task.checkCancellation()
             }
             if received < length { throw AttachmentUploadError.truncated(received: received, expected: length) }
-            if pending.readableBytes > 0 { hasher = try await Self.write(pending, to: file, hashing: hasher, files) }
+            if pending.readableBytes > 0 { hasher = try await Self.write(pending, to: file, index: index, hashing: hasher, files) }
             try await files.run { try files.finish(file) }
         } catch {
             _ = try? await files.run { files.discard(file) }
@@ -108,14 +111,14 @@ public final class SQLiteAttachmentStore: AttachmentStore {
         return Received(path: file.path, sha256: hasher.finalize())
     }
 
-    /// Writes `buffer` to `file` and hashes it, both on the blocking pool; the hash so far.
-    private static func write(_ buffer: ByteBuffer, to file: TemporaryFile, hashing hasher: ContentHasher, _ files: AttachmentFiles) async throws
-        -> ContentHasher
-    {
+    /// Writes `buffer` to `file` as its chunk `index` and hashes it, both on the blocking pool; the hash so far.
+    private static func write(
+        _ buffer: ByteBuffer, to file: TemporaryFile, index: Int64, hashing hasher: ContentHasher, _ files: AttachmentFiles
+    ) async throws -> ContentHasher {
         try await files.run {
             var hasher = hasher
             hasher.update(buffer)
-            try files.append(buffer, to: file)
+            try files.append(buffer, to: file, index: index)
             return hasher
         }
     }
@@ -189,16 +192,18 @@ public final class SQLiteAttachmentStore: AttachmentStore {
             return AttachmentBytes(unfolding: { nil })
         }
         // Opened now: a sweep that erases the file later does not cut this read short.
-        let sha256 = attachment.sha256
-        let file = try await files.run { try files.openContent(sha256) }
+        let (sha256, size) = (attachment.sha256, attachment.size)
+        let file = try await files.run { try files.openContent(sha256, size: size) }
         let cursor = NIOLockedValueBox<(file: ContentFile?, next: Int64)>((file, range.lowerBound))
         let end = range.upperBound + 1
         // Pulled: the next chunk is read only when the reader asks for it.
         return AttachmentBytes(unfolding: {
             let (file, offset) = cursor.withLockedValue { ($0.file, $0.next) }
             guard let file, offset < end else { return nil }
-            let count = Int(min(Int64(AttachmentFiles.chunkBytes), end - offset))
-            let chunk = try await files.run { try AttachmentFiles.read(file, offset: offset, count: count) }
+            // Within one chunk: a sealed file opens a chunk at a time.
+            let chunkBytes = Int64(AttachmentFiles.chunkBytes)
+            let count = Int(min(chunkBytes - offset % chunkBytes, end - offset))
+            let chunk = try await files.run { try files.readPlain(file, offset: offset, count: count) }
             cursor.withLockedValue { cursor in
                 cursor.next = offset + Int64(count)
                 // Let go of the file once the range is read, rather than when the stream goes.

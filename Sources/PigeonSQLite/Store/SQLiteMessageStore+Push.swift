@@ -24,7 +24,7 @@ extension SQLiteMessageStore: PushStore {
                 arguments: [request.appId, request.pushkey, device.userId, device.deviceId])
             try db.execute(
                 sql: """
-                    INSERT INTO push_registrations(user_id, device_id, kind, app_id, pushkey, data, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO push_registrations(user_id, device_id, kind, app_id, pushkey, data, updated_at) VALUES (?, ?, ?, ?, ?, at_rest_seal(?), ?)
                     ON CONFLICT(user_id, device_id) DO UPDATE SET
                         kind = excluded.kind, app_id = excluded.app_id, pushkey = excluded.pushkey, data = excluded.data,
                         updated_at = excluded.updated_at
@@ -50,7 +50,7 @@ extension SQLiteMessageStore: PushStore {
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT r.kind, r.app_id, r.pushkey, r.data, r.updated_at, r.last_pushed_at,
+                    SELECT r.kind, r.app_id, r.pushkey, at_rest_open(r.data), r.updated_at, r.last_pushed_at,
                         EXISTS(SELECT 1 FROM push_pending p WHERE p.user_id = r.user_id AND p.device_id = r.device_id)
                     FROM push_registrations r WHERE r.user_id = ? AND r.device_id = ?
                     """,
@@ -128,8 +128,8 @@ extension SQLiteMessageStore: PushStore {
             let rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT p.user_id, p.device_id, r.kind, r.app_id, r.pushkey, r.data, r.updated_at, p.conversation_id, p.seq,
-                        m.server_id, m.sender_id, m.type, CASE WHEN m.deleted_at IS NULL THEN m.body END, p.owed_since, p.attempts
+                    SELECT p.user_id, p.device_id, r.kind, r.app_id, r.pushkey, at_rest_open(r.data), r.updated_at, p.conversation_id, p.seq,
+                        m.server_id, m.sender_id, m.type, CASE WHEN m.deleted_at IS NULL THEN at_rest_open(m.body) END, p.owed_since, p.attempts
                     FROM push_pending p
                     JOIN push_registrations r ON r.user_id = p.user_id AND r.device_id = p.device_id
                     JOIN messages m ON m.conversation_id = p.conversation_id AND m.seq = p.seq

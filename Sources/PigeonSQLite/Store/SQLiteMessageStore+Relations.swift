@@ -50,7 +50,7 @@ extension SQLiteMessageStore {
         var result: [String: (conversationId: String, preview: ReplyPreview)] = [:]
         let placeholders = databaseQuestionMarks(count: serverIds.count)
         for row in try Row.fetchAll(
-            db, sql: "SELECT server_id, conversation_id, sender_id, type, body, deleted_at IS NOT NULL FROM messages WHERE server_id IN (\(placeholders))",
+            db, sql: "SELECT server_id, conversation_id, sender_id, type, at_rest_open(body), deleted_at IS NOT NULL FROM messages WHERE server_id IN (\(placeholders))",
             arguments: StatementArguments(serverIds))
         {
             result[row[0]] = (row[1], ReplyPreview(serverId: row[0], senderId: row[2], type: row[3], body: row[4], deleted: row[5]))

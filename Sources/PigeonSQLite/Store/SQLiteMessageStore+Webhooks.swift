@@ -14,7 +14,7 @@ extension SQLiteMessageStore: WebhookStore {
         try db.cachedStatement(
             sql: """
                 INSERT INTO webhook_events(id, ordering_key, type, created_at, body, next_attempt_at, retry_from)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
+                VALUES (?, ?, ?, ?, at_rest_seal(?), ?, ?)
                 """
         ).execute(arguments: [event.id, event.orderingKey, event.type.rawValue, event.createdAt, event.body, event.createdAt, event.createdAt])
     }
@@ -61,7 +61,7 @@ extension SQLiteMessageStore: WebhookStore {
         try Row.fetchAll(
             db.cachedStatement(
                 sql: """
-                    SELECT w.position, w.id, w.type, w.ordering_key, w.created_at, w.body, w.attempts, w.retry_from FROM webhook_events w
+                    SELECT w.position, w.id, w.type, w.ordering_key, w.created_at, at_rest_open(w.body), w.attempts, w.retry_from FROM webhook_events w
                     WHERE w.state = 0 AND w.next_attempt_at <= ? AND w.claimed_until <= ?
                         AND NOT EXISTS (
                             SELECT 1 FROM webhook_events p WHERE p.state = 0 AND p.ordering_key = w.ordering_key AND p.position < w.position)
@@ -121,7 +121,7 @@ extension SQLiteMessageStore: WebhookStore {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT id, type, ordering_key, created_at, dead_at, attempts, last_error, body FROM webhook_events
+                    SELECT id, type, ordering_key, created_at, dead_at, attempts, last_error, at_rest_open(body) FROM webhook_events
                     WHERE state = 1 ORDER BY dead_at, position LIMIT ?
                     """,
                 arguments: [limit]

@@ -25,14 +25,21 @@ public final class SQLiteMessageStore: MessageStore {
     package let consent = NIOLockedValueBox(SQLiteConsentState())
     /// Blocked user id → the users who block it (sorted), for typing (``blockers(of:)``).
     package let blockersCache = MembersCache(limit: 100_000)
+    /// The key ring values are sealed with at rest (``AtRestCipher/off``: none); attachments' files use it too.
+    package let cipher: AtRestCipher
 
+    /// Opens (creating or migrating) the store at `path`. With `cipher` on, bodies, event and webhook payloads and push
+    /// data are sealed as they are written (``AtRestFunctions``); a store the cipher cannot open is refused here.
     public init(
-        path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil, webhooks: WebhookOutbox = .off
+        path: String, durable: Bool = true, fanout: any Fanout, faultInjector: FaultInjector? = nil, webhooks: WebhookOutbox = .off,
+        cipher: AtRestCipher = .off
     ) throws {
         self.webhooks = webhooks
+        self.cipher = cipher
         self.diskHealth = SQLiteDiskHealth(path: path)
-        self.pool = try SQLiteDatabase.open(path: path, durable: durable)
+        self.pool = try SQLiteDatabase.open(path: path, durable: durable, cipher: cipher)
         try SQLiteSchema.migrator.migrate(pool)
+        try pool.write { db in try AtRestFunctions.verifyAndRecord(cipher, db) }
         self.epoch = try pool.write { db in
             if let epoch = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'epoch'") { return epoch }
             let epoch = Identifiers.randomHex(bytes: 4)
@@ -365,10 +372,10 @@ public final class SQLiteMessageStore: MessageStore {
     /// target and of its earlier edits) and `deleted_at`.
     private static func applyLifecycle(_ db: Database, targetId: String, newBody: String?, at now: Int64) throws {
         if let newBody {
-            try db.cachedStatement(sql: "UPDATE messages SET body = ?, edited_at = ? WHERE server_id = ?").execute(arguments: [newBody, now, targetId])
+            try db.cachedStatement(sql: "UPDATE messages SET body = at_rest_seal(?), edited_at = ? WHERE server_id = ?").execute(arguments: [newBody, now, targetId])
         } else {
             try db.cachedStatement(sql: "UPDATE messages SET body = '', deleted_at = ? WHERE server_id = ?").execute(arguments: [now, targetId])
-            try db.cachedStatement(sql: "UPDATE messages SET body = ? WHERE target_id = ? AND type = ?")
+            try db.cachedStatement(sql: "UPDATE messages SET body = at_rest_seal(?) WHERE target_id = ? AND type = ?")
                 .execute(arguments: [MessageLifecycle.editText(serverId: targetId, body: ""), targetId, ServerMessageType.edit])
         }
     }
@@ -539,7 +546,7 @@ public final class SQLiteMessageStore: MessageStore {
             sql: """
                 INSERT INTO messages(conversation_id, seq, server_id, client_message_id, sender_id, sender_device_id, type, body,
                     client_timestamp, accepted_at, stored_at, target_id, reply_to, thread_root, attachments)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, at_rest_seal(?), ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT DO NOTHING
                 """
         ).execute(arguments: [
@@ -569,7 +576,7 @@ public final class SQLiteMessageStore: MessageStore {
             sql: """
                 INSERT OR REPLACE INTO dead_letters(server_id, conversation_id, client_message_id, sender_id, sender_device_id, type, body,
                     client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    VALUES (?, ?, ?, ?, ?, ?, at_rest_seal(?), ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
             message.serverId, message.conversationId, message.clientMessageId, message.senderId, message.senderDeviceId, message.type,
@@ -593,7 +600,7 @@ public final class SQLiteMessageStore: MessageStore {
         try db.cachedStatement(
             sql: """
                 INSERT INTO events(user_id, device_id, excluded_device_id, type, created_at, conversation_id, seq, payload, payload_id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                VALUES (?, ?, ?, ?, ?, ?, ?, at_rest_seal(?), ?)
                 """
         ).execute(arguments: [
             userId, deviceId, excludedDeviceId, type, now, message?.conversationId, message?.seq, inline ? payload : nil, payloadId,
@@ -605,7 +612,7 @@ public final class SQLiteMessageStore: MessageStore {
     /// Stores a payload once for the events of every member that carry it (inserted right after it, one after the
     /// other: pruning relies on that); returns its id.
     static func insertSharedPayload(_ db: Database, _ payload: String) throws -> Int64 {
-        try db.cachedStatement(sql: "INSERT INTO event_payloads(payload) VALUES (?)").execute(arguments: [payload])
+        try db.cachedStatement(sql: "INSERT INTO event_payloads(payload) VALUES (at_rest_seal(?))").execute(arguments: [payload])
         return db.lastInsertedRowID
     }
 
@@ -624,12 +631,15 @@ public final class SQLiteMessageStore: MessageStore {
     // MARK: History
 
     static let messageColumns = """
-        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, body, client_timestamp, accepted_at, stored_at,
-        edited_at, deleted_at, reply_to, thread_root, thread_count, thread_last_at, thread_senders, attachments
+        server_id, client_message_id, conversation_id, seq, sender_id, sender_device_id, type, at_rest_open(body), client_timestamp,
+        accepted_at, stored_at, edited_at, deleted_at, reply_to, thread_root, thread_count, thread_last_at, thread_senders, attachments
         """
 
-    static let joinedMessageColumns = messageColumns.split(separator: ",")
-        .map { "m." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", ")
+    static let joinedMessageColumns = """
+        m.server_id, m.client_message_id, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.type, at_rest_open(m.body),
+        m.client_timestamp, m.accepted_at, m.stored_at, m.edited_at, m.deleted_at, m.reply_to, m.thread_root, m.thread_count,
+        m.thread_last_at, m.thread_senders, m.attachments
+        """
 
     private static func message(_ row: Row) -> Message {
         message(row, from: 0)
@@ -812,7 +822,7 @@ public final class SQLiteMessageStore: MessageStore {
             let rows = try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
-                        SELECT e.id, e.type, e.device_id, e.excluded_device_id, COALESCE(e.payload, p.payload), \(Self.joinedMessageColumns)
+                        SELECT e.id, e.type, e.device_id, e.excluded_device_id, at_rest_open(COALESCE(e.payload, p.payload)), \(Self.joinedMessageColumns)
                         FROM events e LEFT JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
                             LEFT JOIN event_payloads p ON p.id = e.payload_id
                         WHERE e.user_id = ? AND e.id > ? AND (e.device_id IS NULL OR e.device_id = ?)
@@ -896,8 +906,8 @@ public final class SQLiteMessageStore: MessageStore {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, body, client_timestamp,
-                        accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments
+                    SELECT server_id, client_message_id, conversation_id, sender_id, sender_device_id, type, at_rest_open(body),
+                        client_timestamp, accepted_at, failed_at, error_code, error_message, reply_to, thread_root, attachments
                     FROM dead_letters ORDER BY failed_at LIMIT ?
                     """,
                 arguments: [limit]
@@ -917,8 +927,8 @@ public final class SQLiteMessageStore: MessageStore {
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, body, client_timestamp,
-                        accepted_at, reply_to, thread_root, attachments FROM dead_letters WHERE server_id = ?
+                    SELECT server_id, conversation_id, sender_id, sender_device_id, client_message_id, type, at_rest_open(body),
+                        client_timestamp, accepted_at, reply_to, thread_root, attachments FROM dead_letters WHERE server_id = ?
                     """,
                 arguments: [serverId]
             ).map { row in

@@ -107,7 +107,8 @@ final class PigeonCore: Sendable {
         case .embedded:
             let path = dataDirectory.appendingPathComponent("store.sqlite").path
             let opened = try SQLiteMessageStore(
-                path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector, webhooks: webhooks)
+                path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector, webhooks: webhooks,
+                cipher: configuration.atRest)
             (store, fanout, sqliteStore) = (opened, local, opened)
             sqliteFiles.append(path)
             attachments = try SQLiteAttachmentStore(
@@ -115,7 +116,7 @@ final class PigeonCore: Sendable {
         case .postgres(let url):
             let opened = try await PostgresMessageStore.open(
                 url: url, local: local, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
-                stageTimer: metrics.stageTimer, clock: configuration.clock, webhooks: webhooks)
+                stageTimer: metrics.stageTimer, clock: configuration.clock, webhooks: webhooks, cipher: configuration.atRest)
             (store, fanout) = (opened, opened.fanout)
             attachments = PostgresAttachmentStore(messageStore: opened, logger: logger)
             backendServices.append(opened)
@@ -139,15 +140,16 @@ final class PigeonCore: Sendable {
                 }
                 accept = DirectAcceptPath(store: sqliteStore)
             } else {
-                let embedded = try EmbeddedBuffer(path: path, durable: configuration.durable)
+                let embedded = try EmbeddedBuffer(path: path, durable: configuration.durable, cipher: configuration.atRest)
                 (accept, buffer) = (embedded, embedded)
                 sqliteFiles.append(path)
             }
         case .redis(let url):
             let client = RedisClient(configuration: try RedisConfiguration(url: url), logger: logger)
             do {
-                let redis = try await RedisStreamsBuffer(
-                    client: client, configuration: try RedisStreamsBuffer.Configuration(url: url, nodeId: nodeId), logger: logger)
+                var bufferConfiguration = try RedisStreamsBuffer.Configuration(url: url, nodeId: nodeId)
+                bufferConfiguration.cipher = configuration.atRest
+                let redis = try await RedisStreamsBuffer(client: client, configuration: bufferConfiguration, logger: logger)
                 (accept, buffer) = (redis, redis)
                 nodeRosters.append(redis)
                 backendServices.append(RedisBufferService(buffer: redis, client: client))
@@ -231,7 +233,7 @@ final class PigeonCore: Sendable {
     private static func drainLeftoverBuffer(
         path: String, store: SQLiteMessageStore, metrics: PigeonMetrics, configuration: ServerConfiguration, logger: Logger
     ) async throws {
-        let leftover = try EmbeddedBuffer(path: path, durable: configuration.durable)
+        let leftover = try EmbeddedBuffer(path: path, durable: configuration.durable, cipher: configuration.atRest)
         guard leftover.depth > 0 else { return }
         logger.info("draining the messages left in a separate buffer into the store", metadata: ["path": "\(path)", "depth": "\(leftover.depth)"])
         let processor = Processor(buffer: leftover, store: store, metrics: metrics, configuration: configuration, logger: logger, clock: configuration.clock)

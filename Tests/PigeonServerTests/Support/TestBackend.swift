@@ -82,6 +82,23 @@ struct TestBackendInstance: Sendable {
 /// Administrative statements on the test PostgreSQL server.
 enum TestPostgres {
     static func execute(_ sql: String) async throws {
+        _ = try await withConnection { connection, logger in
+            try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+        }
+    }
+
+    /// The first column of each row `sql` answers, as text.
+    static func texts(_ sql: String) async throws -> [String] {
+        try await withConnection { connection, logger in
+            var texts: [String] = []
+            for try await text in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger).decode(String.self) {
+                texts.append(text)
+            }
+            return texts
+        }
+    }
+
+    private static func withConnection<T>(_ body: (PostgresConnection, Logger) async throws -> T) async throws -> T {
         let base = try TestBackend.environmentURL("PIGEON_TEST_POSTGRES_URL")
         guard let components = URLComponents(string: base), let host = components.host, let user = components.user else {
             throw TestFailure("PIGEON_TEST_POSTGRES_URL is not a postgres://user@host:port/db URL: \(base)")
@@ -93,14 +110,16 @@ enum TestPostgres {
                 host: host, port: components.port ?? 5432, username: user, password: components.password,
                 database: components.path.isEmpty ? "postgres" : String(components.path.dropFirst()), tls: .disable),
             id: 1, logger: logger)
+        let result: T
         do {
             // A statement held up by a lock a leaked session keeps fails after a minute instead of hanging the run.
             try await connection.query("SET lock_timeout = '60s'", logger: logger)
-            try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+            result = try await body(connection, logger)
         } catch {
             try? await connection.close()
             throw error
         }
         try await connection.close()
+        return result
     }
 }

@@ -13,16 +13,19 @@ import PigeonTestSupport
 import Testing
 
 /// Runs a real Pigeon server (live HTTP on a free loopback port, a fresh data directory; the store and buffer of
-/// ``TestBackend/current``, each test with a fresh database and key prefix) for the duration of `body`.
+/// ``TestBackend/current``, each test with a fresh database and key prefix) for the duration of `body`. With
+/// `instance`, on those services instead (a restart on the same database), which the caller tears down.
 func withTestServer<T: Sendable>(
     dataDirectory: String? = nil,
     backend kind: TestBackend = .current,
+    instance: TestBackendInstance? = nil,
     configure: (inout ServerConfiguration) -> Void = { _ in },
     _ body: @Sendable (PigeonTestClient) async throws -> T
 ) async throws -> T {
     let directory = dataDirectory ?? makeTemporaryDirectory()
     defer { if dataDirectory == nil { try? FileManager.default.removeItem(atPath: directory) } }
-    let backend = try await TestBackendInstance.make(kind)
+    let backend: TestBackendInstance
+    if let instance { backend = instance } else { backend = try await TestBackendInstance.make(kind) }
     var configuration = ServerConfiguration()
     configuration.port = 0
     configuration.dataDirectory = directory
@@ -38,7 +41,7 @@ func withTestServer<T: Sendable>(
     } catch {
         outcome = .failure(error)
     }
-    await backend.tearDown()
+    if instance == nil { await backend.tearDown() }
     return try outcome.get()
 }
 
