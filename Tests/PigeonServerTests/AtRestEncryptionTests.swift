@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import PigeonDomain
 import PigeonProtocol
+import PigeonRedis
 @testable import PigeonServer
 import PigeonSQLite
 import PigeonTestSupport
@@ -17,41 +18,78 @@ import Testing
 @Suite struct AtRestEncryptionTests {
     enum Store: String, CaseIterable, Sendable {
         case embedded, postgres
+
+        var backend: TestBackend { self == .postgres ? .postgres : .embedded }
     }
 
+    /// What makes one test's texts its own: the Redis server (and its append-only file) is shared by every test, so a
+    /// test that writes the texts in plaintext must not write another test's.
+    @TaskLocal static var tag = "4471"
+
     /// Distinctive texts: found anywhere on disk, they leaked.
-    static let body = "zebra-plaintext-4471"
-    static let edited = "quokka-edited-9302"
-    static let reply = "ibis-reply-5518"
-    static let pushData = "narwhal-pushdata-2290"
-    static let attachmentMark = "okapi-attachment-7713"
+    static var body: String { "zebra-plaintext-\(tag)" }
+    static var edited: String { "quokka-edited-\(tag)" }
+    static var reply: String { "ibis-reply-\(tag)" }
+    static var pushData: String { "narwhal-pushdata-\(tag)" }
+    static var attachmentMark: String { "okapi-attachment-\(tag)" }
     static var secrets: [String] { [body, edited, reply, pushData, attachmentMark] }
 
     /// Attachment bytes over two chunks (a sealed file is read a chunk at a time), the mark all through them.
-    static let attachment: [UInt8] = Array(String(repeating: attachmentMark + " ", count: 300 * 1024 / 22).utf8)
+    static var attachment: [UInt8] {
+        Array(String(repeating: attachmentMark + " ", count: 300 * 1024 / (attachmentMark.utf8.count + 1)).utf8)
+    }
 
     // MARK: Nothing in plaintext
 
     /// Everything written under a key is sealed on disk (SQLite files with their -wal and -shm, attachment files,
     /// every PostgreSQL table), and reads answer the plaintext.
     @Test(arguments: Store.allCases) func nothingUsersWroteIsStoredInPlaintext(store: Store) async throws {
-        let found = try await exercise(store: store, cipher: try Self.ring([("k1", 1)]))
+        let found = try await exercise(backend: store.backend, cipher: try Self.ring([("k1", 1)]))
         #expect(found.isEmpty, "found in plaintext: \(found)")
     }
+
+    /// With the Redis buffer, the messages cross Redis (its streams, and its append-only file, which every write is
+    /// synced to) sealed too: nothing of them is in what Redis appended to its files during the test.
+    @Test func theRedisBufferAppendsNothingInPlaintext() async throws {
+        try await Self.$tag.withValue(Self.freshTag()) {
+            let before = try await RedisAppendOnlyFile.sizes()
+            let found = try await exercise(backend: .redisBuffer, cipher: try Self.ring([("k1", 1)]))
+            let appended = try await RedisAppendOnlyFile.bytes(since: before)
+            #expect(found.isEmpty, "found in plaintext: \(found)")
+            #expect(!appended.isEmpty, "the sends went through Redis")
+            let inRedis = Self.secrets.filter { appended.range(of: Data($0.utf8)) != nil }
+            #expect(inRedis.isEmpty, "in Redis's append-only file: \(inRedis)")
+        }
+    }
+
+    /// The same without a key: the bodies are in Redis's append-only file (the scan above can fail).
+    @Test func withoutAKeyTheRedisBufferAppendsThePlaintext() async throws {
+        try await Self.$tag.withValue(Self.freshTag()) {
+            let before = try await RedisAppendOnlyFile.sizes()
+            _ = try await exercise(backend: .redisBuffer, cipher: .off)
+            let appended = try await RedisAppendOnlyFile.bytes(since: before)
+            for secret in [Self.body, Self.reply] {
+                #expect(appended.range(of: Data(secret.utf8)) != nil, "\(secret) is in Redis's append-only file")
+            }
+        }
+    }
+
+    /// Six digits of its own for one test's texts.
+    static func freshTag() -> String { String(Int.random(in: 100_000...999_999)) }
 
     /// The same scan without a key finds the texts: the scan can fail. (The body before its edit is overwritten in
     /// place: PostgreSQL no longer shows it, SQLite may keep it in its WAL or a free page, so it is not required.)
     @Test(arguments: Store.allCases) func withoutAKeyTheScanFindsThePlaintext(store: Store) async throws {
-        let found = try await exercise(store: store, cipher: .off)
+        let found = try await exercise(backend: store.backend, cipher: .off)
         #expect(Set(Self.secrets).subtracting([Self.body]).isSubset(of: found.map(\.secret)), "found: \(found)")
     }
 
     /// Runs the scenario on a fresh store under `cipher`, checks every read answers the plaintext, stops the server and
     /// answers where each secret is found in plaintext.
-    func exercise(store: Store, cipher: AtRestCipher) async throws -> [(secret: String, place: String)] {
+    func exercise(backend: TestBackend, cipher: AtRestCipher) async throws -> [(secret: String, place: String)] {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let instance = try await TestBackendInstance.make(store == .postgres ? .postgres : .embedded)
+        let instance = try await TestBackendInstance.make(backend)
         let gateway = try await MatrixPushGateway.start()
         let receiver = try await WebhookReceiver.start()
         do {
@@ -204,7 +242,7 @@ import Testing
     @Test(arguments: Store.allCases) func aMissingOrWrongKeyRefusesToStart(store: Store) async throws {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let instance = try await TestBackendInstance.make(store == .postgres ? .postgres : .embedded)
+        let instance = try await TestBackendInstance.make(store.backend)
         do {
             let key = try Self.ring([("k1", 1)])
             try await withTestServer(dataDirectory: directory, instance: instance, configure: { $0.atRest = key }) { client in
@@ -281,7 +319,7 @@ import Testing
     @Test(arguments: Store.allCases) func aKeyRingRotatesAndRekeyRetiresTheOldKey(store: Store) async throws {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let instance = try await TestBackendInstance.make(store == .postgres ? .postgres : .embedded)
+        let instance = try await TestBackendInstance.make(store.backend)
         let gateway = try await MatrixPushGateway.start()
         let receiver = try await WebhookReceiver.start()
         do {
@@ -346,5 +384,52 @@ import Testing
         await gateway.stop()
         await receiver.stop()
         await instance.tearDown()
+    }
+}
+
+/// The test Redis server's append-only files (`appendonly yes`, synced at every write: scripts/services.sh), read to
+/// see what a test made Redis write to disk.
+enum RedisAppendOnlyFile {
+    /// Each append-only file's size now (Redis 7 keeps them under `<dir>/<appenddirname>`).
+    static func sizes() async throws -> [String: Int] {
+        let directory = try await directory()
+        var sizes: [String: Int] = [:]
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory) where name.hasSuffix(".aof") {
+            let path = directory + "/" + name
+            sizes[path] = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        }
+        guard !sizes.isEmpty else { throw TestFailure("Redis keeps no append-only file under \(directory)") }
+        return sizes
+    }
+
+    /// What was appended since `before` (a file that is new since, as a whole).
+    static func bytes(since before: [String: Int]) async throws -> Data {
+        var appended = Data()
+        for (path, size) in try await sizes() {
+            let start = before[path] ?? 0
+            guard size > start, let handle = FileHandle(forReadingAtPath: path) else { continue }
+            try handle.seek(toOffset: UInt64(start))
+            appended += try handle.readToEnd() ?? Data()
+            try handle.close()
+        }
+        return appended
+    }
+
+    private static func directory() async throws -> String {
+        let redis = try NodeIdentityTests.redis()
+        func config(_ name: String) async throws -> String {
+            let reply = try await redis.send(RESPCommand("CONFIG", "GET", name))
+            guard let value = reply.array?.last?.string else { throw TestFailure("CONFIG GET \(name) answered \(reply)") }
+            return value
+        }
+        do {
+            try await redis.waitUntilConnected()
+            let path = try await config("dir") + "/" + config("appenddirname")
+            await redis.shutdown()
+            return path
+        } catch {
+            await redis.shutdown()
+            throw error
+        }
     }
 }
