@@ -19,6 +19,9 @@ let package = Package(
         .executable(name: "pigeon-server", targets: ["pigeon-server"]),
         .executable(name: "pigeon-bench", targets: ["pigeon-bench"]),
         .executable(name: "pigeonkit-bench", targets: ["pigeonkit-bench"]),
+        .executable(name: "pigeonkit-device", targets: ["pigeonkit-device"]),
+        .executable(name: "pigeonkit-size-probe", targets: ["pigeonkit-size-probe"]),
+        .executable(name: "empty-probe", targets: ["empty-probe"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -255,11 +258,44 @@ let package = Package(
                 "PigeonKit",
                 "PigeonServer",
                 "PigeonBenchSupport",
+                "PigeonKitBenchDevice",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/pigeonkit-bench",
+            swiftSettings: swiftSettings
+        ),
+        // The receiving device's measurements, shared by pigeonkit-bench (--in-process) and pigeonkit-device.
+        .target(
+            name: "PigeonKitBenchDevice",
+            dependencies: [
+                "PigeonKit",
+                "PigeonBenchSupport",
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/PigeonKitBenchDevice",
+            swiftSettings: swiftSettings
+        ),
+        // pigeonkit-bench's receiving device in a process that links PigeonKit and nothing of the server: its memory
+        // is the SDK's.
+        .executableTarget(
+            name: "pigeonkit-device",
+            dependencies: ["PigeonKitBenchDevice", "PigeonBenchSupport", .product(name: "Logging", package: "swift-log")],
+            path: "Benchmarks/pigeonkit-device",
+            swiftSettings: swiftSettings
+        ),
+        // The smallest app that uses PigeonKit, and an empty Swift executable: what PigeonKit adds to an app's size
+        // (pigeonkit-bench strips both and prints the difference).
+        .executableTarget(
+            name: "pigeonkit-size-probe",
+            dependencies: ["PigeonKit"],
+            path: "Benchmarks/pigeonkit-size-probe",
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "empty-probe",
+            path: "Benchmarks/empty-probe",
             swiftSettings: swiftSettings
         ),
         .target(

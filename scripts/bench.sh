@@ -12,7 +12,9 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "pigeonkit" ]; then
     shift
-    swift build -c release --scratch-path .build-release --product pigeonkit-bench
+    for product in pigeonkit-bench pigeonkit-device pigeonkit-size-probe empty-probe pigeon; do
+        swift build -c release --scratch-path .build-release --product "$product"
+    done
     exec .build-release/release/pigeonkit-bench "$@"
 fi
 

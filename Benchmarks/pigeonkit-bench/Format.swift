@@ -1,5 +1,6 @@
 import Foundation
 import PigeonBenchSupport
+import PigeonKitBenchDevice
 
 /// pigeonkit-bench's figures (``Format`` has the counts and memory sizes both benchmarks show).
 extension Format {

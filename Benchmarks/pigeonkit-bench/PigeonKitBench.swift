@@ -3,9 +3,10 @@ import Foundation
 import Logging
 import PigeonBenchSupport
 import PigeonKit
+import PigeonKitBenchDevice
 import PigeonServer
 
-/// Sends the process's log output to standard error (the `client-only` command's standard output carries its report).
+/// Sends the process's log output to standard error.
 let loggingToStandardError: Void = LoggingSystem.bootstrap { label in
     var handler = StreamLogHandler.standardError(label: label)
     handler.logLevel = .warning
@@ -29,10 +30,11 @@ struct PigeonKitBench: AsyncParsableCommand {
             once the server has stored them all, the receiver is started and timed until the last one is persisted \
             and announced. (2) loads: the receiver then loads the newest 50-message page --loads times and --loads \
             pages scrolled back with before:. (3) memory: the receiver's resident set size with the messages cached. \
-            The receiver runs in a child process (this executable's hidden client-only command), so that its memory \
-            is the client's alone; --in-process runs it here instead.
-            """,
-        subcommands: [ClientOnly.self])
+            The receiver runs in a child process (pigeonkit-device, built beside this executable: it links PigeonKit \
+            and nothing of the server), so that its memory is the SDK's alone; --in-process runs it here instead. \
+            (5) size: the stripped sizes of pigeonkit-size-probe (the smallest app using PigeonKit), empty-probe (an \
+            empty Swift executable) and pigeon (the terminal client), all built beside this executable.
+            """)
 
     @Option(help: "Messages the receiving device misses while offline and then catches up.")
     var messages = 10_000
@@ -83,7 +85,7 @@ struct PigeonKitBench: AsyncParsableCommand {
         guard allowDebug else { return }
         #endif
         say("server: in this process, embedded SQLite store and buffer, durable (every commit fsynced)")
-        say("receiving device: \(inProcess ? "in this process (--in-process)" : "a child process (client-only)")")
+        say("receiving device: \(inProcess ? "in this process (--in-process)" : "a child process (pigeonkit-device)")")
         say("this process's RSS at start-up: \(Format.memory(memoryAtStartup))")
 
         let workspace = try LocalEnvironment.makeTemporaryDirectory(prefix: "pigeonkit-bench")
@@ -179,7 +181,7 @@ struct PigeonKitBench: AsyncParsableCommand {
         say("    after the page loads:             \(Format.memory(device.memoryAfterLoads))")
         say("    peak (VmHWM):                     \(Format.megabytes(device.memoryAfterLoads?.peak))")
         say("    (this process, with the server:   \(Format.memory(.now)))")
-        return Results(send: send, device: device)
+        return Results(send: send, device: device, sizes: try BinarySizes.measure(workspace: workspace))
     }
 
     /// Creates the receiver's database with a stream cursor: the receiver connects, catches up (nothing yet), and

@@ -1,9 +1,11 @@
 import PigeonBenchSupport
+import PigeonKitBenchDevice
 
 /// Every figure with its target.
 struct Results {
     var send: SendLatency.Result
     var device: DeviceReport
+    var sizes: BinarySizes
 
     func printSummary(messages: Int, inProcess: Bool) {
         let memory = device.memoryAfterLoads?.resident
@@ -15,6 +17,10 @@ struct Results {
             ("RSS with \(Format.count(messages)) cached messages ≤ 30 MB", Format.megabytes(memory),
              inProcess ? nil : memory.map { $0 <= 30_000_000 }),
             ("catch-up of \(Format.count(messages)) missed messages ≤ 1 s", Format.seconds(device.catchUpSeconds), device.catchUpSeconds <= 1),
+            ("app size increase (stripped: PigeonKit's smallest app less an empty one) < 5 MB", Format.megabytes(UInt64(max(sizes.increase, 0))),
+             sizes.increase < 5_000_000),
+            ("`pigeon`, the terminal client, stripped ≤ 12 MB", sizes.terminalClient.map { Format.megabytes(UInt64($0)) } ?? "not built",
+             sizes.terminalClient.map { $0 <= 12_000_000 }),
         ]
         say("\nsummary")
         let width = rows.map(\.0.count).max() ?? 0
@@ -28,8 +34,9 @@ struct Results {
             say("  (memory: n/a with --in-process, the figure includes the server)")
         } else if let memory = device.memoryAfterLoads {
             say("  (RSS: anonymous \(Format.megabytes(memory.residentAnonymous)), file-backed \(Format.megabytes(memory.residentFile)): the")
-            say("  latter is mostly code of this executable, which links the server too, and of the Swift runtime and Foundation)")
+            say("  latter is mostly code: PigeonKit's executable and its dependencies, the Swift runtime and Foundation)")
         }
+        say("  (sizes, stripped: empty Swift executable \(Format.megabytes(UInt64(sizes.empty))), smallest PigeonKit app \(Format.megabytes(UInt64(sizes.probe))))")
         if messages != 10_000 { say("  (the targets are for 10,000 messages; this run used \(Format.count(messages)))") }
     }
 }

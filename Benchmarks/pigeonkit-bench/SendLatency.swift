@@ -1,5 +1,6 @@
 import Foundation
 import PigeonBenchSupport
+import PigeonKitBenchDevice
 import PigeonKit
 
 /// Measurement 1: `send` on a client that never went online, so only the local path runs: validation, the

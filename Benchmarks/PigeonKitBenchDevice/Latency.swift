@@ -1,24 +1,26 @@
 import Histogram
 
 /// Percentiles of one latency measurement, in microseconds.
-struct LatencySummary: Codable, Sendable {
-    var count: Int
-    var p50Microseconds: Double
-    var p99Microseconds: Double
-    var maxMicroseconds: Double
+package struct LatencySummary: Codable, Sendable {
+    package var count: Int
+    package var p50Microseconds: Double
+    package var p99Microseconds: Double
+    package var maxMicroseconds: Double
 }
 
 /// Latencies of one measurement, recorded in nanoseconds (3 significant digits, up to 60 s).
-struct LatencySample {
+package struct LatencySample {
+    package init() {}
+
     private var histogram = Histogram<UInt64>(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
 
-    mutating func record(_ latency: Duration) {
+    package mutating func record(_ latency: Duration) {
         let (seconds, attoseconds) = latency.components
         let nanoseconds = max(seconds * 1_000_000_000 + attoseconds / 1_000_000_000, 0)
         _ = histogram.record(min(UInt64(nanoseconds), 60_000_000_000))
     }
 
-    var summary: LatencySummary {
+    package var summary: LatencySummary {
         LatencySummary(
             count: Int(histogram.totalCount),
             p50Microseconds: Double(histogram.valueAtPercentile(50)) / 1000,

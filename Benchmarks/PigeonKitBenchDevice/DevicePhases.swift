@@ -6,51 +6,68 @@ import Synchronization
 
 /// The receiving device's part of the benchmark, for a device whose database already holds a stream cursor and
 /// whose conversation received `messages` messages on the server while it was offline. Run in a process of its own
-/// (`client-only`), so that its memory is the client's alone, or in the benchmark's process (`--in-process`).
-struct DeviceJob: Codable, Sendable {
-    var serverURL: String
-    var databasePath: String
-    var userId: String
-    var deviceId: String
-    var token: String
-    var conversationId: String
-    var messages: Int
-    var loads: Int
-    var pageSize: Int
-    var flushEveryWrite: Bool
+/// (`pigeonkit-device`, which links PigeonKit and nothing of the server), so that its memory is the client's alone, or in
+/// the benchmark's process (`--in-process`).
+package struct DeviceJob: Codable, Sendable {
+    package var serverURL: String
+    package var databasePath: String
+    package var userId: String
+    package var deviceId: String
+    package var token: String
+    package var conversationId: String
+    package var messages: Int
+    package var loads: Int
+    package var pageSize: Int
+    package var flushEveryWrite: Bool
+
+    package init(
+        serverURL: String, databasePath: String, userId: String, deviceId: String, token: String, conversationId: String, messages: Int,
+        loads: Int, pageSize: Int, flushEveryWrite: Bool
+    ) {
+        self.serverURL = serverURL
+        self.databasePath = databasePath
+        self.userId = userId
+        self.deviceId = deviceId
+        self.token = token
+        self.conversationId = conversationId
+        self.messages = messages
+        self.loads = loads
+        self.pageSize = pageSize
+        self.flushEveryWrite = flushEveryWrite
+    }
 }
 
 /// What the receiving device measured.
-struct DeviceReport: Codable, Sendable {
+package struct DeviceReport: Codable, Sendable {
     /// Before the client was created.
-    var memoryAtStartup: MemorySnapshot?
+    package var memoryAtStartup: MemorySnapshot?
     /// The client created (database opened, outbox loaded), not started.
-    var memoryAfterOpen: MemorySnapshot?
-    var openSeconds: Double
+    package var memoryAfterOpen: MemorySnapshot?
+    package var openSeconds: Double
     /// Measurement 4: from `start()` until the last missed message was announced (`messageReceived`), which
     /// PigeonKit does after the message is persisted.
-    var catchUpSeconds: Double
+    package var catchUpSeconds: Double
     /// CPU time the device's process used during the catch-up (all its threads).
-    var catchUpCPUSeconds: Double
-    var received: Int
-    var contiguousSeq: Int64
-    var memoryAfterCatchUp: MemorySnapshot?
+    package var catchUpCPUSeconds: Double
+    package var received: Int
+    package var contiguousSeq: Int64
+    package var memoryAfterCatchUp: MemorySnapshot?
     /// Measurement 2: the newest page loaded right after the catch-up, then the measured loads.
-    var firstNewestPageMicroseconds: Double
-    var newestPage: LatencySummary
-    var olderPages: LatencySummary
+    package var firstNewestPageMicroseconds: Double
+    package var newestPage: LatencySummary
+    package var olderPages: LatencySummary
     /// Distinct `before:` pages the scrolled-back loads cycled through.
-    var olderPagesDistinct: Int
+    package var olderPagesDistinct: Int
     /// Measurement 3: after the catch-up and the page loads, the client still running.
-    var memoryAfterLoads: MemorySnapshot?
+    package var memoryAfterLoads: MemorySnapshot?
 }
 
-enum DevicePhases {
+package enum DevicePhases {
     /// How long the client runs on its own after the catch-up before the measured loads: its delivered receipt
     /// goes out and its echo comes back, so the loads measure reading rather than that moment's traffic.
-    static let settle = Duration.seconds(1)
+    package static let settle = Duration.seconds(1)
 
-    static func run(_ job: DeviceJob, memoryAtStartup: MemorySnapshot?) async throws -> DeviceReport {
+    package static func run(_ job: DeviceJob, memoryAtStartup: MemorySnapshot?) async throws -> DeviceReport {
         let clock = ContinuousClock()
         var logger = Logger(label: "PigeonKit")
         logger.logLevel = .warning
