@@ -38,6 +38,7 @@ import Testing
             // Each message in the big conversation costs about 1,000 × 64 bytes.
             var accepted: [(String, SendMessageResponse)] = []
             var refusal: HTTPAnswer?
+            let started = ContinuousClock.now
             for _ in 0..<20 {
                 let id = newId()
                 let answer = try await client.send(alice, to: big.id, body: "hello everyone", clientMessageId: id)
@@ -50,7 +51,10 @@ import Testing
             }
             let refused = try #require(refusal, "20 messages to 1,000 members fit in a 600 KB budget")
             expectError(refused, 429, .rateLimited, "over the stored-bytes budget")
-            #expect((4...9).contains(accepted.count), "\(accepted.count) accepted")
+            // The budget refills as time passes (600 KB a minute: one more message every ~6.4 s), which a loaded machine
+            // makes visible: a slow run may take that many more.
+            let refilled = Int((ContinuousClock.now - started) / .milliseconds(6_400))
+            #expect((4...(9 + refilled)).contains(accepted.count), "\(accepted.count) accepted (refill for \(refilled))")
             // A resend of an accepted message is answered, not refused.
             let (resentId, original) = try #require(accepted.first)
             let resend = try await client.send(alice, to: big.id, body: "hello everyone", clientMessageId: resentId)
