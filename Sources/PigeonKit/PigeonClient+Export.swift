@@ -206,12 +206,20 @@ private struct ExportTranscript {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// "2026-11-27 14:05 +01:00": the minute, in `timeZone`, with its offset.
-    private func clock(_ milliseconds: Int64) -> String {
-        let formatter = DateFormatter()
+    /// "2026-11-27 14:05 +01:00": the minute, in `timeZone`, with its offset (one formatter for the whole transcript).
+    private let formatter: DateFormatter
+
+    init(conversation: PigeonConversation, me: String, timeZone: TimeZone) {
+        self.conversation = conversation
+        self.me = me
+        self.timeZone = timeZone
+        formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = timeZone
         formatter.dateFormat = "yyyy-MM-dd HH:mm xxx"
-        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+    }
+
+    private func clock(_ milliseconds: Int64) -> String {
+        formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 }
