@@ -2,7 +2,7 @@ import Foundation
 import Logging
 
 extension PigeonClient {
-    /// A device's identity on the server: what ``PigeonClient/registerDevice(serverURL:userId:deviceName:existingDevice:timeout:)``
+    /// A device's identity on the server: what ``PigeonClient/registerDevice(serverURL:userId:deviceName:existingDevice:timeout:trustedCertificates:)``
     /// returns, or what the app's backend minted (a JWT with `sub` = userId and `did` = deviceId).
     /// The token is a secret: store it as one (the Keychain on Apple platforms). A database opened with
     /// credentials of another user or device throws ``PigeonClientError/Code-swift.struct/wrongDatabase``.
@@ -16,7 +16,7 @@ extension PigeonClient {
         /// ``PigeonClient/lastConnectionError`` says `unauthorized`.
         public var token: String
 
-        /// Credentials as the app's backend minted them, or as stored from an earlier ``PigeonClient/registerDevice(serverURL:userId:deviceName:existingDevice:timeout:)``.
+        /// Credentials as the app's backend minted them, or as stored from an earlier ``PigeonClient/registerDevice(serverURL:userId:deviceName:existingDevice:timeout:trustedCertificates:)``.
         public init(userId: String, deviceId: String, token: String) {
             self.userId = userId
             self.deviceId = deviceId
@@ -71,6 +71,10 @@ extension PigeonClient {
         /// again when asked for). This device's copies of what it sent (in `…-attachments/sent/`) do not count: they
         /// stay as long as their messages.
         public var attachmentCacheLimit: Int64 = 200 * 1024 * 1024
+        /// PEM certificates trusted besides the system's roots for an `https` server: the certificate of a private
+        /// authority that signed the server's, or a self-signed one for development. Empty by default: the system's
+        /// roots alone. A text that is not a PEM certificate fails the first request (`invalidArgument`).
+        public var trustedCertificates: [String] = []
         /// `true`: every local write is flushed to disk (survives a power loss; costs a disk flush per send).
         /// `false` (default): a write survives the app being killed or crashing, without a flush per send.
         public var flushEveryWrite = false

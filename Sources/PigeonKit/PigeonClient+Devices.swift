@@ -57,6 +57,7 @@ extension PigeonClient {
     var accountTransport: HTTPTransport {
         HTTPTransport(
             baseURL: configuration.serverURL, token: configuration.credentials.token, requestTimeout: configuration.requestTimeout,
-            connectTimeout: configuration.connectTimeout, liveness: configuration.livenessInterval, logger: configuration.logger)
+            connectTimeout: configuration.connectTimeout, liveness: configuration.livenessInterval, logger: configuration.logger,
+            trustedCertificates: configuration.trustedCertificates)
     }
 }

@@ -1,7 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
 import PigeonProtocol
-import ServiceLifecycle
 
 /// A Pigeon device: a local-first message store kept in sync with a Pigeon server.
 ///
@@ -20,7 +19,7 @@ import ServiceLifecycle
 /// client.start()
 /// let message = try client.send("hello", to: conversationId)   // ⏰ now, ✓ when the server has it
 /// ```
-public final class PigeonClient: Sendable, Service {
+public final class PigeonClient: Sendable {
     /// What the client was opened with.
     public let configuration: Configuration
     let store: LocalStore
@@ -50,7 +49,8 @@ public final class PigeonClient: Sendable, Service {
     public convenience init(configuration: Configuration) throws {
         let transport = HTTPTransport(
             baseURL: configuration.serverURL, token: configuration.credentials.token, requestTimeout: configuration.requestTimeout,
-            connectTimeout: configuration.connectTimeout, liveness: configuration.livenessInterval, logger: configuration.logger)
+            connectTimeout: configuration.connectTimeout, liveness: configuration.livenessInterval, logger: configuration.logger,
+            trustedCertificates: configuration.trustedCertificates)
         try self.init(configuration: configuration, transport: transport)
     }
 
@@ -81,9 +81,11 @@ public final class PigeonClient: Sendable, Service {
     ///
     /// The server registers a user's first device for anyone (on a server with open registration), and further
     /// devices only for a caller that proves it is that user: pass the credentials of one of its devices as
-    /// `existingDevice` (else the server answers `401`).
+    /// `existingDevice` (else the server answers `401`). `trustedCertificates`: as
+    /// ``Configuration-swift.struct/trustedCertificates``, for a server whose certificate the system does not trust.
     public static func registerDevice(
-        serverURL: URL, userId: String, deviceName: String? = nil, existingDevice: Credentials? = nil, timeout: Duration = .seconds(30)
+        serverURL: URL, userId: String, deviceName: String? = nil, existingDevice: Credentials? = nil, timeout: Duration = .seconds(30),
+        trustedCertificates: [String] = []
     ) async throws -> Credentials {
         guard Validation.isValidUserId(userId) else { throw PigeonClientError.invalid("userId must be 1–64 characters of [A-Za-z0-9._@-]") }
         if let existingDevice, existingDevice.userId != userId {
@@ -91,7 +93,7 @@ public final class PigeonClient: Sendable, Service {
         }
         let registration = try await HTTPTransport.registerDevice(
             baseURL: serverURL, RegisterDeviceRequest(userId: userId, deviceName: deviceName), existingToken: existingDevice?.token,
-            timeout: timeout)
+            timeout: timeout, trustedCertificates: trustedCertificates)
         return Credentials(userId: registration.userId, deviceId: registration.deviceId, token: registration.token)
     }
 
@@ -110,13 +112,12 @@ public final class PigeonClient: Sendable, Service {
 
     // MARK: Running
 
-    /// Runs the network side until the task is cancelled (or, in a `ServiceGroup`, until graceful shutdown).
-    /// Reads and `send` work without it; messages then wait in the outbox.
+    /// Runs the network side until the task is cancelled. Reads and `send` work without it; messages then wait in
+    /// the outbox. (In a swift-service-lifecycle `ServiceGroup`, run it as
+    /// `try await cancelWhenGracefulShutdown { try await client.run() }`: PigeonKit does not link that library.)
     public func run() async throws {
         if let recovery = store.recovery { hub.emit(.localDatabaseRebuilt(recovery)) }
-        await cancelWhenGracefulShutdown {
-            await self.engine.run()
-        }
+        await engine.run()
     }
 
     /// Starts ``run()`` in a task of its own (for code that is not structured around tasks); ``stop()`` ends it.

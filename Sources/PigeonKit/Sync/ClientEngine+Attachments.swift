@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
@@ -107,13 +106,13 @@ extension ClientEngine {
 /// What one attachment's upload has put on the wire so far: the SHA-256 of the bytes and how many, and when to announce
 /// the next progress (every 1 %, and not more often than each 64 KiB).
 struct UploadProgress: Sendable {
-    private var hasher = SHA256()
+    private var hasher = SHA256Digest()
     private(set) var sent: Int64 = 0
     private var announced: Int64 = 0
 
     /// Counts `chunk`; the bytes sent when that is worth announcing.
     mutating func add(_ chunk: ByteBuffer, total: Int64) -> Int64? {
-        chunk.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+        chunk.withUnsafeReadableBytes { hasher.update($0) }
         sent += Int64(chunk.readableBytes)
         guard sent >= total || sent - announced >= max(64 * 1024, total / 100) else { return nil }
         announced = sent
@@ -121,6 +120,6 @@ struct UploadProgress: Sendable {
     }
 
     func digest() -> String {
-        hasher.finalize().hexString
+        hasher.hex
     }
 }

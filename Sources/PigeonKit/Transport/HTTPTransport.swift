@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Foundation
 import Logging
 import NIOCore
@@ -6,10 +5,14 @@ import NIOFoundationCompat
 import NIOHTTP1
 import PigeonProtocol
 
-/// The real transport: API.md's REST calls through async-http-client, the event stream over a WebSocket
-/// (``WebSocketConnector``: hummingbird-websocket's frame handling) or as server-sent events.
+/// The real transport: API.md's REST calls through PigeonKit's own HTTP/1.1 client (``HTTP1Client``), the event
+/// stream over a WebSocket (``WebSocketConnector``, ``WebSocketSession``) or as server-sent events.
 package struct HTTPTransport: PigeonTransport {
     let baseURL: String
+    /// The server's address; requests go to its path (a server behind a path prefix keeps it) plus the API's.
+    let server: ServerAddress
+    let basePath: String
+    let trust: TLSTrust
     let token: String
     let requestTimeout: Duration
     let connectTimeout: Duration
@@ -17,12 +20,24 @@ package struct HTTPTransport: PigeonTransport {
     /// closed when nothing (not even the server's keep-alive comment) arrived for twice this long.
     let liveness: Duration
     let logger: Logger
-    var http: HTTPClient { .pigeonKit }
+    var http: HTTP1Client { .shared }
 
-    package init(baseURL: URL, token: String, requestTimeout: Duration, connectTimeout: Duration, liveness: Duration, logger: Logger) {
+    /// `trustedCertificates`: PEM certificates trusted besides the system's roots
+    /// (``PigeonClient/Configuration-swift.struct/trustedCertificates``).
+    package init(
+        baseURL: URL, token: String, requestTimeout: Duration, connectTimeout: Duration, liveness: Duration, logger: Logger,
+        trustedCertificates: [String] = []
+    ) {
         var base = baseURL.absoluteString
         while base.hasSuffix("/") { base.removeLast() }
         self.baseURL = base
+        // An address that does not parse fails each request with a clear error (see `call`).
+        self.server = ServerAddress(base) ?? ServerAddress("http://invalid.invalid")!
+        var path = self.server.uri
+        if let query = path.firstIndex(of: "?") { path = String(path[..<query]) }
+        while path.hasSuffix("/") { path.removeLast() }
+        self.basePath = path
+        self.trust = TLSTrust(additionalCertificatesPEM: trustedCertificates)
         self.token = token
         self.requestTimeout = requestTimeout
         self.connectTimeout = connectTimeout
@@ -35,11 +50,11 @@ package struct HTTPTransport: PigeonTransport {
     /// `POST /v1/devices` (open registration): no token for a user's first device, a token of one of its devices
     /// (`existingToken`) for another.
     static func registerDevice(
-        baseURL: URL, _ request: RegisterDeviceRequest, existingToken: String?, timeout: Duration
+        baseURL: URL, _ request: RegisterDeviceRequest, existingToken: String?, timeout: Duration, trustedCertificates: [String] = []
     ) async throws -> DeviceRegistration {
         let transport = HTTPTransport(
             baseURL: baseURL, token: existingToken ?? "", requestTimeout: timeout, connectTimeout: timeout, liveness: .seconds(15),
-            logger: Logger(label: "PigeonKit"))
+            logger: Logger(label: "PigeonKit"), trustedCertificates: trustedCertificates)
         return try await transport.call(.POST, "/v1/devices", body: request, authorized: existingToken != nil)
     }
 
@@ -93,24 +108,16 @@ package struct HTTPTransport: PigeonTransport {
     func call<Body: Encodable, Response: Decodable>(
         _ method: HTTPMethod, _ path: String, body: Body?, authorized: Bool = true
     ) async throws -> Response {
-        var request = HTTPClientRequest(url: baseURL + path)
-        request.method = method
+        var request = HTTP1Request(method: method, uri: basePath + path)
         if authorized { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(data: try JSONEncoder().encode(body)))
         }
-        let response: HTTPClientResponse
-        let bytes: ByteBuffer
-        do {
-            response = try await http.execute(request, timeout: TimeAmount(requestTimeout))
-            bytes = try await response.body.collect(upTo: 16 << 20)
-        } catch {
-            throw Self.networkError(error, method: method, path: path)
-        }
-        let status = Int(response.status.code)
+        let (head, bytes) = try await execute(request, route: path)
+        let status = Int(head.status.code)
         guard (200..<300).contains(status) else {
-            throw Self.serverError(status: status, headers: response.headers, body: bytes)
+            throw Self.serverError(status: status, headers: head.headers, body: bytes)
         }
         if Response.self == Empty.self, bytes.readableBytes == 0 { return Empty() as! Response }
         do {
@@ -118,6 +125,24 @@ package struct HTTPTransport: PigeonTransport {
         } catch {
             throw PigeonClientError(.server, "\(method) \(path): undecodable answer (\(error))", httpStatus: status)
         }
+    }
+
+    /// Sends `request` and collects the answer (16 MiB at most) within the request timeout; a failure to get it is a
+    /// ``PigeonClientError`` (network or timeout).
+    func execute(_ request: HTTP1Request, route: String, limit: Int = 16 << 20) async throws -> (HTTPResponseHead, ByteBuffer) {
+        do {
+            try checkAddress()
+            return try await http.execute(request, on: server, trust: trust, connectTimeout: connectTimeout, timeout: requestTimeout) { head, body in
+                (head, try await body.collect(upTo: limit))
+            }
+        } catch {
+            throw Self.networkError(error, method: request.method, path: route)
+        }
+    }
+
+    /// The server URL must be `http` or `https` with a host.
+    func checkAddress() throws {
+        guard ServerAddress(baseURL) != nil else { throw PigeonClientError(.network, "\(baseURL) is not an http or https URL") }
     }
 
     static func serverError(status: Int, headers: HTTPHeaders, body: ByteBuffer) -> PigeonClientError {
@@ -129,10 +154,15 @@ package struct HTTPTransport: PigeonTransport {
 
     static func networkError(_ error: any Error, method: HTTPMethod, path: String) -> PigeonClientError {
         if let error = error as? PigeonClientError { return error }
-        if let error = error as? HTTPClientError, error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
+        if error is HTTP1Client.TimedOut || Self.isConnectTimeout(error) {
             return PigeonClientError(.timeout, "\(method) \(path): no answer in time")
         }
         return PigeonClientError(.network, "\(method) \(path): \(error)")
+    }
+
+    static func isConnectTimeout(_ error: any Error) -> Bool {
+        if case ChannelError.connectTimeout = error { return true }
+        return false
     }
 
     // MARK: Event stream
@@ -145,23 +175,10 @@ package struct HTTPTransport: PigeonTransport {
         switch kind {
         case .webSocket:
             return try await WebSocketEventStream.open(
-                url: baseURL + "/v1/ws" + query, token: token, timeout: connectTimeout, pingInterval: liveness, logger: logger)
+                transport: self, url: baseURL + "/v1/ws" + query, timeout: connectTimeout, pingInterval: liveness)
         case .serverSentEvents:
             return try await ServerSentEventStream.open(
-                http: http, url: baseURL + "/v1/events" + query, token: token, timeout: connectTimeout, idleTimeout: liveness * 2,
-                operations: self)
+                transport: self, uri: basePath + "/v1/events" + query, timeout: connectTimeout, idleTimeout: liveness * 2)
         }
     }
-}
-
-extension HTTPClient {
-    /// PigeonKit's HTTP client: like `HTTPClient.shared`, but a connection that cannot be made fails the request at
-    /// once (AsyncHTTPClient's default retries it until the request's deadline: a server that is down would hold
-    /// `registerDevice` or a catch-up for the whole timeout). PigeonKit retries with its own backoff.
-    static let pigeonKit: HTTPClient = {
-        var configuration = HTTPClient.Configuration()
-        configuration.connectionPool.retryConnectionEstablishment = false
-        configuration.timeout.connect = .seconds(10)
-        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
-    }()
 }

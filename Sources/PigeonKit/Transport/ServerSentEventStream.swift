@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
@@ -15,47 +14,31 @@ final class ServerSentEventStream: EventStreamConnection {
         self.operations = operations
     }
 
-    static func open(
-        http: HTTPClient, url: String, token: String, timeout: Duration, idleTimeout: Duration, operations: any PigeonTransport
-    ) async throws -> ServerSentEventStream {
-        let connection = ServerSentEventStream(operations: operations)
+    /// Opens the stream at `uri` (the server's path included) and reads it in a task of its own: the stream ends when
+    /// the server closes it, on a network error, or after `idleTimeout` without a byte (not even the server's
+    /// keep-alive comment).
+    static func open(transport: HTTPTransport, uri: String, timeout: Duration, idleTimeout: Duration) async throws -> ServerSentEventStream {
+        let connection = ServerSentEventStream(operations: transport)
         let gate = ConnectGate()
         let buffer = connection.buffer
-        var request = HTTPClientRequest(url: url)
-        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        var request = HTTP1Request(method: .GET, uri: uri)
+        request.headers.add(name: "Authorization", value: "Bearer \(transport.token)")
         request.headers.add(name: "Accept", value: "text/event-stream")
         let runTask = Task {
             do {
-                let response = try await http.execute(request, deadline: .distantFuture)
-                guard response.status == .ok else {
-                    let body = try await response.body.collect(upTo: 1 << 20)
-                    throw HTTPTransport.serverError(status: Int(response.status.code), headers: response.headers, body: body)
-                }
-                gate.succeed()
-                let lastActivity = NIOLockedValueBox(ContinuousClock.now)
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        var parser = ServerSentEventParser()
-                        let decoder = JSONDecoder()
-                        for try await chunk in response.body {
-                            lastActivity.withLockedValue { $0 = .now }
-                            for event in parser.feed(chunk.readableBytesView) {
-                                if let frame = try? decoder.decode(ServerFrame.self, from: Data(event.data.utf8)) { buffer.append(frame) }
-                            }
-                        }
+                try transport.checkAddress()
+                try await transport.http.execute(
+                    request, on: transport.server, trust: transport.trust, connectTimeout: timeout, timeout: nil
+                ) { head, body in
+                    guard head.status == .ok else {
+                        throw HTTPTransport.serverError(status: Int(head.status.code), headers: head.headers, body: try await body.collect(upTo: 1 << 20))
                     }
-                    group.addTask {
-                        while true {
-                            try await Task.sleep(for: idleTimeout / 4)
-                            if ContinuousClock.now - lastActivity.withLockedValue({ $0 }) > idleTimeout { return }
-                        }
-                    }
-                    _ = try await group.next()
-                    group.cancelAll()
+                    gate.succeed()
+                    try await read(body, into: buffer, idleTimeout: idleTimeout)
                 }
                 buffer.finish()
             } catch {
-                gate.fail(error as? PigeonClientError ?? HTTPTransport.networkError(error, method: .GET, path: "/v1/events"))
+                gate.fail(HTTPTransport.networkError(error, method: .GET, path: "/v1/events"))
                 buffer.finish()
             }
         }
@@ -67,6 +50,31 @@ final class ServerSentEventStream: EventStreamConnection {
             throw error
         }
         return connection
+    }
+
+    /// Parses `body` into frames until it ends or stays silent for `idleTimeout`.
+    private static func read(_ body: HTTP1ResponseBody, into buffer: FrameBuffer, idleTimeout: Duration) async throws {
+        let lastActivity = NIOLockedValueBox(ContinuousClock.now)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                var parser = ServerSentEventParser()
+                let decoder = JSONDecoder()
+                for try await chunk in body {
+                    lastActivity.withLockedValue { $0 = .now }
+                    for event in parser.feed(chunk.readableBytesView) {
+                        if let frame = try? decoder.decode(ServerFrame.self, from: Data(event.data.utf8)) { buffer.append(frame) }
+                    }
+                }
+            }
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: idleTimeout / 4)
+                    if ContinuousClock.now - lastActivity.withLockedValue({ $0 }) > idleTimeout { return }
+                }
+            }
+            _ = try await group.next()
+            group.cancelAll()
+        }
     }
 
     func nextBatch() async throws -> [ServerFrame]? {

@@ -1,63 +1,55 @@
-import AsyncHTTPClient
 import Foundation
-import HummingbirdWSClient
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import PigeonProtocol
 
 /// The event stream over `GET /v1/ws`, operations out on the same socket. The socket lives in a task owned by this
-/// object; ``close()`` ends it.
+/// object; ``close()`` ends it (the closing handshake, bounded by a second).
 final class WebSocketEventStream: EventStreamConnection {
     private let buffer = FrameBuffer()
     private let outgoing: AsyncStream<String>.Continuation
     private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// The upgrade completed: from then on ``close()`` closes politely instead of cancelling the attempt.
+    private let opened = NIOLockedValueBox(false)
 
     private init(outgoing: AsyncStream<String>.Continuation) {
         self.outgoing = outgoing
     }
 
-    static func open(url: String, token: String, timeout: Duration, pingInterval: Duration, logger: Logger) async throws -> WebSocketEventStream {
+    static func open(transport: HTTPTransport, url: String, timeout: Duration, pingInterval: Duration) async throws -> WebSocketEventStream {
         let (outStream, outContinuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .unbounded)
         let connection = WebSocketEventStream(outgoing: outContinuation)
         let gate = ConnectGate()
-        let settings = WebSocketConnector.Settings(
-            headers: [("Authorization", "Bearer \(token)")], connectTimeout: timeout, pingInterval: pingInterval,
-            closeTimeout: .seconds(1), maxFrameSize: 1 << 20)
+        let settings = WebSocketSession.Settings(pingInterval: pingInterval, closeTimeout: .seconds(1), maxMessageSize: 1 << 20)
         let buffer = connection.buffer
-        let handler: WebSocketDataHandler<WebSocketConnector.Context> = { inbound, outbound, _ in
-            gate.succeed()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    let decoder = JSONDecoder()
-                    for try await message in inbound.messages(maxSize: 1 << 20) {
-                        guard case .text(let text) = message else { continue }
-                        do {
-                            buffer.append(try decoder.decode(ServerFrame.self, from: Data(text.utf8)))
-                        } catch {
-                            logger.warning("undecodable frame skipped", metadata: ["frame": "\(text.prefix(200))", "error": "\(error)"])
-                        }
-                    }
-                }
-                group.addTask {
-                    for await text in outStream { try await outbound.write(.text(text)) }
-                }
-                _ = try await group.next()
-                group.cancelAll()
-            }
-        }
+        let logger = transport.logger
+        let opened = connection.opened
         let runTask = Task {
             do {
-                try await WebSocketConnector.run(url: url, settings: settings, logger: logger, handler: handler)
+                let webSocket = try await WebSocketConnector.connect(
+                    url: url, headers: [("Authorization", "Bearer \(transport.token)")], trust: transport.trust, connectTimeout: timeout,
+                    maxFrameSize: 1 << 20)
+                opened.withLockedValue { $0 = true }
+                gate.succeed()
+                let decoder = JSONDecoder()
+                try await WebSocketSession.run(webSocket, settings: settings, outgoing: outStream) { text in
+                    do {
+                        buffer.append(try decoder.decode(ServerFrame.self, from: Data(text.utf8)))
+                    } catch {
+                        logger.warning("undecodable frame skipped", metadata: ["frame": "\(text.prefix(200))", "error": "\(error)"])
+                    }
+                }
                 gate.fail(PigeonClientError(.network, "the WebSocket closed before it opened"))
-                buffer.finish()
             } catch is WebSocketConnector.UpgradeDeclined {
                 gate.fail(PigeonClientError(.webSocketRefused, "WebSocket \(url): the upgrade was refused"))
-                buffer.finish()
             } catch {
-                gate.fail(PigeonClientError(.network, "WebSocket \(url): \(error)"))
-                buffer.finish()
+                logger.debug("the WebSocket ended", metadata: ["error": "\(error)"])
+                gate.fail(HTTPTransport.isConnectTimeout(error)
+                    ? PigeonClientError(.timeout, "WebSocket \(url): no connection in time")
+                    : PigeonClientError(.network, "WebSocket \(url): \(error)"))
             }
+            buffer.finish()
             outContinuation.finish()
         }
         connection.task.withLockedValue { $0 = runTask }
@@ -65,7 +57,7 @@ final class WebSocketEventStream: EventStreamConnection {
             try await gate.wait(timeout: timeout)
         } catch let error as PigeonClientError where error.code == .webSocketRefused {
             connection.close()
-            throw await refusal(url: url, token: token, timeout: timeout) ?? error
+            throw await refusal(transport: transport, url: url) ?? error
         } catch {
             connection.close()
             throw error
@@ -75,14 +67,14 @@ final class WebSocketEventStream: EventStreamConnection {
 
     /// Why the server refused an upgrade, when it was the token: the same request without the upgrade answers `401`
     /// then (anything else, a proxy's refusal included, leaves the refusal as it was: `nil`).
-    private static func refusal(url: String, token: String, timeout: Duration) async -> PigeonClientError? {
-        var request = HTTPClientRequest(url: url)
-        request.headers.add(name: "Authorization", value: "Bearer \(token)")
-        guard let response = try? await HTTPClient.pigeonKit.execute(request, timeout: TimeAmount(timeout)),
-            response.status == .unauthorized,
-            let body = try? await response.body.collect(upTo: 1 << 16)
-        else { return nil }
-        return HTTPTransport.serverError(status: 401, headers: response.headers, body: body)
+    private static func refusal(transport: HTTPTransport, url: String) async -> PigeonClientError? {
+        guard let target = ServerAddress(url) else { return nil }
+        var request = HTTP1Request(method: .GET, uri: target.uri)
+        request.headers.add(name: "Authorization", value: "Bearer \(transport.token)")
+        guard let (head, body) = try? await transport.execute(request, route: "/v1/ws", limit: 1 << 16), head.status == .unauthorized else {
+            return nil
+        }
+        return HTTPTransport.serverError(status: 401, headers: head.headers, body: body)
     }
 
     func nextBatch() async throws -> [ServerFrame]? {
@@ -143,6 +135,8 @@ final class WebSocketEventStream: EventStreamConnection {
     func close() {
         buffer.finish()
         outgoing.finish()
-        task.withLockedValue { $0 }?.cancel()
+        // Once open, the session closes itself (its close frame, the server's answer or a second); before, the
+        // attempt is cancelled, which closes its connection.
+        if !opened.withLockedValue({ $0 }) { task.withLockedValue { $0 }?.cancel() }
     }
 }
