@@ -169,3 +169,41 @@ public struct MemorySnapshot: Codable, Sendable {
             peak: fields["VmHWM"] ?? resident)
     }
 }
+
+/// Where a process's file-backed resident memory comes from (`Rss` of `/proc/self/smaps`, summed by mapping): its own
+/// executable, the Swift runtime and Foundation (the toolchain's shared libraries), and the other libraries (the C
+/// library, libstdc++, SQLite…). Pages of code that were touched; on a phone they are clean pages the system can drop,
+/// not counted against the app the way its anonymous memory is.
+public struct FileBackedMemory: Codable, Sendable {
+    public var executable: UInt64
+    public var swiftRuntimeAndFoundation: UInt64
+    public var otherLibraries: UInt64
+
+    /// Toolchain libraries: the Swift runtime, its concurrency and Foundation libraries, Dispatch.
+    private static let runtimePrefixes = ["libswift", "libFoundation", "lib_Foundation", "libdispatch", "libBlocksRuntime"]
+
+    public static var now: FileBackedMemory? {
+        guard let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").flatMap({ try? $0.readToEnd() }),
+            let executable = Bundle.main.executablePath.map({ URL(fileURLWithPath: $0).resolvingSymlinksInPath().path })
+        else { return nil }
+        var memory = FileBackedMemory(executable: 0, swiftRuntimeAndFoundation: 0, otherLibraries: 0)
+        var path: Substring = ""
+        for line in String(decoding: smaps, as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            if let first = fields.first, first.contains("-"), first.first?.isHexDigit == true {
+                path = fields.count > 5 && fields[5].hasPrefix("/") ? fields[5] : ""
+            } else if fields.first == "Rss:", fields.count >= 2, let kibibytes = UInt64(fields[1]), !path.isEmpty {
+                let bytes = kibibytes * 1024
+                let name = path.split(separator: "/").last.map(String.init) ?? ""
+                if path == executable {
+                    memory.executable += bytes
+                } else if runtimePrefixes.contains(where: { name.hasPrefix($0) }) {
+                    memory.swiftRuntimeAndFoundation += bytes
+                } else {
+                    memory.otherLibraries += bytes
+                }
+            }
+        }
+        return memory
+    }
+}

@@ -60,6 +60,8 @@ package struct DeviceReport: Codable, Sendable {
     package var olderPagesDistinct: Int
     /// Measurement 3: after the catch-up and the page loads, the client still running.
     package var memoryAfterLoads: MemorySnapshot?
+    /// Where the file-backed part of ``memoryAfterLoads`` comes from.
+    package var fileBackedAfterLoads: FileBackedMemory?
 }
 
 package enum DevicePhases {
@@ -111,12 +113,14 @@ package enum DevicePhases {
         try await Task.sleep(for: settle)
         let pages = try loadPages(client, job: job, newestFirstSeq: newestFirstSeq, clock: clock)
         let memoryAfterLoads = MemorySnapshot.now
+        let fileBackedAfterLoads = FileBackedMemory.now
         await client.stop()
         return DeviceReport(
             memoryAtStartup: memoryAtStartup, memoryAfterOpen: memoryAfterOpen, openSeconds: openSeconds,
             catchUpSeconds: catchUpSeconds, catchUpCPUSeconds: catchUpCPUSeconds, received: counter.count,
             contiguousSeq: conversation.contiguousSeq, memoryAfterCatchUp: memoryAfterCatchUp, firstNewestPageMicroseconds: first, newestPage: pages.newest,
-            olderPages: pages.older, olderPagesDistinct: pages.distinctOlder, memoryAfterLoads: memoryAfterLoads)
+            olderPages: pages.older, olderPagesDistinct: pages.distinctOlder, memoryAfterLoads: memoryAfterLoads,
+            fileBackedAfterLoads: fileBackedAfterLoads)
     }
 
     /// Measurement 2: `loads` times the newest page, then `loads` pages scrolled back with `before:`, walking from

@@ -179,6 +179,10 @@ struct PigeonKitBench: AsyncParsableCommand {
         say("    client created, not started:      \(Format.memory(device.memoryAfterOpen))")
         say("    after the catch-up:               \(Format.memory(device.memoryAfterCatchUp))")
         say("    after the page loads:             \(Format.memory(device.memoryAfterLoads))")
+        if let files = device.fileBackedAfterLoads {
+            say("      its file-backed part:           the executable \(Format.megabytes(files.executable)), the Swift runtime and")
+            say("                                      Foundation \(Format.megabytes(files.swiftRuntimeAndFoundation)), other libraries \(Format.megabytes(files.otherLibraries))")
+        }
         say("    peak (VmHWM):                     \(Format.megabytes(device.memoryAfterLoads?.peak))")
         say("    (this process, with the server:   \(Format.memory(.now)))")
         return Results(send: send, device: device, sizes: try BinarySizes.measure(workspace: workspace))

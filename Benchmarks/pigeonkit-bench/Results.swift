@@ -16,6 +16,7 @@ struct Results {
              device.olderPages.p99Microseconds <= 2_000),
             ("RSS with \(Format.count(messages)) cached messages ≤ 30 MB", Format.megabytes(memory),
              inProcess ? nil : memory.map { $0 <= 30_000_000 }),
+            ("  its anonymous part (heap, stacks: the app's own memory)", Format.megabytes(device.memoryAfterLoads?.residentAnonymous), nil),
             ("catch-up of \(Format.count(messages)) missed messages ≤ 1 s", Format.seconds(device.catchUpSeconds), device.catchUpSeconds <= 1),
             ("app size increase (stripped: PigeonKit's smallest app less an empty one) < 5 MB", Format.megabytes(UInt64(max(sizes.increase, 0))),
              sizes.increase < 5_000_000),

@@ -62,7 +62,7 @@ final class ServerSentEventStream: EventStreamConnection {
                 for try await chunk in body {
                     lastActivity.withLockedValue { $0 = .now }
                     for event in parser.feed(chunk.readableBytesView) {
-                        if let frame = try? decoder.decode(ServerFrame.self, from: Data(event.data.utf8)) { buffer.append(frame) }
+                        if let frame = try? decoder.decode(ServerFrame.self, from: Data(event.data.utf8)) { await buffer.append(frame) }
                     }
                 }
             }

@@ -70,7 +70,11 @@ enum WebSocketConnector {
             maxFrameSize: maxFrameSize,
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {
-                    try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel)
+                    // Frames are read ahead in large runs (a resumed stream replays thousands): a low watermark of
+                    // two stopped and restarted the socket's reads every few frames.
+                    try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                        wrappingChannelSynchronously: channel,
+                        configuration: .init(backPressureStrategy: .init(lowWatermark: 256, highWatermark: 1024)))
                 }
             })
         var configuration = NIOUpgradableHTTPClientPipelineConfiguration(

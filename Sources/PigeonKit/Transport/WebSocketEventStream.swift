@@ -35,7 +35,7 @@ final class WebSocketEventStream: EventStreamConnection {
                 let decoder = JSONDecoder()
                 try await WebSocketSession.run(webSocket, settings: settings, outgoing: outStream) { text in
                     do {
-                        buffer.append(try decoder.decode(ServerFrame.self, from: Data(text.utf8)))
+                        await buffer.append(try decoder.decode(ServerFrame.self, from: Data(text.utf8)))
                     } catch {
                         logger.warning("undecodable frame skipped", metadata: ["frame": "\(text.prefix(200))", "error": "\(error)"])
                     }

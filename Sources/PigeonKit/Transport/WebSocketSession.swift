@@ -31,7 +31,7 @@ enum WebSocketSession {
     /// goes to `receive`, in order.
     static func run(
         _ webSocket: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, settings: Settings, outgoing: AsyncStream<String>,
-        receive: @escaping @Sendable (String) -> Void
+        receive: @escaping @Sendable (String) async -> Void
     ) async throws {
         let channel = webSocket.channel
         try await webSocket.executeThenClose { inbound, outbound in
@@ -78,7 +78,7 @@ enum WebSocketSession {
 
     private static func read(
         _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
-        state: NIOLockedValueBox<State>, maxMessageSize: Int, receive: @Sendable (String) -> Void
+        state: NIOLockedValueBox<State>, maxMessageSize: Int, receive: @Sendable (String) async -> Void
     ) async throws {
         /// The message being reassembled, and whether it is text.
         var message: (bytes: ByteBuffer, isText: Bool)?
@@ -98,7 +98,7 @@ enum WebSocketSession {
                 }
                 if frame.fin, let complete = message {
                     message = nil
-                    if complete.isText { receive(String(buffer: complete.bytes)) }
+                    if complete.isText { await receive(String(buffer: complete.bytes)) }
                 }
             case .ping:
                 try await outbound.write(Self.frame(.pong, frame.unmaskedData))

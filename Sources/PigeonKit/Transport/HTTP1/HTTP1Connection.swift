@@ -25,7 +25,9 @@ final class HTTP1Connection: Sendable {
         let asyncChannel = try await ClientConnector.connect(to: server, trust: trust, timeout: timeout) { channel in
             channel.eventLoop.makeCompletedFuture {
                 try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(
+                    wrappingChannelSynchronously: channel,
+                    configuration: .init(backPressureStrategy: .init(lowWatermark: 16, highWatermark: 64)))
             }
         }
         let (stream, continuation) = AsyncStream.makeStream(of: CheckedContinuation<HTTP1Exchange, any Error>.self)
