@@ -3,7 +3,7 @@ the module from the server and drives a `PigeonClient` through `page.evaluate`, 
 
 - The module and its declarations are served with and without `--web`: `text/javascript`, `Access-Control-Allow-Origin:
   *`, `Cache-Control: no-cache`, an ETag that answers `304`, `VERSION` = the contract's version + a hash of the file;
-  an app on another origin imports it (without any `--cors-origin`).
+  an app on another origin imports it (without any `--cors-origin`); its `applyEvidence` is PigeonKit's status table.
 - Two users on two pages (alice over the WebSocket, bob over SSE): messages both ways, alice's statuses move forward
   only up to `read`, on the server's evidence; a reply, a reaction and typing reach the other side.
 - Offline: sends saved offline survive the tab being closed, and go out when a new tab opens online: once each, in order.
@@ -162,6 +162,22 @@ class App:
             check(ranks == sorted(ranks) and len(set(ranks)) == len(ranks), f"{local_id}'s status moved backwards or repeated: {path}")
 
 
+# PigeonKit's status machine (docs/ARCHITECTURE.md "The status model"), written apart from the code: for each status,
+# the status after each evidence (None: no change); `failed` is a local failure (no answer came).
+EVIDENCE = ["dispatched", "accepted", "stored", "deliveredToAll", "readByAll", "failedLocally", "failedOnServer", "retry"]
+TABLE = {
+    "pending":   ["sending", "sent", "stored", None, None, "failed", "failed", None],
+    "sending":   [None, "sent", "stored", None, None, "failed", "failed", None],
+    "sent":      [None, None, "stored", None, None, None, "failed", None],
+    "stored":    [None, None, None, "delivered", "read", None, None, None],
+    "delivered": [None, None, None, None, "read", None, None, None],
+    "read":      [None, None, None, None, None, None, None, None],
+    "failed":    [None, "sent", "stored", None, None, None, None, "pending"],
+}
+# A server failure (dead-lettered) is final: only retry moves it.
+SERVER_FAILED = [None, None, None, None, None, None, None, "pending"]
+
+
 def setup():
     """A folder with the app in it, to serve on another origin than the server's."""
     directory = tempfile.mkdtemp(prefix="pigeonjs-app-")
@@ -209,9 +225,13 @@ def test_module_is_served_and_imports_from_another_origin():
                 check(types.headers.get("Access-Control-Allow-Origin") == "*", "the d.ts has no ACAO *")
                 with pigeonweb.browser() as browser:
                     app = App(browser.new_context(), origin, server)
+                    check(app.js("() => typeof window.sdk.PigeonClient") == "function", "no PigeonClient exported")
+                    table = app.js("""(evidence) => Object.fromEntries(window.sdk.STATUSES.map((s) => [s, evidence.map((e) => window.sdk.applyEvidence(s, e))]))""", EVIDENCE)
+                    check(table == TABLE, f"the status machine differs from PigeonKit's: {table}")
+                    server_failed = app.js("(evidence) => evidence.map((e) => window.sdk.applyEvidence('failed', e, false))", EVIDENCE)
+                    check(server_failed == SERVER_FAILED, f"a server failure is not final: {server_failed}")
                     imported = app.js("() => window.sdk.VERSION")
                     check(imported == version.group(1).decode(), f"the imported VERSION is {imported!r}")
-                    check(app.js("() => typeof window.sdk.PigeonClient") == "function", "no PigeonClient exported")
                     check(not app.problems, f"problems: {app.problems}")
             finally:
                 server.stop()
