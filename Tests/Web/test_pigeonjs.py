@@ -11,16 +11,21 @@ the module from the server and drives a `PigeonClient` through `page.evaluate`, 
   loaded from a copy on the app's origin), and go out once each, in order, when it is back.
 - A withheld `message.new` (the SDK's `debug.dropEvent` hook): the next message's seq shows the gap and the SDK fetches
   the missing seq from history at once; the app sees every message once, in seq order.
+- A WebSocket refused (a proxy in front of the server answers its upgrade 403): the client falls back to server-sent
+  events and works as before.
 - Two tabs of one device (same database): one leader owns the stream and the outbox; sends from both tabs go out once
   each (one POST per message), the follower sees the statuses; closing the leader's tab makes the other the leader.
 
 Run: scripts/web-tests.sh test_pigeonjs.py (after swift build).
 """
 
+import contextlib
 import json
 import os
 import re
+import socket
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -402,6 +407,95 @@ def test_a_withheld_event_is_fetched_from_history_at_once():
             server.stop()
 
 
+@contextlib.contextmanager
+def refusing_websockets(server):
+    """A TCP proxy in front of `server` that answers any request for /v1/ws `403` and passes everything else through;
+    yields its base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def pipe(source, target):
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def serve(client):
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = client.recv(65536)
+            if not chunk:
+                client.close()
+                return
+            head += chunk
+        if head.split(b" ", 2)[1].startswith(b"/v1/ws"):
+            client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            client.close()
+            return
+        upstream = socket.create_connection(("127.0.0.1", server.port))
+        upstream.sendall(head)
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)
+
+    def accept():
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        listener.close()
+
+
+class Through:
+    """`server` as reached through a proxy at `base` (what App needs: base, url())."""
+
+    def __init__(self, server, base):
+        self.server = server
+        self.base = base
+
+    def url(self, path):
+        return self.server.url(path) if path.startswith("/sdk/") else self.base + path
+
+
+def test_a_refused_websocket_falls_back_to_server_sent_events():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-sse-fallback")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            with refusing_websockets(server) as proxy, pigeonweb.browser() as browser:
+                a = App(browser.new_context(), origin, server, alice)
+                b = App(browser.new_context(), origin, Through(server, proxy), bob)
+                a.wait_state("online")
+                b.wait_state("online")
+                transports = [e["transport"] for e in b.events("connection") if e["state"] == "online"]
+                check(transports == ["sse"], f"bob's stream: {transports}")
+                check(len(b.sockets) >= 1, "bob never tried the WebSocket")
+                to_bob = a.send(cid, "to bob over SSE")
+                a.wait_status(to_bob["localId"], "delivered", "read")
+                b.wait_received(["to bob over SSE"])
+                to_alice = b.send(cid, "from bob")
+                b.wait_status(to_alice["localId"], "delivered", "read")
+                a.wait_received(["from bob"])
+                a.check_clean()
+                b.check_clean()
+        finally:
+            server.stop()
+
+
 def test_two_tabs_of_one_device():
     directory = setup()
     with pigeonweb.static_origin(directory) as origin:
@@ -463,5 +557,6 @@ if __name__ == "__main__":
         test_offline_sends_survive_a_closed_tab_and_go_once_in_order,
         test_server_restart_and_a_reload_while_it_is_down,
         test_a_withheld_event_is_fetched_from_history_at_once,
+        test_a_refused_websocket_falls_back_to_server_sent_events,
         test_two_tabs_of_one_device,
     ])
