@@ -13,6 +13,7 @@ the module from the server and drives a `PigeonClient` through `page.evaluate`, 
   the missing seq from history at once; the app sees every message once, in seq order.
 - A WebSocket refused (a proxy in front of the server answers its upgrade 403): the client falls back to server-sent
   events and works as before.
+- Three refused tries (`503` from a proxy) fail a message, `retry(localId)` sends it; a `413` fails at once (two users).
 - Two tabs of one device (same database): one leader owns the stream and the outbox; sends from both tabs go out once
   each (one POST per message), the follower sees the statuses; closing the leader's tab makes the other the leader.
 
@@ -127,11 +128,16 @@ class App:
         return self.js("(kind) => window.events.filter((e) => e.type === kind).map((e) => e.detail)", kind)
 
     def wait(self, what, expression, arg=None, timeout=WAIT_MS):
-        try:
-            self.page.wait_for_function(expression, arg=arg, timeout=timeout)
-        except Exception:  # noqa: BLE001 - reported with the events the page recorded
-            tail = self.js("() => window.events.slice(-8)")
-            raise Failure(f"timed out waiting until {what}; last events: {tail}; problems: {self.problems}") from None
+        """Waits until `expression(arg)` is truthy; it may return a promise (a read of the store), which is awaited
+        (Playwright's wait_for_function would take the promise itself as truthy)."""
+        deadline = time.monotonic() + timeout / 1000
+        while True:
+            if self.js(f"async (arg) => Boolean(await ({expression})(arg))", arg):
+                return
+            if time.monotonic() > deadline:
+                tail = self.js("() => window.events.slice(-8).map((e) => JSON.stringify(e).slice(0, 400))")
+                raise Failure(f"timed out waiting until {what}; last events: {tail}; problems: {self.problems}")
+            time.sleep(0.05)
 
     def send(self, conversation_id, text, **options):
         return self.js("([c, t, o]) => window.client.send(c, t, o)", [conversation_id, text, options])
@@ -163,8 +169,10 @@ class App:
     def check_clean(self):
         check(not self.problems, f"the app reported problems: {self.problems}")
         for local_id, path in self.status_paths().items():
-            ranks = [STATUSES.index(s) for s in path if s != "failed"]
-            check(ranks == sorted(ranks) and len(set(ranks)) == len(ranks), f"{local_id}'s status moved backwards or repeated: {path}")
+            # Forward only and each status once; `failed` → `pending` (a retry) starts again.
+            for stretch in " ".join(path).split("failed"):
+                ranks = [STATUSES.index(status) for status in stretch.split()]
+                check(ranks == sorted(ranks) and len(set(ranks)) == len(ranks), f"{local_id}'s status moved backwards or repeated: {path}")
 
 
 # PigeonKit's status machine (docs/ARCHITECTURE.md "The status model"), written apart from the code: for each status,
@@ -282,12 +290,21 @@ def test_send_and_receive_between_two_users():
                        "(id) => window.client.messages(id).then((ms) => ms[0].reactions.some((r) => r.key === '👍' && r.count === 1))", cid)
                 b.js("(c) => window.client.typing(c, true)", cid)
                 a.wait("alice sees bob typing", "(u) => window.events.some((e) => e.type === 'typing' && e.detail.userId === u && e.detail.active)", bob["userId"])
+                # A refusal (413) fails at once, after one try, with the server's code; the next message is not held.
+                too_large = a.send(cid, "x" * 70_000)
+                after = a.send(cid, "after the refusal")
+                a.wait_status(too_large["localId"], "failed")
+                a.wait_status(after["localId"], "stored", "delivered", "read")
+                big = a.js("(id) => window.client.message(id).then((m) => m.error)", too_large["localId"])
+                check(big["code"] == "payload_too_large", f"the failure: {big}")
+                check(a.posts.count(too_large["clientMessageId"]) == 1, "a 413 was tried again")
                 # Alice's paths: forward only, each status at most once, and through `stored` before any receipt.
-                for local_id, path in a.status_paths().items():
-                    check(path[-1] == "read" and "stored" in path, f"{local_id}: {path}")
+                for m in sent:
+                    path = a.status_paths()[m["localId"]]
+                    check(path[-1] == "read" and "stored" in path, f"{m['localId']}: {path}")
                 # Nothing twice on the server: three sends, three messages.
                 bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply"], f"the server has {bodies}")
+                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "after the refusal"], f"the server has {bodies}")
                 a.check_clean()
                 b.check_clean()
                 pigeonweb.screenshot(a.page, "pigeonjs-users")
@@ -408,9 +425,10 @@ def test_a_withheld_event_is_fetched_from_history_at_once():
 
 
 @contextlib.contextmanager
-def refusing_websockets(server):
-    """A TCP proxy in front of `server` that answers any request for /v1/ws `403` and passes everything else through;
-    yields its base URL."""
+def proxy(server, refuse):
+    """A TCP proxy in front of `server`, one request per connection: each request head is given to `refuse(method, path)`,
+    which returns the bytes of an answer to give instead (the connection then closes) or None to pass the connection
+    through. Yields the proxy's base URL."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 
@@ -433,12 +451,26 @@ def refusing_websockets(server):
                 client.close()
                 return
             head += chunk
-        if head.split(b" ", 2)[1].startswith(b"/v1/ws"):
-            client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        method, path = head.split(b" ", 2)[:2]
+        answer = refuse(method.decode(), path.decode())
+        if answer is not None:
+            client.sendall(answer)
             client.close()
             return
+        upgrade = b"\r\nupgrade:" in head.lower()
+        if not upgrade:
+            head = close_after(head)
         upstream = socket.create_connection(("127.0.0.1", server.port))
         upstream.sendall(head)
+        if not upgrade:
+            # The answer says so too, or the browser would send its next request on this connection, unseen.
+            answer_head = b""
+            while b"\r\n\r\n" not in answer_head:
+                chunk = upstream.recv(65536)
+                if not chunk:
+                    break
+                answer_head += chunk
+            client.sendall(close_after(answer_head) if b"\r\n\r\n" in answer_head else answer_head)
         threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
         pipe(client, upstream)
 
@@ -455,6 +487,21 @@ def refusing_websockets(server):
         yield f"http://127.0.0.1:{port}"
     finally:
         listener.close()
+
+
+def close_after(head):
+    """An HTTP head (and what follows it) with `Connection: close` instead of any Connection header: one request per
+    connection, so that the proxy sees every request."""
+    end = head.index(b"\r\n\r\n")
+    lines = [line for line in head[:end].split(b"\r\n") if not line.lower().startswith(b"connection:")]
+    return b"\r\n".join(lines + [b"Connection: close"]) + head[end:]
+
+
+def answer(status, reason, origin):
+    """An error answer as the server gives it, with CORS for the app's origin (so the page can read it)."""
+    body = json.dumps({"error": {"code": "overloaded", "message": "refused by the test's proxy"}}).encode()
+    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"Access-Control-Allow-Origin: {origin}\r\nConnection: close\r\n\r\n").encode() + body
 
 
 class Through:
@@ -476,9 +523,11 @@ def test_a_refused_websocket_falls_back_to_server_sent_events():
             alice = server.register("alice-" + suffix())
             bob = server.register("bob-" + suffix())
             cid = conversation(server, alice, bob)
-            with refusing_websockets(server) as proxy, pigeonweb.browser() as browser:
+            refused = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            with proxy(server, lambda method, path: refused if path.startswith("/v1/ws") else None) as base, \
+                    pigeonweb.browser() as browser:
                 a = App(browser.new_context(), origin, server, alice)
-                b = App(browser.new_context(), origin, Through(server, proxy), bob)
+                b = App(browser.new_context(), origin, Through(server, base), bob)
                 a.wait_state("online")
                 b.wait_state("online")
                 transports = [e["transport"] for e in b.events("connection") if e["state"] == "online"]
@@ -492,6 +541,47 @@ def test_a_refused_websocket_falls_back_to_server_sent_events():
                 a.wait_received(["from bob"])
                 a.check_clean()
                 b.check_clean()
+        finally:
+            server.stop()
+
+
+def test_three_refused_tries_fail_and_retry_sends_again():
+    """Three `503`s (a proxy refuses the sends) fail a message after three tries with backoff; `retry(localId)` sends it
+    again once the server takes it."""
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-retry")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            refusing = {"on": True}
+            refusals = []
+
+            def refuse(method, path):
+                if refusing["on"] and method == "POST" and path.endswith("/messages"):
+                    refusals.append(time.monotonic())
+                    return answer(503, "Service Unavailable", origin)
+                return None
+
+            with proxy(server, refuse) as base, pigeonweb.browser() as browser:
+                a = App(browser.new_context(), origin, Through(server, base), alice)
+                a.wait_state("online")
+                refused = a.send(cid, "refused three times")
+                a.wait_status(refused["localId"], "failed")
+                check(len(refusals) == 3, f"{len(refusals)} tries, not 3")
+                gaps = [later - earlier for earlier, later in zip(refusals, refusals[1:])]
+                check(0.4 <= gaps[0] and 0.9 <= gaps[1], f"no backoff between the tries: {gaps}")
+                failed = a.js("(id) => window.client.message(id)", refused["localId"])
+                check(failed["error"]["code"] == "overloaded", f"the failure: {failed['error']}")
+                refusing["on"] = False
+                a.js("(id) => window.client.retry(id)", refused["localId"])
+                a.wait_status(refused["localId"], "stored", "delivered", "read")
+                paths = a.status_paths()[refused["localId"]]
+                check(paths[:4] == ["pending", "sending", "failed", "pending"], f"failed, then pending by retry: {paths}")
+                bodies = [m["body"] for m in history(server, alice, cid)]
+                check(bodies == ["refused three times"], f"the server has {bodies}")
+                a.check_clean()
         finally:
             server.stop()
 
@@ -558,5 +648,6 @@ if __name__ == "__main__":
         test_server_restart_and_a_reload_while_it_is_down,
         test_a_withheld_event_is_fetched_from_history_at_once,
         test_a_refused_websocket_falls_back_to_server_sent_events,
+        test_three_refused_tries_fail_and_retry_sends_again,
         test_two_tabs_of_one_device,
     ])
