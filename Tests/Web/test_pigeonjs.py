@@ -5,7 +5,8 @@ the module from the server and drives a `PigeonClient` through `page.evaluate`, 
   *`, `Cache-Control: no-cache`, an ETag that answers `304`, `VERSION` = the contract's version + a hash of the file;
   an app on another origin imports it (without any `--cors-origin`); its `applyEvidence` is PigeonKit's status table.
 - Two users on two pages (alice over the WebSocket, bob over SSE): messages both ways, alice's statuses move forward
-  only up to `read`, on the server's evidence; a reply, a reaction and typing reach the other side.
+  only up to `read`, on the server's evidence; a reply, a reaction, typing and an attachment reach the other side;
+  bad input is refused (`invalid_request`) and saves nothing.
 - Offline: sends saved offline survive the tab being closed, and go out when a new tab opens online: once each, in order.
 - A server restart mid-conversation: both clients reconnect; sends made while it is down survive a reload (the module
   loaded from a copy on the app's origin), and go out once each, in order, when it is back.
@@ -290,6 +291,24 @@ def test_send_and_receive_between_two_users():
                        "(id) => window.client.messages(id).then((ms) => ms[0].reactions.some((r) => r.key === '👍' && r.count === 1))", cid)
                 b.js("(c) => window.client.typing(c, true)", cid)
                 a.wait("alice sees bob typing", "(u) => window.events.some((e) => e.type === 'typing' && e.detail.userId === u && e.detail.active)", bob["userId"])
+                # An attachment: uploaded, sent with the message, fetched by bob with his token.
+                upload = a.js("() => window.client.upload(new Blob(['a note for bob'], { type: 'text/plain' }), 'note.txt')")
+                check(upload["name"] == "note.txt" and upload["size"] == 14, f"the upload: {upload}")
+                with_file = a.send(cid, "see the note", attachments=[{"id": upload["id"]}])
+                a.wait_status(with_file["localId"], "stored", "delivered", "read")
+                b.wait_received(["see the note"])
+                got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "see the note")
+                check([x["name"] for x in got["attachments"]] == ["note.txt"], f"bob's attachments: {got['attachments']}")
+                text = b.js("(id) => window.client.attachment(id).then((blob) => blob.text())", upload["id"])
+                check(text == "a note for bob", f"bob fetched {text!r}")
+                # Bad input: a clear error, and nothing saved or sent.
+                before = len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid))
+                for bad in ("[cid, 'x', { type: 'pigeon.edit' }]", "['not-a-uuid', 'x', {}]", "[cid, 42, {}]"):
+                    code = a.js(f"(cid) => window.client.send(...{bad}).then(() => 'sent', (e) => e.code)", cid)
+                    check(code == "invalid_request", f"send({bad}) answered {code}")
+                code = a.js("(id) => window.client.retry(id).then(() => 'retried', (e) => e.code)", sent[0]["localId"])
+                check(code == "invalid_request", f"retry of a stored message answered {code}")
+                check(len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid)) == before, "a refused send was saved")
                 # A refusal (413) fails at once, after one try, with the server's code; the next message is not held.
                 too_large = a.send(cid, "x" * 70_000)
                 after = a.send(cid, "after the refusal")
@@ -304,10 +323,9 @@ def test_send_and_receive_between_two_users():
                     check(path[-1] == "read" and "stored" in path, f"{m['localId']}: {path}")
                 # Nothing twice on the server: three sends, three messages.
                 bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "after the refusal"], f"the server has {bodies}")
+                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "see the note", "after the refusal"], f"the server has {bodies}")
                 a.check_clean()
                 b.check_clean()
-                pigeonweb.screenshot(a.page, "pigeonjs-users")
         finally:
             server.stop()
 
