@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import uuid
 
 import pigeonweb
 from pigeonweb import Failure, check
@@ -291,6 +292,13 @@ def test_send_and_receive_between_two_users():
                        "(id) => window.client.messages(id).then((ms) => ms[0].reactions.some((r) => r.key === '👍' && r.count === 1))", cid)
                 b.js("(c) => window.client.typing(c, true)", cid)
                 a.wait("alice sees bob typing", "(u) => window.events.some((e) => e.type === 'typing' && e.detail.userId === u && e.detail.active)", bob["userId"])
+                # The app's own clientMessageId (a UUID, any case): the message carries it, lowercased, to bob.
+                chosen = str(uuid.uuid4()).upper()
+                own = a.send(cid, "with my id", clientMessageId=chosen)
+                check(own["clientMessageId"] == chosen.lower(), f"the record's id: {own['clientMessageId']}")
+                b.wait_received(["with my id"])
+                got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "with my id")
+                check(got["clientMessageId"] == chosen.lower(), f"bob's copy's id: {got['clientMessageId']}")
                 # An attachment: uploaded, sent with the message, fetched by bob with his token.
                 upload = a.js("() => window.client.upload(new Blob(['a note for bob'], { type: 'text/plain' }), 'note.txt')")
                 check(upload["name"] == "note.txt" and upload["size"] == 14, f"the upload: {upload}")
@@ -303,7 +311,8 @@ def test_send_and_receive_between_two_users():
                 check(text == "a note for bob", f"bob fetched {text!r}")
                 # Bad input: a clear error, and nothing saved or sent.
                 before = len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid))
-                for bad in ("[cid, 'x', { type: 'pigeon.edit' }]", "['not-a-uuid', 'x', {}]", "[cid, 42, {}]"):
+                for bad in ("[cid, 'x', { type: 'pigeon.edit' }]", "['not-a-uuid', 'x', {}]", "[cid, 42, {}]",
+                            "[cid, 'x', { clientMessageId: 'not-a-uuid' }]"):
                     code = a.js(f"(cid) => window.client.send(...{bad}).then(() => 'sent', (e) => e.code)", cid)
                     check(code == "invalid_request", f"send({bad}) answered {code}")
                 code = a.js("(id) => window.client.retry(id).then(() => 'retried', (e) => e.code)", sent[0]["localId"])
@@ -323,7 +332,8 @@ def test_send_and_receive_between_two_users():
                     check(path[-1] == "read" and "stored" in path, f"{m['localId']}: {path}")
                 # Nothing twice on the server: three sends, three messages.
                 bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "see the note", "after the refusal"], f"the server has {bodies}")
+                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "with my id", "see the note", "after the refusal"],
+                      f"the server has {bodies}")
                 a.check_clean()
                 b.check_clean()
         finally:

@@ -123,6 +123,8 @@ export declare class PigeonClient extends EventTarget {
     send(conversationId: string, text: string, options?: {
         type?: string; replyTo?: string | null; threadRoot?: string | null;
         attachments?: Array<{ id: string; width?: number; height?: number; durationMs?: number }>;
+        /** The app's own id for the message (a UUID); by default a new one. */
+        clientMessageId?: string;
     }): Promise<LocalMessage>;
     retry(localId: string): Promise<void>;
 

@@ -80,7 +80,7 @@ function backoff(attempt, baseMs, maxMs) {
     return full / 2 + Math.random() * (full / 2);
 }
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 // MARK: - The local store (IndexedDB)
 
@@ -364,20 +364,24 @@ export class PigeonClient extends EventTarget {
     /**
      * Saves a message on this device and queues it: resolves with its local record (status `pending`) once saved.
      * It goes out in order with this device's other sends to the conversation, even after a reload; `status`
-     * events follow its ticks.
+     * events follow its ticks. `clientMessageId` (a UUID) is the app's own id for it when the app shows the message
+     * before it hands it over (the server de-duplicates by it); by default a new one.
      */
-    async send(conversationId, text, { type = "text", replyTo = null, threadRoot = null, attachments = [] } = {}) {
+    async send(conversationId, text, { type = "text", replyTo = null, threadRoot = null, attachments = [], clientMessageId } = {}) {
         this.#requireStarted();
-        if (typeof conversationId !== "string" || !/^[0-9a-fA-F-]{36}$/.test(conversationId)) {
+        if (typeof conversationId !== "string" || !UUID.test(conversationId)) {
             throw new PigeonError("invalid_request", "conversationId must be a conversation's UUID");
         }
         if (typeof text !== "string") throw new PigeonError("invalid_request", "text must be a string");
         if (!/^[a-z0-9._-]{1,32}$/.test(type) || type.startsWith("pigeon.")) {
             throw new PigeonError("invalid_request", "type must be 1-32 characters of [a-z0-9._-], not pigeon.*");
         }
+        if (clientMessageId !== undefined && (typeof clientMessageId !== "string" || !UUID.test(clientMessageId))) {
+            throw new PigeonError("invalid_request", "clientMessageId must be a UUID");
+        }
         const now = Date.now();
         const record = {
-            localId: crypto.randomUUID(), clientMessageId: crypto.randomUUID(), conversationId, direction: "out", local: true,
+            localId: crypto.randomUUID(), clientMessageId: clientMessageId?.toLowerCase() ?? crypto.randomUUID(), conversationId, direction: "out", local: true,
             senderId: this.userId, type, body: text, replyTo, threadRoot, attachments, reactions: [],
             clientTimestamp: now, createdAt: now, status: "pending", tries: 0, failureIsLocal: true,
         };
