@@ -973,6 +973,11 @@
     });
     try {
       SDK = await import(API + "/sdk/pigeon.js");
+      // Each load registers new users, with a database each: the ones of earlier loads are dropped (a database another
+      // tab still has open goes once that tab closes).
+      if (indexedDB.databases) {
+        for (const { name } of await indexedDB.databases()) if (name && name.startsWith("pigeon-demo-")) indexedDB.deleteDatabase(name);
+      }
       await alice.register();
       await bob.register();
       // The clients start (their streams live from now) before the conversation exists: they miss nothing of it.
