@@ -442,6 +442,14 @@ extension ContractRoute {
                     "The server the page talks to (default: its own origin); malformed: 400.")
             ],
             answers: [.page("The page (Content-Security-Policy by hash, no-store).")], refusals: [.invalid("A malformed api.")]),
+        ContractRoute(
+            method: .get, path: "/sdk/pigeon.js", operationId: "browserSDK", tag: "pages", summary: "PigeonJS, the browser SDK",
+            description: "One ES module (docs/SDK-JS.md), importable from any origin (Access-Control-Allow-Origin: *); Cache-Control: no-cache with an ETag (If-None-Match: 304).",
+            security: .none, answers: [.text(200, "text/javascript", "The module; its VERSION is the contract's version and a hash of the file.")]),
+        ContractRoute(
+            method: .get, path: "/sdk/pigeon.d.ts", operationId: "browserSDKTypes", tag: "pages", summary: "PigeonJS's TypeScript declarations",
+            description: "The types of /sdk/pigeon.js, served like it.",
+            security: .none, answers: [.text(200, "application/typescript", "The declaration file.")]),
     ]
 
     // MARK: The contract itself

@@ -112,12 +112,20 @@ class Server:
     def restart(self):
         """Stops the server gracefully (SIGTERM: its streams end) and starts it again on the same port with the same
         data directory: what a client sees as a dropped connection that it resumes by cursor."""
+        self.halt()
+        self.resume()
+
+    def halt(self):
+        """Stops the server gracefully and keeps its port and data directory for `resume()`: the server is down until then."""
         self.process.terminate()
         try:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def resume(self):
+        """Starts the halted server again on the same port with the same data directory."""
         self._start()
 
     def url(self, path):

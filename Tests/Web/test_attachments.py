@@ -1,9 +1,9 @@
 """Attachments on the web demo page (`pigeon-server serve --web`, `GET /`) in headless Chromium, asserting on its DOM.
 
-- Alice (WebSocket) attaches a PNG made here: her message shows ⏰ while the file uploads, is sent with the upload's id
+- Alice attaches a PNG made here: her message shows ⏰ while the file uploads, is sent with the upload's id
   and the image's width and height once the upload answered, and reaches ✓✓; bob's pane shows the image, fetched with
   his token into a blob: URL (the <img> has loaded: its natural size is the PNG's). A text file shows in bob's pane as
-  "📎 name (size)" and downloads with its bytes on a click. Bob (HTTP) sends an image the other way.
+  "📎 name (size)" and downloads with its bytes on a click. Bob sends an image the other way.
 - Every attachment request carries the token in its Authorization header, none in its URL.
 - Refused uploads (an empty file, one over --max-attachment-bytes) show ⚠️ with the server's code and message, never ✓,
   and the message is never sent.
@@ -179,7 +179,7 @@ def test_images_and_files():
             demo.page.wait_for_selector(
                 f"#bob .msg[data-client-message-id='{file_message}'] .attachment[data-state='downloaded']", timeout=WAIT_MS)
 
-            # Bob (HTTP) sends an image the other way.
+            # Bob sends an image the other way.
             tiny = png(5, 3)
             back = demo.attach("bob", "tiny.png", "image/png", tiny, caption="and one back")
             demo.wait_status("bob", back, "delivered", "read")

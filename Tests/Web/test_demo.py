@@ -1,13 +1,13 @@
 """The web demo page (`pigeon-server serve --web`, `GET /`) in headless Chromium, asserting on its DOM.
 
-- Same origin: alice (WebSocket) sends to bob (SSE + HTTP); her message shows ✓✓ once bob's device has it and blue ✓✓
+- Same origin (both sides PigeonJS clients): alice (her stream over the WebSocket) sends to bob (his over SSE); her message shows ✓✓ once bob's device has it and blue ✓✓
   once bob's chat is looked at. With bob offline her next message stays ✓ (in his mailbox) until he is back; with
   alice offline her message shows ⏰ and goes out, ✓ then ✓✓, when she is back. Sends over the limit show ⚠️ with the
   server's code, on both transports. Every status change is recorded in the page (a MutationObserver) and checked:
   a tick never moves backwards and never comes before its evidence could exist.
 - Same origin on a server that allows other origins too (`--cors-origin`): the page's own WebSocket opens.
 - Over the rate limit: refused sends are retried and keep their order (stored and shown to bob as sent).
-- Reactions and replies: a reaction made in one pane (bob over HTTP, alice with the WebSocket's react op) shows as a
+- Reactions and replies: a reaction made in one pane (PUT/DELETE through the SDK) shows as a
   pill in both, highlighted in the reacting user's pane, counted as the server's reaction events say; a reply quotes
   its message in both panes (the receiving one draws it from replyPreview).
 - Cross origin: the page's HTML served from another origin, pointed at the server with `?api=`, the server started
@@ -297,7 +297,7 @@ def test_same_origin():
                 seqs = demo.page.eval_on_selector_all(f"#{side} .msg[data-seq]", "nodes => nodes.map(n => Number(n.dataset.seq))")
                 check(len(seqs) >= 4 and seqs == sorted(seqs), f"{side}'s pane is in seq order: {seqs}")
 
-            # Refused sends show ⚠️ with the server's code, over the WebSocket and over HTTP.
+            # Refused sends show ⚠️ with the server's code, on both sides.
             for side in ("alice", "bob"):
                 refused = demo.send(side, "x" * 70_000)
                 shown = demo.wait_status(side, refused, "failed")
@@ -327,9 +327,9 @@ def test_same_origin_beside_other_allowed_origins():
 
 
 def test_rate_limited_sends_keep_their_order():
-    """Over the per-device rate limit the server refuses sends (`rate_limited`); the page retries them, one at a time
-    from the first refused, so that every message is stored and shown to bob in the order alice sent it (the
-    WebSocket pipelines sends: a later message once overtook a refused one waiting for its retry)."""
+    """Over the per-device rate limit the server refuses sends (`rate_limited`); the SDK retries them, one at a time
+    from the first refused, so that every message is stored and shown to bob in the order alice sent it (a pipelining
+    client once let a later message overtake a refused one waiting for its retry)."""
     server = pigeonweb.Server("--web", "--rate-limit", "2", "--rate-limit-burst", "2", name="demo-rate-limited")
     try:
         with pigeonweb.browser() as browser:
@@ -387,8 +387,8 @@ def test_cross_origin():
 
 
 def test_reactions_and_replies():
-    """Reactions made in one pane show as pills in both, bob's over HTTP (PUT/DELETE) and alice's over the WebSocket
-    (the react op), each pane highlighting its own user's; every pill is the aggregate of the stream's reaction events.
+    """Reactions made in one pane show as pills in both (PUT/DELETE through the SDK), each pane highlighting its own
+    user's; every pill is the aggregate of the stream's reaction events.
     A reply quotes its message (the quote drawn from the replyPreview the other side receives), from both transports."""
     server = pigeonweb.Server("--web", name="demo-reactions")
     try:
@@ -411,7 +411,7 @@ def test_reactions_and_replies():
             check(demo.wait_pill("alice", hello, "👍", 1, False) == "👍 1", "alice's pill reads 👍 1")
             check(demo.page.is_hidden(f"{at_bob} .picker"), "the picker closes once used")
 
-            # Alice clicks that pill (the WebSocket's react op): two users, 2 in both panes, highlighted in both.
+            # Alice clicks that pill: two users, 2 in both panes, highlighted in both.
             demo.page.click(f"{at_alice} .pill[data-key='👍']")
             demo.wait_pill("alice", hello, "👍", 2, True)
             demo.wait_pill("bob", hello, "👍", 2, True)
@@ -447,7 +447,7 @@ def test_reactions_and_replies():
             check(demo.quote("bob", reply) == quoted, f"bob's sent reply shows the quote: {demo.quote('bob', reply)!r}")
             check(demo.message("alice", reply).get_attribute("data-reply-to") == server_id, "the reply names its target")
 
-            # Alice answers bob's reply with a quote of it (over the WebSocket), and reacts to it.
+            # Alice answers bob's reply with a quote of it, and reacts to it.
             demo.page.click(f"#alice .msg.in[data-client-message-id='{reply}'] .reply")
             demo.send("alice", "great")
             answer = demo.outgoing("alice")[-1]["clientMessageId"]

@@ -26,11 +26,12 @@ struct InlinePage: Sendable {
         styleHash = Self.hashSource(style)
     }
 
-    /// Nothing but the page's own inline script and style, connections to `connect` (CSP sources), images from
-    /// `images` when given; no base URI, forms or framing.
-    func contentSecurityPolicy(connect: [String], images: [String] = []) -> String {
+    /// Nothing but the page's own inline script (and the scripts of `scripts`, CSP sources of modules it imports) and
+    /// style, connections to `connect` (CSP sources), images from `images` when given; no base URI, forms or framing.
+    func contentSecurityPolicy(connect: [String], images: [String] = [], scripts: [String] = []) -> String {
         var directives = [
-            "default-src 'none'", "script-src '\(scriptHash)'", "style-src '\(styleHash)'", "connect-src \(connect.joined(separator: " "))",
+            "default-src 'none'", (["script-src", "'\(scriptHash)'"] + scripts).joined(separator: " "), "style-src '\(styleHash)'",
+            "connect-src \(connect.joined(separator: " "))",
         ]
         if !images.isEmpty { directives.append("img-src \(images.joined(separator: " "))") }
         directives += ["base-uri 'none'", "form-action 'none'", "frame-ancestors 'none'"]

@@ -74,6 +74,8 @@ public enum PigeonApplication {
             // The page itself is public; it asks for the token and calls the routes above with it.
             router.get("/admin") { _, _ in AdminPage.response() }
         }
+        // The browser SDK is served with and without --web: an app on any origin imports it.
+        SDKController().addRoutes(to: router)
         // Without --web the demo page does not exist (404).
         if configuration.webDemo { WebDemoController().addRoutes(to: router) }
         let responder = PigeonResponder(

@@ -61,10 +61,11 @@ import Testing
             // The policy allows exactly the page's own inline style and script, and connections to its origin.
             let script = try #require(Self.element("script", in: page))
             let style = try #require(Self.element("style", in: page))
-            #expect(script.contains("new WebSocket(") && script.contains("new EventSource("))
+            // The page is built on PigeonJS, which it imports from the server it talks to (its own origin here).
+            #expect(script.contains("import(API + \"/sdk/pigeon.js\")") && script.contains("new SDK.PigeonClient("))
             let policy = Self.policy(answer)
             #expect(policy["default-src"] == ["'none'"])
-            #expect(policy["script-src"] == [Self.hashSource(script)], "\(policy)")
+            #expect(policy["script-src"] == [Self.hashSource(script), "'self'"], "\(policy)")
             #expect(policy["style-src"] == [Self.hashSource(style)], "\(policy)")
             #expect(policy["connect-src"] == ["'self'"], "\(policy)")
             // Images only from blob: URLs, the attachments the page fetched with its token.
@@ -77,17 +78,19 @@ import Testing
 
     @Test func theApiParameterOpensConnectionsToThatOriginOnly() async throws {
         try await withTestServer(configure: { $0.webDemo = true }) { client in
-            let cases: [(String, [String])] = [
-                ("http://127.0.0.1:9000", ["'self'", "http://127.0.0.1:9000", "ws://127.0.0.1:9000"]),
-                ("http://127.0.0.1:9000/", ["'self'", "http://127.0.0.1:9000", "ws://127.0.0.1:9000"]),
-                ("HTTPS://Chat.Example.com", ["'self'", "https://chat.example.com", "wss://chat.example.com"]),
-                ("http://[::1]:8080", ["'self'", "http:", "ws:"]),
+            // connect-src, and the script sources beside the page's own hash (the SDK is imported from the api origin).
+            let cases: [(String, [String], [String])] = [
+                ("http://127.0.0.1:9000", ["'self'", "http://127.0.0.1:9000", "ws://127.0.0.1:9000"], ["'self'", "http://127.0.0.1:9000"]),
+                ("http://127.0.0.1:9000/", ["'self'", "http://127.0.0.1:9000", "ws://127.0.0.1:9000"], ["'self'", "http://127.0.0.1:9000"]),
+                ("HTTPS://Chat.Example.com", ["'self'", "https://chat.example.com", "wss://chat.example.com"], ["'self'", "https://chat.example.com"]),
+                ("http://[::1]:8080", ["'self'", "http:", "ws:"], ["'self'", "http:"]),
             ]
-            for (api, connect) in cases {
+            for (api, connect, scripts) in cases {
                 let query = api.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
                 let answer = try await client.request(.GET, "/?api=\(query)")
                 #expect(answer.status == 200, "\(api): \(answer.status) \(answer.text)")
                 #expect(Self.policy(answer)["connect-src"] == connect, "\(api): \(Self.policy(answer))")
+                #expect(Self.policy(answer)["script-src"]?.dropFirst().map { $0 } == scripts, "\(api): \(Self.policy(answer))")
                 #expect(Self.policy(answer)["img-src"] == ["blob:"], "\(api): \(Self.policy(answer))")
             }
             for api in ["ftp://example.com", "http://example.com/app", "http://example.com?x=1", "*", "example.com:80", "javascript:alert(1)", "http://user@example.com"] {

@@ -1,0 +1,1017 @@
+// PigeonJS: the browser SDK of Pigeon, one dependency-free ES module (docs/SDK-JS.md).
+//
+// It is PigeonKit's counterpart for the browser: a local-first client whose messages are saved on the device
+// (IndexedDB) before they go out, whose outbox survives a reload, and whose ticks move only on the server's evidence.
+// Every Pigeon server serves it at GET /sdk/pigeon.js (its types at /sdk/pigeon.d.ts); import it from there:
+//
+//     import { PigeonClient } from "https://chat.example.com/sdk/pigeon.js";
+//     const client = new PigeonClient({ server: "https://chat.example.com", token, userId: "alice", database: "alice" });
+//     client.addEventListener("message", (e) => show(e.detail.message));
+//     await client.start();
+//     await client.send(conversationId, "hello");
+//
+// Design in one paragraph. All tabs of one app that use the same `database` share one IndexedDB store. Exactly one
+// of them, the leader (it holds the Web Lock `pigeon:<database>`), owns the event stream (WebSocket, SSE as the
+// fallback) and the outbox: it sends, processes events and writes what they say. Every tab may save a send into the
+// outbox and read the store; the others learn what the leader did through a BroadcastChannel of the same name, and a
+// follower becomes the leader when the leader's tab closes (the browser releases its lock). So two tabs never send the
+// same outbox item twice, and the store has one writer of server state.
+
+/** The module's version: the wire contract it speaks and a hash of this file, filled in by the server serving it. */
+export const VERSION = "0.0.0-unserved";
+
+/** An error of a call: `code` is the server's error code (docs/API.md) or `network` / `timeout` / `stopped`. */
+export class PigeonError extends Error {
+    constructor(code, message, { status = 0, retryAfter = null } = {}) {
+        super(message);
+        this.name = "PigeonError";
+        this.code = code;
+        this.status = status;
+        this.retryAfter = retryAfter;
+    }
+}
+
+// MARK: - The status machine
+
+/** An outgoing message's statuses, in the only order they may be taken (docs/ARCHITECTURE.md, "The status model"). */
+export const STATUSES = Object.freeze(["pending", "sending", "sent", "stored", "delivered", "read", "failed"]);
+const rank = (status) => STATUSES.indexOf(status);
+
+/**
+ * The status after `evidence`, or null when it changes nothing. The same rules as PigeonKit's
+ * `MessageStatus.applying`: forward only, each status only on its own evidence, `failed` → `pending` only by retry,
+ * nothing fails once stored, and proof that the server has a message (`accepted`, `stored`) ends a *local* failure
+ * (no answer came) but never a server's (dead-lettered).
+ */
+export function applyEvidence(status, evidence, failureIsLocal = true) {
+    switch (evidence) {
+        case "dispatched": return status === "pending" ? "sending" : null;
+        case "retry": return status === "failed" ? "pending" : null;
+        case "accepted":
+            if (status === "failed") return failureIsLocal ? "sent" : null;
+            return rank(status) < rank("sent") ? "sent" : null;
+        case "stored":
+            if (status === "failed") return failureIsLocal ? "stored" : null;
+            return rank(status) < rank("stored") ? "stored" : null;
+        case "failedLocally": return status === "pending" || status === "sending" ? "failed" : null;
+        case "failedOnServer": return ["pending", "sending", "sent"].includes(status) ? "failed" : null;
+        case "deliveredToAll":
+            return status !== "failed" && rank(status) >= rank("stored") && rank(status) < rank("delivered") ? "delivered" : null;
+        case "readByAll":
+            return status !== "failed" && rank(status) >= rank("stored") && rank(status) < rank("read") ? "read" : null;
+        default: throw new TypeError(`unknown evidence ${evidence}`);
+    }
+}
+
+// MARK: - Retry policy
+
+/** The outbox's timing, PigeonKit's `RetryPolicy`: 10 s for an answer, 3 tries, backoff 1 s … 60 s with equal jitter. */
+const RETRY = Object.freeze({ ackTimeoutMs: 10_000, tries: 3, backoffBaseMs: 1_000, backoffMaxMs: 60_000 });
+/** Stream reconnection: 0.5 s doubling up to 30 s, with equal jitter; a successful open starts again from 0.5 s. */
+const RECONNECT = Object.freeze({ baseMs: 500, maxMs: 30_000 });
+/** Delivered receipts wait this long to be coalesced (one per conversation). */
+const RECEIPT_BATCH_MS = 50;
+/** History pages the SDK fetches (gap recovery, catch-up). */
+const HISTORY_PAGE = 200;
+
+/** Equal jitter: half the exponential delay for sure, the other half at random. */
+function backoff(attempt, baseMs, maxMs) {
+    const full = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
+    return full / 2 + Math.random() * (full / 2);
+}
+
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+
+// MARK: - The local store (IndexedDB)
+
+/**
+ * The IndexedDB database: `conversations` (the server's Conversation plus `contiguousSeq`, the highest seq below
+ * which this device has every message), `messages` (local records, by `localId`), `outbox` (what the leader must send,
+ * in order: an auto-incremented key) and `meta` (the stream's cursor).
+ */
+class LocalStore {
+    static VERSION = 1;
+
+    static open(name) {
+        return new Promise((resolve, reject) => {
+            const request = indexedDB.open(name, LocalStore.VERSION);
+            request.onupgradeneeded = () => {
+                const db = request.result;
+                db.createObjectStore("conversations", { keyPath: "id" });
+                const messages = db.createObjectStore("messages", { keyPath: "localId" });
+                messages.createIndex("bySort", ["conversationId", "sortKey"]);
+                messages.createIndex("bySeq", ["conversationId", "seq"]);
+                messages.createIndex("serverId", "serverId");
+                messages.createIndex("clientMessageId", "clientMessageId");
+                const outbox = db.createObjectStore("outbox", { keyPath: "order", autoIncrement: true });
+                outbox.createIndex("localId", "localId", { unique: true });
+                db.createObjectStore("meta", { keyPath: "key" });
+            };
+            request.onsuccess = () => resolve(new LocalStore(request.result));
+            request.onerror = () => reject(request.error);
+            request.onblocked = () => reject(new PigeonError("blocked", `the database ${name} is held open by an older version of the page`));
+        });
+    }
+
+    constructor(db) {
+        this.db = db;
+    }
+
+    close() {
+        this.db.close();
+    }
+
+    /** Runs `body(stores)` in one transaction over `names`; resolves with what `body` returned once it committed. */
+    transaction(names, mode, body) {
+        return new Promise((resolve, reject) => {
+            const tx = this.db.transaction(names, mode);
+            const stores = Object.fromEntries(names.map((name) => [name, tx.objectStore(name)]));
+            let result;
+            tx.oncomplete = () => resolve(result);
+            tx.onerror = () => reject(tx.error);
+            tx.onabort = () => reject(tx.error ?? new PigeonError("aborted", "the transaction was aborted"));
+            result = body(stores, tx);
+        });
+    }
+
+    /** One request's result (a read). */
+    static result(request) {
+        return new Promise((resolve, reject) => {
+            request.onsuccess = () => resolve(request.result);
+            request.onerror = () => reject(request.error);
+        });
+    }
+
+    get(store, key) {
+        return LocalStore.result(this.db.transaction(store).objectStore(store).get(key));
+    }
+
+    getAll(store) {
+        return LocalStore.result(this.db.transaction(store).objectStore(store).getAll());
+    }
+
+    byIndex(store, index, key) {
+        return LocalStore.result(this.db.transaction(store).objectStore(store).index(index).get(key));
+    }
+
+    put(store, value) {
+        return this.transaction([store], "readwrite", (s) => { s[store].put(value); });
+    }
+
+    /**
+     * Read-modify-write of one record in a single transaction, so that no other writer (another tab) slips in
+     * between: `change(record)` returns the new record, or null to leave it. Resolves with [before, after].
+     */
+    update(store, key, change) {
+        return this.transaction([store], "readwrite", (s) => {
+            const out = [undefined, undefined];
+            const request = s[store].get(key);
+            request.onsuccess = () => {
+                const before = request.result;
+                const after = change(before === undefined ? undefined : structuredClone(before));
+                out[0] = before;
+                if (after) {
+                    s[store].put(after);
+                    out[1] = after;
+                }
+            };
+            return out;
+        });
+    }
+
+    /** Up to `limit` records of `index` in `range`, newest first when `reverse`. */
+    range(store, index, range, { limit = Infinity, reverse = false } = {}) {
+        return new Promise((resolve, reject) => {
+            const source = this.db.transaction(store).objectStore(store).index(index);
+            const request = source.openCursor(range, reverse ? "prev" : "next");
+            const found = [];
+            request.onsuccess = () => {
+                const cursor = request.result;
+                if (!cursor || found.length >= limit) return resolve(found);
+                found.push(cursor.value);
+                cursor.continue();
+            };
+            request.onerror = () => reject(request.error);
+        });
+    }
+}
+
+/** Pending messages (no seq yet) sort after every stored one, among themselves by creation. */
+const PENDING_SORT_BASE = 2 ** 50;
+const sortKeyOf = (record) => (record.seq != null ? record.seq : PENDING_SORT_BASE + record.createdAt);
+
+// MARK: - The client
+
+/**
+ * A Pigeon client for one device: `new PigeonClient({ server, token, userId, database })`, then `await start()`.
+ *
+ * Events (an `EventTarget`; each a `CustomEvent` whose `detail` is described in docs/SDK-JS.md): `message` (a new
+ * message from someone else, in seq order), `status` (an outgoing message's status moved), `receipt`, `typing`,
+ * `reaction`, `conversation`, `connection` (`detail.state`: `connecting`, `online`, `offline`, `stopped`; and
+ * `detail.leader`).
+ */
+export class PigeonClient extends EventTarget {
+    #server;
+    #token;
+    #database;
+    #transportChoice;
+    #debug;
+    #store = null;
+    #channel = null;
+    #started = false;
+    #releaseLock = null;
+    #leader = false;
+    #state = "stopped";
+    #socket = null;
+    #source = null;
+    #transport = null;
+    #reconnectAttempt = 0;
+    #reconnectTimer = null;
+    #websocketRefusals = 0;
+    #events = Promise.resolve();
+    #inFlight = new Set();
+    #outboxTimer = null;
+    #gapTimers = new Map();
+    #receiptTimers = new Map();
+    #onlineListener = () => this.#browserOnline();
+    #offlineListener = () => this.#browserOffline();
+
+    /**
+     * @param {object} options
+     * @param {string} options.server the server's origin, e.g. `https://chat.example.com`.
+     * @param {string} options.token the device's token (sent as `Authorization: Bearer`, and in the stream's URL).
+     * @param {string} [options.userId] this device's user; read from a JWT's `sub` when not given.
+     * @param {string} options.database the IndexedDB database name (one per signed-in device of the app).
+     * @param {"auto"|"websocket"|"sse"} [options.transport] the event stream; `auto`: the WebSocket, SSE when refused.
+     * @param {{dropEvent?: (event: object) => boolean}} [options.debug] test hooks: `dropEvent` drops a stream frame.
+     */
+    constructor({ server, token, userId, database, transport = "auto", debug = {} } = {}) {
+        super();
+        if (typeof server !== "string" || !/^https?:\/\/[^/]+\/?$/.test(server)) {
+            throw new PigeonError("invalid_request", "server must be an origin such as https://chat.example.com");
+        }
+        if (typeof token !== "string" || token.length === 0) throw new PigeonError("invalid_request", "token is required");
+        if (typeof database !== "string" || database.length === 0) throw new PigeonError("invalid_request", "database is required");
+        if (!["auto", "websocket", "sse"].includes(transport)) throw new PigeonError("invalid_request", "transport must be auto, websocket or sse");
+        this.#server = server.replace(/\/$/, "");
+        this.#token = token;
+        this.#database = database;
+        this.#transportChoice = transport;
+        this.#debug = debug;
+        this.userId = userId ?? PigeonClient.#userOfJWT(token);
+        if (!this.userId) throw new PigeonError("invalid_request", "userId is required with an opaque (pgn_) token");
+    }
+
+    /** `sub` of a JWT, or null for anything else. */
+    static #userOfJWT(token) {
+        const parts = token.split(".");
+        if (parts.length !== 3) return null;
+        try {
+            return JSON.parse(atob(parts[1].replace(/-/g, "+").replace(/_/g, "/"))).sub ?? null;
+        } catch {
+            return null;
+        }
+    }
+
+    /** The connection state: `stopped`, `connecting`, `online` or `offline` (the leader's, in every tab). */
+    get state() {
+        return this.#state;
+    }
+
+    /** Whether this tab owns the stream and the outbox. */
+    get isLeader() {
+        return this.#leader;
+    }
+
+    /**
+     * Opens the local store and joins the tabs of this database: resolves once the store is open. This tab then
+     * becomes the leader (at once, or when the current leader's tab closes) and connects.
+     */
+    async start() {
+        if (this.#started) return;
+        this.#store = await LocalStore.open(this.#database);
+        this.#started = true;
+        this.#channel = new BroadcastChannel(`pigeon:${this.#database}`);
+        this.#channel.onmessage = (event) => this.#fromOtherTab(event.data);
+        // A follower learns the leader's connection state at once, not at its next change.
+        this.#channel.postMessage({ kind: "hello" });
+        addEventListener("online", this.#onlineListener);
+        addEventListener("offline", this.#offlineListener);
+        if (navigator.locks) {
+            navigator.locks.request(`pigeon:${this.#database}`, () => new Promise((release) => {
+                if (!this.#started) return release();
+                this.#releaseLock = release;
+                this.#becomeLeader();
+            }));
+        } else {
+            // Without Web Locks every tab leads: use one tab per database there.
+            this.#becomeLeader();
+        }
+    }
+
+    /** Closes the stream, leaves the leadership to another tab and closes the store. The outbox stays. */
+    stop() {
+        if (!this.#started) return;
+        this.#started = false;
+        this.#leader = false;
+        removeEventListener("online", this.#onlineListener);
+        removeEventListener("offline", this.#offlineListener);
+        this.#closeStream();
+        clearTimeout(this.#reconnectTimer);
+        clearTimeout(this.#outboxTimer);
+        for (const timer of [...this.#gapTimers.values(), ...this.#receiptTimers.values()]) clearTimeout(timer);
+        this.#gapTimers.clear();
+        this.#receiptTimers.clear();
+        this.#releaseLock?.();
+        this.#releaseLock = null;
+        this.#channel.close();
+        this.#store.close();
+        this.#setState("stopped");
+    }
+
+    // MARK: Reading the store
+
+    /** The conversations on this device, the newest activity first. */
+    async conversations() {
+        const all = await this.#store.getAll("conversations");
+        const activity = (c) => c.lastMessage?.storedAt ?? c.createdAt ?? 0;
+        return all.sort((a, b) => activity(b) - activity(a));
+    }
+
+    /** One conversation from the store, or undefined. */
+    conversation(conversationId) {
+        return this.#store.get("conversations", conversationId);
+    }
+
+    /**
+     * Up to `limit` messages of a conversation from the store, ascending: the newest ones (messages not stored yet
+     * last), or those before `before` (a seq) to scroll back.
+     */
+    async messages(conversationId, { before, limit = 50 } = {}) {
+        const upper = before != null ? before : Infinity;
+        const range = IDBKeyRange.bound([conversationId, -Infinity], [conversationId, upper], false, before != null);
+        const newestFirst = await this.#store.range("messages", "bySort", range, { limit, reverse: true });
+        return newestFirst.reverse();
+    }
+
+    /** One local record by its `localId`, or undefined. */
+    message(localId) {
+        return this.#store.get("messages", localId);
+    }
+
+    // MARK: Sending
+
+    /**
+     * Saves a message on this device and queues it: resolves with its local record (status `pending`) once saved.
+     * It goes out in order with this device's other sends to the conversation, even after a reload; `status`
+     * events follow its ticks. `clientMessageId` (a UUID) is the app's own id for it when the app shows the message
+     * before it hands it over (the server de-duplicates by it); by default a new one.
+     */
+    async send(conversationId, text, { type = "text", replyTo = null, threadRoot = null, attachments = [], clientMessageId } = {}) {
+        this.#requireStarted();
+        if (typeof conversationId !== "string" || !UUID.test(conversationId)) {
+            throw new PigeonError("invalid_request", "conversationId must be a conversation's UUID");
+        }
+        if (typeof text !== "string") throw new PigeonError("invalid_request", "text must be a string");
+        if (!/^[a-z0-9._-]{1,32}$/.test(type) || type.startsWith("pigeon.")) {
+            throw new PigeonError("invalid_request", "type must be 1-32 characters of [a-z0-9._-], not pigeon.*");
+        }
+        if (clientMessageId !== undefined && (typeof clientMessageId !== "string" || !UUID.test(clientMessageId))) {
+            throw new PigeonError("invalid_request", "clientMessageId must be a UUID");
+        }
+        const now = Date.now();
+        const record = {
+            localId: crypto.randomUUID(), clientMessageId: clientMessageId?.toLowerCase() ?? crypto.randomUUID(), conversationId, direction: "out", local: true,
+            senderId: this.userId, type, body: text, replyTo, threadRoot, attachments, reactions: [],
+            clientTimestamp: now, createdAt: now, status: "pending", tries: 0, failureIsLocal: true,
+        };
+        record.sortKey = sortKeyOf(record);
+        await this.#store.transaction(["messages", "outbox"], "readwrite", (s) => {
+            s.messages.put(record);
+            s.outbox.put({ localId: record.localId, conversationId, notBefore: 0 });
+        });
+        this.#outboxChanged();
+        return record;
+    }
+
+    /** Sends a failed message again: back to `pending` at the end of the outbox (a new clientMessageId when the server dead-lettered it). */
+    async retry(localId) {
+        this.#requireStarted();
+        let moved = false;
+        await this.#store.transaction(["messages", "outbox"], "readwrite", (s) => {
+            const request = s.messages.get(localId);
+            request.onsuccess = () => {
+                const record = request.result;
+                if (!record || record.status !== "failed") return;
+                const next = applyEvidence(record.status, "retry");
+                if (!record.failureIsLocal) record.clientMessageId = crypto.randomUUID();
+                Object.assign(record, { status: next, tries: 0, failureIsLocal: true, error: null });
+                s.messages.put(record);
+                s.outbox.put({ localId, conversationId: record.conversationId, notBefore: 0 });
+                moved = true;
+            };
+        });
+        if (!moved) throw new PigeonError("invalid_request", "only a failed message can be retried");
+        this.#announce("status", { message: await this.message(localId), status: "pending", previous: "failed" });
+        this.#outboxChanged();
+    }
+
+    // MARK: Conversations, receipts, typing, reactions, threads, attachments
+
+    /** Creates a conversation with `members` (userIds; the caller is added): resolves with the server's Conversation. */
+    async createConversation(members, { name = null } = {}) {
+        const conversation = await this.#call("POST", "/v1/conversations", { members, name });
+        await this.#saveConversation(conversation);
+        return conversation;
+    }
+
+    /** Lists the conversations from the server into the store; resolves with the store's list. */
+    async refreshConversations() {
+        const { conversations } = await this.#call("GET", "/v1/conversations");
+        for (const conversation of conversations) await this.#saveConversation(conversation);
+        return this.conversations();
+    }
+
+    /** Marks the conversation read up to `upToSeq` (default: every message this device has). */
+    async markRead(conversationId, upToSeq) {
+        const conversation = await this.conversation(conversationId);
+        const seq = upToSeq ?? conversation?.contiguousSeq ?? 0;
+        if (seq < 1) return;
+        const watermarks = await this.#call("POST", `/v1/conversations/${conversationId}/receipts`, { kind: "read", upToSeq: seq });
+        await this.#applyWatermark(conversationId, this.userId, "read", watermarks.readSeq);
+        return watermarks;
+    }
+
+    /** Shows (or stops showing) this user typing in a conversation; the server ends it by itself after 10 s. */
+    async typing(conversationId, active = true) {
+        if (this.#leader && this.#socket?.readyState === WebSocket.OPEN) {
+            this.#socket.send(JSON.stringify({ op: "typing", conversationId, active }));
+            return;
+        }
+        await this.#call("POST", `/v1/conversations/${conversationId}/typing`, { active });
+    }
+
+    /** Adds this user's reaction `key` (an emoji or an app token) to a message; resolves with its reactions. */
+    react(conversationId, serverId, key) {
+        return this.#reaction("PUT", conversationId, serverId, key);
+    }
+
+    /** Removes this user's reaction `key` from a message; resolves with its reactions. */
+    unreact(conversationId, serverId, key) {
+        return this.#reaction("DELETE", conversationId, serverId, key);
+    }
+
+    async #reaction(method, conversationId, serverId, key) {
+        const path = `/v1/conversations/${conversationId}/messages/${serverId}/reactions/${encodeURIComponent(key)}`;
+        const answer = await this.#call(method, path);
+        await this.#setReactions(serverId, answer.reactions);
+        return answer.reactions;
+    }
+
+    /** A thread's root and replies (`{root, messages, hasMore}`), from the server. */
+    thread(conversationId, rootServerId, { after, before, limit } = {}) {
+        const query = new URLSearchParams();
+        if (after != null) query.set("after", after);
+        if (before != null) query.set("before", before);
+        if (limit != null) query.set("limit", limit);
+        return this.#call("GET", `/v1/conversations/${conversationId}/threads/${rootServerId}/messages?${query}`);
+    }
+
+    /** Uploads a file (a `Blob`/`File`): resolves with the attachment (`id`, `name`, `size`, ...) to pass to `send`. */
+    async upload(blob, name = blob.name) {
+        if (!(blob instanceof Blob)) throw new PigeonError("invalid_request", "upload takes a Blob or a File");
+        if (!name) throw new PigeonError("invalid_request", "an upload needs a name");
+        return this.#call("POST", `/v1/attachments?name=${encodeURIComponent(name)}`, blob);
+    }
+
+    /** An attachment's bytes, fetched with the token in `Authorization` (never in a URL). */
+    async attachment(id) {
+        const response = await this.#fetch("GET", `/v1/attachments/${id}`);
+        return response.blob();
+    }
+
+    // MARK: HTTP
+
+    #requireStarted() {
+        if (!this.#started) throw new PigeonError("stopped", "call start() first");
+    }
+
+    /** One HTTP call; throws a PigeonError for a refusal (`code` from the body), a timeout or a network failure. */
+    async #fetch(method, path, body, { timeoutMs = RETRY.ackTimeoutMs } = {}) {
+        const headers = { Authorization: `Bearer ${this.#token}` };
+        let payload;
+        if (body instanceof Blob) {
+            payload = body;
+            headers["Content-Type"] = body.type || "application/octet-stream";
+        } else if (body !== undefined) {
+            payload = JSON.stringify(body);
+            headers["Content-Type"] = "application/json";
+        }
+        const abort = new AbortController();
+        const timer = setTimeout(() => abort.abort(), timeoutMs);
+        let response;
+        try {
+            response = await fetch(this.#server + path, { method, headers, body: payload, signal: abort.signal, credentials: "omit" });
+        } catch (error) {
+            throw abort.signal.aborted
+                ? new PigeonError("timeout", `${method} ${path}: no answer in ${timeoutMs} ms`)
+                : new PigeonError("network", `${method} ${path}: ${error.message}`);
+        } finally {
+            clearTimeout(timer);
+        }
+        if (!response.ok) {
+            let error = {};
+            try { error = (await response.json()).error ?? {}; } catch { /* not JSON: the status says it */ }
+            const retryAfter = Number(response.headers.get("Retry-After")) || null;
+            throw new PigeonError(error.code ?? `http_${response.status}`, error.message ?? response.statusText, { status: response.status, retryAfter });
+        }
+        return response;
+    }
+
+    async #call(method, path, body, options) {
+        const response = await this.#fetch(method, path, body, options);
+        return response.status === 204 ? null : response.json();
+    }
+
+    // MARK: Events out (this tab's listeners, and the other tabs')
+
+    #announce(type, detail) {
+        this.dispatchEvent(new CustomEvent(type, { detail }));
+        if (this.#leader) this.#channel?.postMessage({ kind: "event", type, detail });
+    }
+
+    #setState(state) {
+        if (this.#state === state) return;
+        this.#state = state;
+        this.#announce("connection", { state, leader: this.#leader, transport: this.#transport });
+    }
+
+    #fromOtherTab(data) {
+        if (data.kind === "event" && !this.#leader) {
+            if (data.type === "connection") this.#state = data.detail.state;
+            this.dispatchEvent(new CustomEvent(data.type, { detail: { ...data.detail, leader: false } }));
+        } else if (data.kind === "outbox" && this.#leader) {
+            this.#pumpOutbox();
+        } else if (data.kind === "hello" && this.#leader) {
+            this.#channel.postMessage({ kind: "event", type: "connection", detail: { state: this.#state, transport: this.#transport } });
+        }
+    }
+
+    /** A send was saved: the leader sends it, wherever it runs. */
+    #outboxChanged() {
+        if (this.#leader) this.#pumpOutbox();
+        else this.#channel.postMessage({ kind: "outbox" });
+    }
+
+    // MARK: Leadership
+
+    #becomeLeader() {
+        this.#leader = true;
+        this.#connect();
+        this.#pumpOutbox();
+    }
+
+    // MARK: The stream
+
+    #browserOnline() {
+        if (!this.#leader) return;
+        clearTimeout(this.#reconnectTimer);
+        this.#reconnectAttempt = 0;
+        if (!this.#socket && !this.#source) this.#connect();
+    }
+
+    #browserOffline() {
+        if (!this.#leader) return;
+        this.#closeStream();
+        this.#setState("offline");
+    }
+
+    async #connect() {
+        if (!this.#leader || !this.#started || this.#socket || this.#source) return;
+        if (navigator.onLine === false) return this.#setState("offline");
+        this.#setState("connecting");
+        const cursor = (await this.#store.get("meta", "cursor"))?.value;
+        if (!this.#leader || !this.#started || this.#socket || this.#source) return;
+        const query = new URLSearchParams({ access_token: this.#token });
+        if (cursor) query.set("cursor", cursor);
+        const useSSE = this.#transportChoice === "sse" || (this.#transportChoice === "auto" && this.#websocketRefusals % 2 === 1);
+        if (useSSE) this.#openSSE(query);
+        else this.#openWebSocket(query);
+    }
+
+    #openWebSocket(query) {
+        const url = this.#server.replace(/^http/, "ws") + "/v1/ws?" + query;
+        const socket = new WebSocket(url);
+        this.#socket = socket;
+        this.#transport = "websocket";
+        let opened = false;
+        socket.onopen = () => {
+            opened = true;
+            this.#websocketRefusals = 0;
+            this.#streamOpened();
+        };
+        socket.onmessage = (event) => this.#frame(event.data);
+        socket.onclose = () => {
+            if (this.#socket !== socket) return;
+            this.#socket = null;
+            if (!opened) this.#websocketRefusals += 1;
+            this.#streamLost();
+        };
+    }
+
+    #openSSE(query) {
+        const source = new EventSource(this.#server + "/v1/events?" + query);
+        this.#source = source;
+        this.#transport = "sse";
+        source.onopen = () => this.#streamOpened();
+        const onEvent = (event) => this.#frame(event.data);
+        for (const type of ["message.new", "message.stored", "message.failed", "receipt", "conversation.created", "typing", "reaction", "reset"]) {
+            source.addEventListener(type, onEvent);
+        }
+        // The browser's own reconnection would resume from Last-Event-ID, but the SDK resumes from the cursor it
+        // saved (after processing), and backs off: it closes the source and opens a new one.
+        source.onerror = () => {
+            if (this.#source !== source) return;
+            source.close();
+            this.#source = null;
+            if (this.#transportChoice === "auto") this.#websocketRefusals += 1;
+            this.#streamLost();
+        };
+    }
+
+    #closeStream() {
+        const socket = this.#socket;
+        const source = this.#source;
+        this.#socket = null;
+        this.#source = null;
+        socket?.close();
+        source?.close();
+    }
+
+    #streamOpened() {
+        this.#reconnectAttempt = 0;
+        this.#setState("online");
+        // Whatever happened while away (a restart, a reset, messages of a conversation this device never heard of):
+        // one list of the conversations, then the history of each that moved.
+        this.#enqueue(() => this.#catchUp());
+        this.#pumpOutbox();
+    }
+
+    #streamLost() {
+        if (!this.#leader || !this.#started) return;
+        if (navigator.onLine === false) return this.#setState("offline");
+        this.#setState("connecting");
+        this.#reconnectAttempt += 1;
+        clearTimeout(this.#reconnectTimer);
+        this.#reconnectTimer = setTimeout(() => this.#connect(), backoff(this.#reconnectAttempt, RECONNECT.baseMs, RECONNECT.maxMs));
+    }
+
+    /** Frames are processed one at a time, in order; the cursor is saved after each event is persisted. */
+    #frame(text) {
+        let event;
+        try {
+            event = JSON.parse(text);
+        } catch {
+            return;
+        }
+        if (this.#debug.dropEvent?.(event)) return;
+        this.#enqueue(async () => {
+            await this.#handle(event);
+            if (event.cursor && event.type !== "typing") await this.#store.put("meta", { key: "cursor", value: event.cursor });
+        });
+    }
+
+    #enqueue(work) {
+        this.#events = this.#events.then(work).catch((error) => {
+            console.error("pigeon: processing failed", error);
+        });
+        return this.#events;
+    }
+
+    async #handle(event) {
+        switch (event.type) {
+            case "message.new":
+                return this.#received(event.message.conversationId, [event.message]);
+            case "message.stored":
+                return this.#storedEvent(event);
+            case "message.failed":
+                return this.#evidence({ clientMessageId: event.clientMessageId }, "failedOnServer", { error: event.error, failureIsLocal: false });
+            case "receipt":
+                await this.#applyWatermark(event.conversationId, event.userId, event.kind, event.upToSeq);
+                return this.#announce("receipt", event);
+            case "conversation.created":
+                await this.#saveConversation(event.conversation);
+                return this.#announce("conversation", { conversation: await this.conversation(event.conversation.id) });
+            case "typing":
+                return this.#announce("typing", event);
+            case "reaction":
+                await this.#setReactions(event.serverId, event.reactions);
+                return this.#announce("reaction", event);
+            case "reset":
+                return this.#catchUp();
+            case "ack": case "error":
+                return; // Answers to WebSocket operations; the SDK sends over HTTP.
+            default:
+                return; // A newer server's event: ignored, as the contract allows.
+        }
+    }
+
+    // MARK: Receiving
+
+    /** Saves a Conversation from the server, keeping what this device knows (its contiguous seq). */
+    async #saveConversation(conversation) {
+        await this.#store.update("conversations", conversation.id, (existing) => ({
+            ...existing, ...conversation, contiguousSeq: existing?.contiguousSeq ?? 0,
+        }));
+    }
+
+    /**
+     * Messages of one conversation from the stream or history: persisted, then the conversation's contiguous seq is
+     * advanced; a seq beyond it is a gap, fetched from history at once. Messages are announced only when contiguous,
+     * so the app sees them in seq order and never a hole.
+     */
+    async #received(conversationId, messages) {
+        if (!(await this.conversation(conversationId))) {
+            try {
+                await this.#saveConversation(await this.#call("GET", `/v1/conversations/${conversationId}`));
+            } catch (error) {
+                if (error.code === "not_found") return;
+                await this.#saveConversation({ id: conversationId, members: [] });
+            }
+        }
+        for (const message of messages) await this.#persist(message);
+        await this.#advance(conversationId);
+    }
+
+    /** One server Message into the store: matched by serverId, or (this device's own send) by clientMessageId. */
+    async #persist(message) {
+        const existing = (await this.#store.byIndex("messages", "serverId", message.serverId))
+            ?? (await this.#store.byIndex("messages", "clientMessageId", message.clientMessageId));
+        if (existing) {
+            await this.#store.update("messages", existing.localId, (record) => {
+                Object.assign(record, this.#fields(message));
+                record.sortKey = sortKeyOf(record);
+                return record;
+            });
+            if (existing.local) await this.#evidence({ localId: existing.localId }, "stored");
+            return;
+        }
+        const mine = message.senderId === this.userId;
+        const record = {
+            localId: crypto.randomUUID(), ...this.#fields(message), clientMessageId: message.clientMessageId,
+            direction: mine ? "out" : "in", status: mine ? "stored" : undefined, createdAt: Date.now(),
+        };
+        record.sortKey = sortKeyOf(record);
+        await this.#store.put("messages", record);
+    }
+
+    #fields(message) {
+        const { serverId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp, acceptedAt, storedAt,
+            reactions, replyTo, replyPreview, threadRoot, thread, attachments, editedAt, deletedAt } = message;
+        return Object.fromEntries(Object.entries({ serverId, conversationId, seq, senderId, senderDeviceId, type, body,
+            clientTimestamp, acceptedAt, storedAt, reactions, replyTo, replyPreview, threadRoot, thread, attachments, editedAt,
+            deletedAt }).filter(([, value]) => value !== undefined));
+    }
+
+    /**
+     * Moves the conversation's contiguous seq over the messages the store holds; while one beyond it is known, fetches
+     * the history after it (at once; on failure again after a second, never giving up). Announces each newly
+     * contiguous message of another device, in seq order, and sends a delivered receipt.
+     */
+    async #advance(conversationId) {
+        const conversation = await this.conversation(conversationId);
+        const from = conversation.contiguousSeq ?? 0;
+        let seq = from;
+        while (await this.#store.byIndex("messages", "bySeq", [conversationId, seq + 1])) seq += 1;
+        const beyond = await this.#store.range("messages", "bySeq",
+            IDBKeyRange.bound([conversationId, seq + 1], [conversationId, Infinity]), { limit: 1 });
+        if (beyond.length > 0 || seq < (conversation.lastSeq ?? 0)) {
+            try {
+                // The history is the server's whole answer: what it does not list up to the conversation's lastSeq
+                // (as known before the fetch) does not exist for this user (hidden by a block, before its join).
+                seq = Math.max(await this.#fetchHistory(conversationId, seq), conversation.lastSeq ?? 0);
+                clearTimeout(this.#gapTimers.get(conversationId));
+                this.#gapTimers.delete(conversationId);
+            } catch (error) {
+                if (!this.#gapTimers.has(conversationId)) {
+                    this.#gapTimers.set(conversationId, setTimeout(() => {
+                        this.#gapTimers.delete(conversationId);
+                        this.#enqueue(() => this.#advance(conversationId));
+                    }, 1_000));
+                }
+            }
+        }
+        if (seq <= from) return;
+        await this.#store.update("conversations", conversationId, (c) => ({ ...c, contiguousSeq: Math.max(c.contiguousSeq ?? 0, seq) }));
+        const fresh = await this.#store.range("messages", "bySeq", IDBKeyRange.bound([conversationId, from + 1], [conversationId, seq]));
+        let incoming = false;
+        for (const record of fresh) {
+            if (record.local) continue;
+            if (record.direction === "in") incoming = true;
+            this.#announce("message", { message: record });
+        }
+        if (incoming) this.#scheduleDelivered(conversationId);
+    }
+
+    /** History after `after` until the newest page; persists it; resolves with the highest seq the server has for us. */
+    async #fetchHistory(conversationId, after) {
+        let seq = after;
+        for (;;) {
+            const page = await this.#call("GET", `/v1/conversations/${conversationId}/messages?after=${seq}&limit=${HISTORY_PAGE}`);
+            for (const message of page.messages) await this.#persist(message);
+            if (page.messages.length > 0) seq = page.messages[page.messages.length - 1].seq;
+            if (!page.hasMore) return seq;
+        }
+    }
+
+    /** The catch-up after a (re)connection or a `reset`: the conversations and their watermarks, then each one's missing messages. */
+    async #catchUp() {
+        let conversations;
+        try {
+            ({ conversations } = await this.#call("GET", "/v1/conversations"));
+        } catch {
+            return; // The stream's next reconnection tries again.
+        }
+        for (const conversation of conversations) {
+            await this.#saveConversation(conversation);
+            for (const member of conversation.members ?? []) {
+                await this.#applyWatermark(conversation.id, member.userId, "read", member.readSeq);
+                await this.#applyWatermark(conversation.id, member.userId, "delivered", member.deliveredSeq);
+            }
+            await this.#advance(conversation.id);
+        }
+    }
+
+    #scheduleDelivered(conversationId) {
+        if (!this.#leader || this.#receiptTimers.has(conversationId)) return;
+        this.#receiptTimers.set(conversationId, setTimeout(async () => {
+            this.#receiptTimers.delete(conversationId);
+            const conversation = await this.conversation(conversationId);
+            if (!conversation?.contiguousSeq) return;
+            try {
+                await this.#call("POST", `/v1/conversations/${conversationId}/receipts`, { kind: "delivered", upToSeq: conversation.contiguousSeq });
+            } catch {
+                // The next message or reconnection's catch-up sends it again.
+            }
+        }, RECEIPT_BATCH_MS));
+    }
+
+    /** A watermark of a member moved (only up; read implies delivered): this user's messages it covers may tick. */
+    async #applyWatermark(conversationId, userId, kind, upToSeq) {
+        if (upToSeq == null) return;
+        const [, after] = await this.#store.update("conversations", conversationId, (conversation) => {
+            if (!conversation) return null;
+            const members = conversation.members ?? [];
+            let member = members.find((m) => m.userId === userId);
+            if (!member) {
+                member = { userId, deliveredSeq: 0, readSeq: 0 };
+                members.push(member);
+            }
+            if (kind === "read") member.readSeq = Math.max(member.readSeq ?? 0, upToSeq);
+            member.deliveredSeq = Math.max(member.deliveredSeq ?? 0, upToSeq, kind === "read" ? member.readSeq : 0);
+            conversation.members = members;
+            return conversation;
+        });
+        if (!after || userId === this.userId || upToSeq < 1) return;
+        const others = (seq) => after.members.filter((m) => m.userId !== this.userId && (m.joinedSeq ?? 0) <= seq);
+        const mine = await this.#store.range("messages", "bySeq", IDBKeyRange.bound([conversationId, 1], [conversationId, upToSeq]));
+        for (const record of mine) {
+            if (record.direction !== "out" || !["stored", "delivered"].includes(record.status)) continue;
+            const counted = others(record.seq);
+            if (counted.length === 0) continue;
+            if (counted.every((m) => (m.readSeq ?? 0) >= record.seq)) await this.#evidence({ localId: record.localId }, "readByAll");
+            else if (counted.every((m) => (m.deliveredSeq ?? 0) >= record.seq)) await this.#evidence({ localId: record.localId }, "deliveredToAll");
+        }
+    }
+
+    async #setReactions(serverId, reactions) {
+        const record = await this.#store.byIndex("messages", "serverId", serverId);
+        if (record) await this.#store.update("messages", record.localId, (r) => ({ ...r, reactions }));
+    }
+
+    async #storedEvent(event) {
+        await this.#evidence({ clientMessageId: event.clientMessageId }, "stored", {
+            fields: { serverId: event.serverId, seq: event.seq, storedAt: event.storedAt, recipientsOnline: event.recipientsOnline },
+        });
+        await this.#advance(event.conversationId);
+    }
+
+    /**
+     * Applies a piece of evidence to an outgoing message (found by localId or clientMessageId), writing its status
+     * and `fields` in one transaction and announcing a `status` event when the status moved. A message that reached
+     * the server leaves the outbox.
+     */
+    async #evidence(key, evidence, { fields = {}, error, failureIsLocal = true } = {}) {
+        const record = key.localId ? await this.message(key.localId) : await this.#store.byIndex("messages", "clientMessageId", key.clientMessageId);
+        if (!record || record.direction !== "out") return null;
+        let moved = null;
+        await this.#store.transaction(["messages", "outbox"], "readwrite", (s) => {
+            const request = s.messages.get(record.localId);
+            request.onsuccess = () => {
+                const current = request.result;
+                const next = applyEvidence(current.status, evidence, current.failureIsLocal !== false);
+                Object.assign(current, fields);
+                current.sortKey = sortKeyOf(current);
+                if (next) {
+                    moved = { previous: current.status };
+                    current.status = next;
+                    if (next === "failed") Object.assign(current, { error: error ?? null, failureIsLocal });
+                }
+                s.messages.put(current);
+                if (next && next !== "sending" && next !== "pending") {
+                    const done = s.outbox.index("localId").getKey(current.localId);
+                    done.onsuccess = () => { if (done.result !== undefined) s.outbox.delete(done.result); };
+                }
+                if (moved) moved.record = current;
+            };
+        });
+        if (moved) this.#announce("status", { message: moved.record, status: moved.record.status, previous: moved.previous });
+        return moved;
+    }
+
+    // MARK: The outbox (the leader only)
+
+    /**
+     * Starts every conversation's next send: one message per conversation on the wire at a time, in the order they
+     * were saved, conversations in parallel. Only while the stream is up: a message is never tried against a server
+     * this device cannot reach, so an offline stretch spends no tries.
+     */
+    async #pumpOutbox() {
+        if (!this.#leader || !this.#started || this.#state !== "online") return;
+        const items = await this.#store.getAll("outbox");
+        const heads = new Map();
+        for (const item of items) if (!heads.has(item.conversationId)) heads.set(item.conversationId, item);
+        let soonest = Infinity;
+        for (const item of heads.values()) {
+            if (this.#inFlight.has(item.conversationId)) continue;
+            if (item.notBefore > Date.now()) {
+                soonest = Math.min(soonest, item.notBefore);
+                continue;
+            }
+            this.#inFlight.add(item.conversationId);
+            this.#sendItem(item).finally(() => {
+                this.#inFlight.delete(item.conversationId);
+                this.#pumpOutbox();
+            });
+        }
+        clearTimeout(this.#outboxTimer);
+        if (soonest !== Infinity) this.#outboxTimer = setTimeout(() => this.#pumpOutbox(), soonest - Date.now());
+    }
+
+    /** One try of an outbox item over HTTP; the `202`/`200` is the ack (10 s without one is a failed try). */
+    async #sendItem(item) {
+        const record = await this.message(item.localId);
+        if (!record || !["pending", "sending"].includes(record.status)) {
+            await this.#store.transaction(["outbox"], "readwrite", (s) => { s.outbox.delete(item.order); });
+            return;
+        }
+        await this.#evidence({ localId: record.localId }, "dispatched");
+        const body = { clientMessageId: record.clientMessageId, type: record.type, body: record.body, clientTimestamp: record.clientTimestamp };
+        if (record.replyTo) body.replyTo = record.replyTo;
+        if (record.threadRoot) body.threadRoot = record.threadRoot;
+        if (record.attachments?.length) body.attachments = record.attachments.map(({ id, width, height, durationMs }) => ({ id, width, height, durationMs }));
+        try {
+            const answer = await this.#call("POST", `/v1/conversations/${record.conversationId}/messages`, body);
+            if (answer.status === "failed") {
+                await this.#evidence({ localId: record.localId }, "failedOnServer", { fields: { serverId: answer.serverId }, failureIsLocal: false,
+                    error: { code: "failed", message: "the server dead-lettered this message" } });
+                return;
+            }
+            await this.#evidence({ localId: record.localId }, "accepted", { fields: { serverId: answer.serverId, acceptedAt: answer.acceptedAt } });
+            if (answer.status === "stored" && answer.seq != null) {
+                await this.#evidence({ localId: record.localId }, "stored", { fields: { seq: answer.seq } });
+                this.#enqueue(() => this.#advance(record.conversationId));
+            }
+        } catch (error) {
+            await this.#sendFailed(item, record, error);
+        }
+    }
+
+    /** A try that got no acceptance: count it, back off, or fail the message (PigeonKit's rules). */
+    async #sendFailed(item, record, error) {
+        if (error.code === "network") {
+            // The server is unreachable: not the message's fault, no try spent. The stream drops too, and the outbox
+            // waits for it to come back (checking again every second meanwhile).
+            await this.#later(item, 1_000);
+            return;
+        }
+        const transient = ["timeout", "rate_limited", "overloaded", "internal"].includes(error.code) || error.status >= 500;
+        if (error.status === 401) {
+            // The token is the problem, not the message: it waits for a working token.
+            await this.#later(item, 30_000);
+            return;
+        }
+        const tries = (record.tries ?? 0) + 1;
+        if (!transient || tries >= RETRY.tries) {
+            await this.#evidence({ localId: record.localId }, "failedLocally", { error: { code: error.code, message: error.message } });
+            return;
+        }
+        await this.#store.update("messages", record.localId, (r) => ({ ...r, tries }));
+        const wait = Math.max(backoff(tries, RETRY.backoffBaseMs, RETRY.backoffMaxMs), (error.retryAfter ?? 0) * 1_000);
+        await this.#later(item, wait);
+    }
+
+    async #later(item, ms) {
+        await this.#store.update("outbox", item.order, (i) => (i ? { ...i, notBefore: Date.now() + ms } : null));
+    }
+}

@@ -1,0 +1,681 @@
+"""PigeonJS, the browser SDK (`GET /sdk/pigeon.js`), in headless Chromium: a small app page on another origin imports
+the module from the server and drives a `PigeonClient` through `page.evaluate`, recording every event it dispatches.
+
+- The module and its declarations are served with and without `--web`: `text/javascript`, `Access-Control-Allow-Origin:
+  *`, `Cache-Control: no-cache`, an ETag that answers `304`, `VERSION` = the contract's version + a hash of the file;
+  an app on another origin imports it (without any `--cors-origin`); its `applyEvidence` is PigeonKit's status table.
+- Two users on two pages (alice over the WebSocket, bob over SSE): messages both ways, alice's statuses move forward
+  only up to `read`, on the server's evidence; a reply, a reaction, typing and an attachment reach the other side;
+  bad input is refused (`invalid_request`) and saves nothing.
+- Offline: sends saved offline survive the tab being closed, and go out when a new tab opens online: once each, in order.
+- A server restart mid-conversation: both clients reconnect; sends made while it is down survive a reload (the module
+  loaded from a copy on the app's origin), and go out once each, in order, when it is back.
+- A withheld `message.new` (the SDK's `debug.dropEvent` hook): the next message's seq shows the gap and the SDK fetches
+  the missing seq from history at once; the app sees every message once, in seq order.
+- A WebSocket refused (a proxy in front of the server answers its upgrade 403): the client falls back to server-sent
+  events and works as before.
+- Three refused tries (`503` from a proxy) fail a message, `retry(localId)` sends it; a `413` fails at once (two users).
+- Two tabs of one device (same database): one leader owns the stream and the outbox; sends from both tabs go out once
+  each (one POST per message), the follower sees the statuses; closing the leader's tab makes the other the leader.
+
+Run: scripts/web-tests.sh test_pigeonjs.py (after swift build).
+"""
+
+import contextlib
+import json
+import os
+import re
+import socket
+import tempfile
+import threading
+import time
+import urllib.parse
+import uuid
+
+import pigeonweb
+from pigeonweb import Failure, check
+
+WAIT_MS = 20_000
+STATUSES = ["pending", "sending", "sent", "stored", "delivered", "read"]
+
+# The app: imports the SDK from `module`, starts a client from the query's parameters, and records every event.
+APP = """<!doctype html>
+<meta charset="utf-8">
+<title>PigeonJS test app</title>
+<body>
+<script type="module">
+const query = new URLSearchParams(location.search);
+window.events = [];
+window.dropSeqs = new Set((query.get("drop") || "").split(",").filter(Boolean).map(Number));
+window.dropped = [];
+try {
+  const sdk = await import(query.get("module"));
+  window.sdk = sdk;
+  if (query.get("token")) {
+    const client = new sdk.PigeonClient({
+      server: query.get("server"), token: query.get("token"), userId: query.get("user"), database: query.get("db"),
+      transport: query.get("transport") || "auto",
+      debug: {
+        dropEvent: (event) => {
+          if (event.type !== "message.new" || !window.dropSeqs.has(event.message.seq)) return false;
+          window.dropSeqs.delete(event.message.seq);
+          window.dropped.push(event.message.seq);
+          return true;
+        },
+      },
+    });
+    for (const type of ["message", "status", "receipt", "typing", "reaction", "conversation", "connection"]) {
+      client.addEventListener(type, (event) => window.events.push({ type, at: Date.now(), detail: JSON.parse(JSON.stringify(event.detail)) }));
+    }
+    window.client = client;
+    await client.start();
+  }
+  document.body.dataset.ready = "true";
+} catch (error) {
+  document.body.dataset.ready = "failed";
+  document.body.textContent = String((error && error.stack) || error);
+}
+</script>
+"""
+
+
+class App:
+    """One tab of the app, for one device (`user`, `token`, `database`)."""
+
+    def __init__(self, context, origin, server, device=None, db=None, module=None, transport="auto", drop=""):
+        self.page = context.new_page()
+        self.problems = []
+        self.page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
+        self.page.on("console", self._console)
+        self.posts = []
+        self.page.on("request", self._request)
+        self.sockets = []
+        self.page.on("websocket", lambda socket: self.sockets.append(socket.url))
+        query = {"module": module or server.url("/sdk/pigeon.js"), "server": server.base}
+        if device:
+            query.update({"token": device["token"], "user": device["userId"], "db": db or device["userId"],
+                          "transport": transport, "drop": drop})
+        self.url = f"{origin}/app.html?{urllib.parse.urlencode(query)}"
+        self.load()
+
+    def load(self):
+        self.page.goto(self.url)
+        self.wait_ready()
+
+    def reload(self):
+        self.page.reload()
+        self.wait_ready()
+
+    def wait_ready(self):
+        try:
+            self.page.wait_for_selector("body[data-ready='true']", state="attached", timeout=WAIT_MS)
+        except Exception:  # noqa: BLE001 - reported with what the page says
+            raise Failure(f"the app did not start: {self.page.text_content('body')!r} {self.problems}") from None
+
+    def _console(self, message):
+        # Refused connections while the server is down or the browser offline are expected; other errors are not.
+        text = message.text
+        expected = ("ERR_CONNECTION_REFUSED", "ERR_INTERNET_DISCONNECTED", "Failed to load resource", "WebSocket connection")
+        if message.type == "error" and not any(part in text for part in expected):
+            self.problems.append(f"console error: {text}")
+
+    def _request(self, request):
+        if request.method == "POST" and request.url.endswith("/messages"):
+            self.posts.append(json.loads(request.post_data)["clientMessageId"])
+
+    def js(self, expression, arg=None):
+        return self.page.evaluate(expression, arg)
+
+    def events(self, kind):
+        return self.js("(kind) => window.events.filter((e) => e.type === kind).map((e) => e.detail)", kind)
+
+    def wait(self, what, expression, arg=None, timeout=WAIT_MS):
+        """Waits until `expression(arg)` is truthy; it may return a promise (a read of the store), which is awaited
+        (Playwright's wait_for_function would take the promise itself as truthy)."""
+        deadline = time.monotonic() + timeout / 1000
+        while True:
+            if self.js(f"async (arg) => Boolean(await ({expression})(arg))", arg):
+                return
+            if time.monotonic() > deadline:
+                tail = self.js("() => window.events.slice(-8).map((e) => JSON.stringify(e).slice(0, 400))")
+                raise Failure(f"timed out waiting until {what}; last events: {tail}; problems: {self.problems}")
+            time.sleep(0.05)
+
+    def send(self, conversation_id, text, **options):
+        return self.js("([c, t, o]) => window.client.send(c, t, o)", [conversation_id, text, options])
+
+    def wait_status(self, local_id, *statuses):
+        self.wait(f"message {local_id} is {statuses}",
+                  "([id, statuses]) => window.client.message(id).then((m) => statuses.includes(m && m.status))",
+                  [local_id, list(statuses)])
+
+    def received(self):
+        """The bodies of the `message` events of other users' messages, in the order they were announced."""
+        return [m["message"]["body"] for m in self.events("message") if m["message"]["direction"] == "in"]
+
+    def wait_received(self, bodies):
+        self.wait(f"{bodies} were received",
+                  """(bodies) => bodies.every((b) => window.events.some((e) => e.type === "message" && e.detail.message.body === b))""",
+                  bodies)
+
+    def wait_state(self, state):
+        self.wait(f"the client is {state}", "(state) => window.client.state === state", state)
+
+    def status_paths(self):
+        """Each outgoing message's statuses in the order the `status` events announced them (by localId)."""
+        paths = {}
+        for event in self.events("status"):
+            paths.setdefault(event["message"]["localId"], [event["previous"]]).append(event["status"])
+        return paths
+
+    def check_clean(self):
+        check(not self.problems, f"the app reported problems: {self.problems}")
+        for local_id, path in self.status_paths().items():
+            # Forward only and each status once; `failed` → `pending` (a retry) starts again.
+            for stretch in " ".join(path).split("failed"):
+                ranks = [STATUSES.index(status) for status in stretch.split()]
+                check(ranks == sorted(ranks) and len(set(ranks)) == len(ranks), f"{local_id}'s status moved backwards or repeated: {path}")
+
+
+# PigeonKit's status machine (docs/ARCHITECTURE.md "The status model"), written apart from the code: for each status,
+# the status after each evidence (None: no change); `failed` is a local failure (no answer came).
+EVIDENCE = ["dispatched", "accepted", "stored", "deliveredToAll", "readByAll", "failedLocally", "failedOnServer", "retry"]
+TABLE = {
+    "pending":   ["sending", "sent", "stored", None, None, "failed", "failed", None],
+    "sending":   [None, "sent", "stored", None, None, "failed", "failed", None],
+    "sent":      [None, None, "stored", None, None, None, "failed", None],
+    "stored":    [None, None, None, "delivered", "read", None, None, None],
+    "delivered": [None, None, None, None, "read", None, None, None],
+    "read":      [None, None, None, None, None, None, None, None],
+    "failed":    [None, "sent", "stored", None, None, None, None, "pending"],
+}
+# A server failure (dead-lettered) is final: only retry moves it.
+SERVER_FAILED = [None, None, None, None, None, None, None, "pending"]
+
+
+def setup():
+    """A folder with the app in it, to serve on another origin than the server's."""
+    directory = tempfile.mkdtemp(prefix="pigeonjs-app-")
+    with open(os.path.join(directory, "app.html"), "w", encoding="utf-8") as file:
+        file.write(APP)
+    return directory
+
+
+def history(server, device, conversation_id):
+    answer = pigeonweb.request("GET", server.url(f"/v1/conversations/{conversation_id}/messages?limit=500"), token=device["token"])
+    check(answer.status == 200, f"history answered {answer.status}")
+    return answer.json()["messages"]
+
+
+def conversation(server, alice, bob):
+    answer = pigeonweb.request("POST", server.url("/v1/conversations"), {"members": [bob["userId"]]}, token=alice["token"])
+    check(answer.status == 201, f"creating the conversation answered {answer.status}")
+    return answer.json()["id"]
+
+
+def suffix():
+    return format(int(time.time() * 1000) % 10**8, "x")
+
+
+def test_module_is_served_and_imports_from_another_origin():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        for arguments in ([], ["--web"]):
+            server = pigeonweb.Server(*arguments, name="pigeonjs-module")
+            try:
+                module = pigeonweb.request("GET", server.url("/sdk/pigeon.js"))
+                check(module.status == 200, f"GET /sdk/pigeon.js {arguments} answered {module.status}")
+                headers = {k.lower(): v for k, v in module.headers.items()}
+                check(headers.get("content-type", "").startswith("text/javascript"), f"content type {headers.get('content-type')}")
+                check(headers.get("access-control-allow-origin") == "*", f"no ACAO *: {headers}")
+                check(headers.get("cache-control") == "no-cache", f"cache header {headers.get('cache-control')}")
+                etag = headers.get("etag")
+                check(etag and re.fullmatch(r'"[0-9a-f]{64}"', etag), f"etag {etag}")
+                version = re.search(rb'export const VERSION = "([^"]+)"', module.body)
+                check(version and re.fullmatch(rb"1\.2\+[0-9a-f]{12}", version.group(1)), f"VERSION {version and version.group(1)}")
+                again = pigeonweb.request("GET", server.url("/sdk/pigeon.js"), headers={"If-None-Match": etag})
+                check(again.status == 304 and again.body == b"", f"If-None-Match answered {again.status}")
+                types = pigeonweb.request("GET", server.url("/sdk/pigeon.d.ts"))
+                check(types.status == 200 and b"export declare class PigeonClient" in types.body, f"d.ts answered {types.status}")
+                check(types.headers.get("Access-Control-Allow-Origin") == "*", "the d.ts has no ACAO *")
+                with pigeonweb.browser() as browser:
+                    app = App(browser.new_context(), origin, server)
+                    check(app.js("() => typeof window.sdk.PigeonClient") == "function", "no PigeonClient exported")
+                    table = app.js("""(evidence) => Object.fromEntries(window.sdk.STATUSES.map((s) => [s, evidence.map((e) => window.sdk.applyEvidence(s, e))]))""", EVIDENCE)
+                    check(table == TABLE, f"the status machine differs from PigeonKit's: {table}")
+                    server_failed = app.js("(evidence) => evidence.map((e) => window.sdk.applyEvidence('failed', e, false))", EVIDENCE)
+                    check(server_failed == SERVER_FAILED, f"a server failure is not final: {server_failed}")
+                    imported = app.js("() => window.sdk.VERSION")
+                    check(imported == version.group(1).decode(), f"the imported VERSION is {imported!r}")
+                    check(not app.problems, f"problems: {app.problems}")
+            finally:
+                server.stop()
+
+
+def test_send_and_receive_between_two_users():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-users")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            with pigeonweb.browser() as browser:
+                a = App(browser.new_context(), origin, server, alice)
+                b = App(browser.new_context(), origin, server, bob, transport="sse")
+                a.wait_state("online")
+                b.wait_state("online")
+                check(a.js("() => window.client.isLeader") and b.js("() => window.client.isLeader"), "a lone tab leads")
+                created = a.js("(bob) => window.client.createConversation([bob])", bob["userId"])
+                cid = created["id"]
+                b.wait("bob has the conversation", "(id) => window.client.conversation(id).then((c) => !!c)", cid)
+                sent = [a.send(cid, f"hello {n}") for n in range(3)]
+                check(all(m["status"] == "pending" for m in sent), "send resolves with a pending local record")
+                b.wait_received([f"hello {n}" for n in range(3)])
+                check(b.received() == [f"hello {n}" for n in range(3)], f"bob's messages in order: {b.received()}")
+                for m in sent:
+                    a.wait_status(m["localId"], "delivered")
+                # Bob reads: alice's messages turn read, only then.
+                b.js("(id) => window.client.markRead(id)", cid)
+                for m in sent:
+                    a.wait_status(m["localId"], "read")
+                # A reply, a reaction and typing from bob reach alice.
+                stored = a.js("(id) => window.client.messages(id)", cid)
+                first = stored[0]["serverId"]
+                reply = b.send(cid, "a reply", replyTo=first)
+                b.wait_status(reply["localId"], "stored", "delivered", "read")
+                a.wait_received(["a reply"])
+                got = next(m["message"] for m in a.events("message") if m["message"]["body"] == "a reply")
+                check(got["replyTo"] == first and got["replyPreview"]["body"] == "hello 0", f"the reply's quote: {got}")
+                b.js("([c, s]) => window.client.react(c, s, '👍')", [cid, first])
+                a.wait("alice hears the reaction", "() => window.events.some((e) => e.type === 'reaction' && e.detail.key === '👍')")
+                a.wait("alice's store has the reaction",
+                       "(id) => window.client.messages(id).then((ms) => ms[0].reactions.some((r) => r.key === '👍' && r.count === 1))", cid)
+                b.js("(c) => window.client.typing(c, true)", cid)
+                a.wait("alice sees bob typing", "(u) => window.events.some((e) => e.type === 'typing' && e.detail.userId === u && e.detail.active)", bob["userId"])
+                # The app's own clientMessageId (a UUID, any case): the message carries it, lowercased, to bob.
+                chosen = str(uuid.uuid4()).upper()
+                own = a.send(cid, "with my id", clientMessageId=chosen)
+                check(own["clientMessageId"] == chosen.lower(), f"the record's id: {own['clientMessageId']}")
+                b.wait_received(["with my id"])
+                got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "with my id")
+                check(got["clientMessageId"] == chosen.lower(), f"bob's copy's id: {got['clientMessageId']}")
+                # An attachment: uploaded, sent with the message, fetched by bob with his token.
+                upload = a.js("() => window.client.upload(new Blob(['a note for bob'], { type: 'text/plain' }), 'note.txt')")
+                check(upload["name"] == "note.txt" and upload["size"] == 14, f"the upload: {upload}")
+                with_file = a.send(cid, "see the note", attachments=[{"id": upload["id"]}])
+                a.wait_status(with_file["localId"], "stored", "delivered", "read")
+                b.wait_received(["see the note"])
+                got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "see the note")
+                check([x["name"] for x in got["attachments"]] == ["note.txt"], f"bob's attachments: {got['attachments']}")
+                text = b.js("(id) => window.client.attachment(id).then((blob) => blob.text())", upload["id"])
+                check(text == "a note for bob", f"bob fetched {text!r}")
+                # Bad input: a clear error, and nothing saved or sent.
+                before = len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid))
+                for bad in ("[cid, 'x', { type: 'pigeon.edit' }]", "['not-a-uuid', 'x', {}]", "[cid, 42, {}]",
+                            "[cid, 'x', { clientMessageId: 'not-a-uuid' }]"):
+                    code = a.js(f"(cid) => window.client.send(...{bad}).then(() => 'sent', (e) => e.code)", cid)
+                    check(code == "invalid_request", f"send({bad}) answered {code}")
+                code = a.js("(id) => window.client.retry(id).then(() => 'retried', (e) => e.code)", sent[0]["localId"])
+                check(code == "invalid_request", f"retry of a stored message answered {code}")
+                check(len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid)) == before, "a refused send was saved")
+                # A refusal (413) fails at once, after one try, with the server's code; the next message is not held.
+                too_large = a.send(cid, "x" * 70_000)
+                after = a.send(cid, "after the refusal")
+                a.wait_status(too_large["localId"], "failed")
+                a.wait_status(after["localId"], "stored", "delivered", "read")
+                big = a.js("(id) => window.client.message(id).then((m) => m.error)", too_large["localId"])
+                check(big["code"] == "payload_too_large", f"the failure: {big}")
+                check(a.posts.count(too_large["clientMessageId"]) == 1, "a 413 was tried again")
+                # Alice's paths: forward only, each status at most once, and through `stored` before any receipt.
+                for m in sent:
+                    path = a.status_paths()[m["localId"]]
+                    check(path[-1] == "read" and "stored" in path, f"{m['localId']}: {path}")
+                # Nothing twice on the server: three sends, three messages.
+                bodies = [m["body"] for m in history(server, alice, cid)]
+                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "with my id", "see the note", "after the refusal"],
+                      f"the server has {bodies}")
+                a.check_clean()
+                b.check_clean()
+        finally:
+            server.stop()
+
+
+def test_offline_sends_survive_a_closed_tab_and_go_once_in_order():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-offline")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            with pigeonweb.browser() as browser:
+                context = browser.new_context()
+                a = App(context, origin, server, alice)
+                a.wait_state("online")
+                context.set_offline(True)
+                a.wait_state("offline")
+                sent = [a.send(cid, f"offline {n}") for n in range(3)]
+                time.sleep(1.5)
+                check(all(a.js("(id) => window.client.message(id).then((m) => m.status)", m["localId"]) == "pending" for m in sent),
+                      "offline sends stay pending")
+                a.page.close()
+                check(history(server, alice, cid) == [], "nothing reached the server while offline")
+                context.set_offline(False)
+                again = App(context, origin, server, alice)
+                for m in sent:
+                    again.wait_status(m["localId"], "stored", "delivered", "read")
+                bodies = [m["body"] for m in history(server, alice, cid)]
+                check(bodies == ["offline 0", "offline 1", "offline 2"], f"the server has {bodies}")
+                check(again.posts == [m["clientMessageId"] for m in sent], f"each was posted once, in order: {again.posts}")
+                b = App(browser.new_context(), origin, server, bob)
+                b.wait_received(["offline 0", "offline 1", "offline 2"])
+                check(b.received() == ["offline 0", "offline 1", "offline 2"], f"bob got {b.received()}")
+                again.check_clean()
+                b.check_clean()
+        finally:
+            server.stop()
+
+
+def test_server_restart_and_a_reload_while_it_is_down():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-restart")
+        try:
+            # A copy of the module on the app's origin: the app reloads while the server is down.
+            with open(os.path.join(directory, "pigeon.js"), "wb") as file:
+                file.write(pigeonweb.request("GET", server.url("/sdk/pigeon.js")).body)
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            with pigeonweb.browser() as browser:
+                a = App(browser.new_context(), origin, server, alice, module=f"{origin}/pigeon.js")
+                b = App(browser.new_context(), origin, server, bob)
+                a.wait_state("online")
+                b.wait_state("online")
+                first = a.send(cid, "before the restart")
+                a.wait_status(first["localId"], "delivered", "read")
+                server.restart()
+                a.wait("alice reconnected", "() => window.events.filter((e) => e.type === 'connection' && e.detail.state === 'online').length >= 2")
+                b.wait("bob reconnected", "() => window.events.filter((e) => e.type === 'connection' && e.detail.state === 'online').length >= 2")
+                after = a.send(cid, "after the restart")
+                a.wait_status(after["localId"], "delivered", "read")
+                b.wait_received(["after the restart"])
+                # Down: alice sends, reloads her tab, and the server comes back.
+                server.halt()
+                down = [a.send(cid, f"while down {n}") for n in range(2)]
+                time.sleep(1.5)
+                a.reload()
+                server.resume()
+                for m in down:
+                    a.wait_status(m["localId"], "stored", "delivered", "read")
+                b.wait_received(["while down 0", "while down 1"])
+                expected = ["before the restart", "after the restart", "while down 0", "while down 1"]
+                check(b.received() == expected, f"bob got {b.received()}")
+                bodies = [m["body"] for m in history(server, alice, cid)]
+                check(bodies == expected, f"the server has {bodies}")
+                a.check_clean()
+                b.check_clean()
+        finally:
+            server.stop()
+
+
+def test_a_withheld_event_is_fetched_from_history_at_once():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-gap")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            with pigeonweb.browser() as browser:
+                a = App(browser.new_context(), origin, server, alice)
+                b = App(browser.new_context(), origin, server, bob, drop="2")
+                a.wait_state("online")
+                b.wait_state("online")
+                b.wait("bob has the conversation", "(id) => window.client.conversation(id).then((c) => !!c)", cid)
+                fetches = []
+                b.page.on("request", lambda r: fetches.append(r.url) if "/messages?after=" in r.url else None)
+                for n in range(1, 4):
+                    m = a.send(cid, f"seq {n}")
+                    a.wait_status(m["localId"], "stored", "delivered", "read")
+                started = time.monotonic()
+                b.wait_received(["seq 1", "seq 2", "seq 3"])
+                check(time.monotonic() - started < 5, "the gap took more than 5 s to fill")
+                check(b.js("() => window.dropped") == [2], f"the hook withheld {b.js('() => window.dropped')}")
+                check(b.received() == ["seq 1", "seq 2", "seq 3"], f"bob's messages in seq order: {b.received()}")
+                check(any("after=1" in url for url in fetches), f"no history fetch after seq 1: {fetches}")
+                seqs = b.js("(id) => window.client.messages(id).then((ms) => ms.map((m) => m.seq))", cid)
+                check(seqs == [1, 2, 3], f"bob's store holds {seqs}")
+                check(b.js("(id) => window.client.conversation(id).then((c) => c.contiguousSeq)", cid) == 3, "contiguousSeq is not 3")
+                b.check_clean()
+        finally:
+            server.stop()
+
+
+@contextlib.contextmanager
+def proxy(server, refuse):
+    """A TCP proxy in front of `server`, one request per connection: each request head is given to `refuse(method, path)`,
+    which returns the bytes of an answer to give instead (the connection then closes) or None to pass the connection
+    through. Yields the proxy's base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def pipe(source, target):
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def serve(client):
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = client.recv(65536)
+            if not chunk:
+                client.close()
+                return
+            head += chunk
+        method, path = head.split(b" ", 2)[:2]
+        answer = refuse(method.decode(), path.decode())
+        if answer is not None:
+            client.sendall(answer)
+            client.close()
+            return
+        upgrade = b"\r\nupgrade:" in head.lower()
+        if not upgrade:
+            head = close_after(head)
+        upstream = socket.create_connection(("127.0.0.1", server.port))
+        upstream.sendall(head)
+        if not upgrade:
+            # The answer says so too, or the browser would send its next request on this connection, unseen.
+            answer_head = b""
+            while b"\r\n\r\n" not in answer_head:
+                chunk = upstream.recv(65536)
+                if not chunk:
+                    break
+                answer_head += chunk
+            client.sendall(close_after(answer_head) if b"\r\n\r\n" in answer_head else answer_head)
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)
+
+    def accept():
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        listener.close()
+
+
+def close_after(head):
+    """An HTTP head (and what follows it) with `Connection: close` instead of any Connection header: one request per
+    connection, so that the proxy sees every request."""
+    end = head.index(b"\r\n\r\n")
+    lines = [line for line in head[:end].split(b"\r\n") if not line.lower().startswith(b"connection:")]
+    return b"\r\n".join(lines + [b"Connection: close"]) + head[end:]
+
+
+def answer(status, reason, origin):
+    """An error answer as the server gives it, with CORS for the app's origin (so the page can read it)."""
+    body = json.dumps({"error": {"code": "overloaded", "message": "refused by the test's proxy"}}).encode()
+    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"Access-Control-Allow-Origin: {origin}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+class Through:
+    """`server` as reached through a proxy at `base` (what App needs: base, url())."""
+
+    def __init__(self, server, base):
+        self.server = server
+        self.base = base
+
+    def url(self, path):
+        return self.server.url(path) if path.startswith("/sdk/") else self.base + path
+
+
+def test_a_refused_websocket_falls_back_to_server_sent_events():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-sse-fallback")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            refused = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            with proxy(server, lambda method, path: refused if path.startswith("/v1/ws") else None) as base, \
+                    pigeonweb.browser() as browser:
+                a = App(browser.new_context(), origin, server, alice)
+                b = App(browser.new_context(), origin, Through(server, base), bob)
+                a.wait_state("online")
+                b.wait_state("online")
+                transports = [e["transport"] for e in b.events("connection") if e["state"] == "online"]
+                check(transports == ["sse"], f"bob's stream: {transports}")
+                check(len(b.sockets) >= 1, "bob never tried the WebSocket")
+                to_bob = a.send(cid, "to bob over SSE")
+                a.wait_status(to_bob["localId"], "delivered", "read")
+                b.wait_received(["to bob over SSE"])
+                to_alice = b.send(cid, "from bob")
+                b.wait_status(to_alice["localId"], "delivered", "read")
+                a.wait_received(["from bob"])
+                a.check_clean()
+                b.check_clean()
+        finally:
+            server.stop()
+
+
+def test_three_refused_tries_fail_and_retry_sends_again():
+    """Three `503`s (a proxy refuses the sends) fail a message after three tries with backoff; `retry(localId)` sends it
+    again once the server takes it."""
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-retry")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            refusing = {"on": True}
+            refusals = []
+
+            def refuse(method, path):
+                if refusing["on"] and method == "POST" and path.endswith("/messages"):
+                    refusals.append(time.monotonic())
+                    return answer(503, "Service Unavailable", origin)
+                return None
+
+            with proxy(server, refuse) as base, pigeonweb.browser() as browser:
+                a = App(browser.new_context(), origin, Through(server, base), alice)
+                a.wait_state("online")
+                refused = a.send(cid, "refused three times")
+                a.wait_status(refused["localId"], "failed")
+                check(len(refusals) == 3, f"{len(refusals)} tries, not 3")
+                gaps = [later - earlier for earlier, later in zip(refusals, refusals[1:])]
+                check(0.4 <= gaps[0] and 0.9 <= gaps[1], f"no backoff between the tries: {gaps}")
+                failed = a.js("(id) => window.client.message(id)", refused["localId"])
+                check(failed["error"]["code"] == "overloaded", f"the failure: {failed['error']}")
+                refusing["on"] = False
+                a.js("(id) => window.client.retry(id)", refused["localId"])
+                a.wait_status(refused["localId"], "stored", "delivered", "read")
+                paths = a.status_paths()[refused["localId"]]
+                check(paths[:4] == ["pending", "sending", "failed", "pending"], f"failed, then pending by retry: {paths}")
+                bodies = [m["body"] for m in history(server, alice, cid)]
+                check(bodies == ["refused three times"], f"the server has {bodies}")
+                a.check_clean()
+        finally:
+            server.stop()
+
+
+def test_two_tabs_of_one_device():
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-tabs")
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob)
+            with pigeonweb.browser() as browser:
+                context = browser.new_context()
+                first = App(context, origin, server, alice)
+                second = App(context, origin, server, alice)
+                first.wait_state("online")
+                leaders = [first.js("() => window.client.isLeader"), second.js("() => window.client.isLeader")]
+                check(leaders == [True, False], f"exactly the first tab leads: {leaders}")
+                second.wait("the follower knows the leader is online", "() => window.client.state === 'online'")
+                b = App(browser.new_context(), origin, server, bob)
+                b.wait_state("online")
+                sent = []
+                for n in range(6):
+                    tab = second if n % 2 == 0 else first
+                    sent.append(tab.send(cid, f"tab message {n}"))
+                for m in sent:
+                    first.wait_status(m["localId"], "stored", "delivered", "read")
+                    second.wait_status(m["localId"], "stored", "delivered", "read")
+                expected = [f"tab message {n}" for n in range(6)]
+                b.wait_received(expected)
+                check(b.received() == expected, f"bob got {b.received()}")
+                check(second.posts == [] and sorted(first.posts) == sorted(m["clientMessageId"] for m in sent) and len(first.posts) == 6,
+                      f"only the leader posts, each once: leader {len(first.posts)}, follower {len(second.posts)}")
+                check(second.sockets == [] and len(first.sockets) == 1, f"one stream: {first.sockets} {second.sockets}")
+                # The follower heard the statuses of its own sends through the channel.
+                follower_statuses = {e["message"]["localId"] for e in second.events("status")}
+                check({m["localId"] for m in sent[0::2]} <= follower_statuses, "the follower did not hear its sends' statuses")
+                # The follower hears bob's messages too.
+                b.send(cid, "to both tabs")
+                second.wait_received(["to both tabs"])
+                first.wait_received(["to both tabs"])
+                # The leader's tab closes: the other one takes over and sends.
+                first.page.close()
+                second.wait("the second tab leads", "() => window.client.isLeader === true")
+                second.wait_state("online")
+                last = second.send(cid, "after the handover")
+                second.wait_status(last["localId"], "stored", "delivered", "read")
+                b.wait_received(["after the handover"])
+                bodies = [m["body"] for m in history(server, alice, cid)]
+                check(bodies == expected + ["to both tabs", "after the handover"], f"the server has {bodies}")
+                check(b.received().count("after the handover") == 1, "the handover sent twice")
+                second.check_clean()
+                b.check_clean()
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    pigeonweb.main([
+        test_module_is_served_and_imports_from_another_origin,
+        test_send_and_receive_between_two_users,
+        test_offline_sends_survive_a_closed_tab_and_go_once_in_order,
+        test_server_restart_and_a_reload_while_it_is_down,
+        test_a_withheld_event_is_fetched_from_history_at_once,
+        test_a_refused_websocket_falls_back_to_server_sent_events,
+        test_three_refused_tries_fail_and_retry_sends_again,
+        test_two_tabs_of_one_device,
+    ])
