@@ -13,10 +13,17 @@ struct BinarySizes {
     /// What PigeonKit adds to an app.
     var increase: Int64 { probe - empty }
 
-    static func measure(workspace: String) throws -> BinarySizes {
-        let empty = try strippedSize(of: sibling("empty-probe"), workspace: workspace)
-        let probe = try strippedSize(of: sibling("pigeonkit-size-probe"), workspace: workspace)
-        let client = try? strippedSize(of: sibling("pigeon"), workspace: workspace)
+    /// The executables beside this one, or in `directory` (another build of them, e.g. optimised for size).
+    static func measure(workspace: String, directory: String? = nil) throws -> BinarySizes {
+        func binary(_ name: String) throws -> URL {
+            guard let directory else { return try sibling(name) }
+            let url = URL(fileURLWithPath: directory).appendingPathComponent(name)
+            guard FileManager.default.isExecutableFile(atPath: url.path) else { throw BenchError("\(url.path) is missing") }
+            return url
+        }
+        let empty = try strippedSize(of: binary("empty-probe"), workspace: workspace)
+        let probe = try strippedSize(of: binary("pigeonkit-size-probe"), workspace: workspace)
+        let client = try? strippedSize(of: binary("pigeon"), workspace: workspace)
         return BinarySizes(empty: empty, probe: probe, terminalClient: client)
     }
 

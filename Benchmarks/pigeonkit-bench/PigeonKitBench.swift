@@ -60,6 +60,11 @@ struct PigeonKitBench: AsyncParsableCommand {
     @Flag(help: "Client databases flush every write to disk (PigeonClient.Configuration.flushEveryWrite).")
     var flushEveryWrite = false
 
+    @Option(help: ArgumentHelp(
+        "A directory holding a build of empty-probe, pigeonkit-size-probe and pigeon optimised for size, measured beside "
+            + "the ones built with this executable (scripts/bench.sh pigeonkit builds it).", valueName: "directory"))
+    var sizeBuild: String?
+
     @Flag(help: "Measure even in a debug build (the figures then say nothing about a release build).")
     var allowDebug = false
 
@@ -185,7 +190,9 @@ struct PigeonKitBench: AsyncParsableCommand {
         }
         say("    peak (VmHWM):                     \(Format.megabytes(device.memoryAfterLoads?.peak))")
         say("    (this process, with the server:   \(Format.memory(.now)))")
-        return Results(send: send, device: device, sizes: try BinarySizes.measure(workspace: workspace))
+        return Results(
+            send: send, device: device, sizes: try BinarySizes.measure(workspace: workspace),
+            sizeOptimised: try sizeBuild.map { try BinarySizes.measure(workspace: workspace, directory: $0) })
     }
 
     /// Creates the receiver's database with a stream cursor: the receiver connects, catches up (nothing yet), and
