@@ -18,8 +18,6 @@ enum LocalDatabase {
     /// (pigeonkit-bench's memory figure) without slowing them. The writer keeps SQLite's default: a catch-up writes
     /// thousands of messages (and their search index) per transaction, and a smaller cache spills its dirty pages.
     static let readerCacheKibibytes = 512
-    /// Readers at once: the app's reads and the sync engine's; more would each hold a page cache.
-    static let maximumReaders = 2
 
     static func configuration(readonly: Bool = false) -> Configuration {
         var configuration = Configuration()
@@ -27,7 +25,6 @@ enum LocalDatabase {
         configuration.foreignKeysEnabled = true
         configuration.busyMode = .timeout(10)
         configuration.label = "PigeonKit"
-        configuration.maximumReaderCount = maximumReaders
         configuration.prepareDatabase { db in
             if db.configuration.readonly { try db.execute(sql: "PRAGMA cache_size = -\(readerCacheKibibytes)") }
         }
