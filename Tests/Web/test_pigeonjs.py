@@ -216,6 +216,23 @@ def conversation(server, alice, bob):
 def suffix():
     return format(int(time.time() * 1000) % 10**8, "x")
 
+@contextlib.contextmanager
+def two_users(name, in_a_conversation=True):
+    """A server that the app's origin may call, with alice and bob registered and (unless told otherwise) in one
+    conversation: yields the app origin's folder, the origin, the server, alice, bob and the conversation's id (None);
+    stops the server at the end."""
+    directory = setup()
+    with pigeonweb.static_origin(directory) as origin:
+        server = pigeonweb.Server("--cors-origin", origin, name=name)
+        try:
+            alice = server.register("alice-" + suffix())
+            bob = server.register("bob-" + suffix())
+            cid = conversation(server, alice, bob) if in_a_conversation else None
+            yield directory, origin, server, alice, bob, cid
+        finally:
+            server.stop()
+
+
 
 def test_module_is_served_and_imports_from_another_origin():
     directory = setup()
@@ -253,203 +270,172 @@ def test_module_is_served_and_imports_from_another_origin():
 
 
 def test_send_and_receive_between_two_users():
-    directory = setup()
-    with pigeonweb.static_origin(directory) as origin:
-        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-users")
-        try:
-            alice = server.register("alice-" + suffix())
-            bob = server.register("bob-" + suffix())
-            with pigeonweb.browser() as browser:
-                a = App(browser.new_context(), origin, server, alice)
-                b = App(browser.new_context(), origin, server, bob, transport="sse")
-                a.wait_state("online")
-                b.wait_state("online")
-                check(a.js("() => window.client.isLeader") and b.js("() => window.client.isLeader"), "a lone tab leads")
-                created = a.js("(bob) => window.client.createConversation([bob])", bob["userId"])
-                cid = created["id"]
-                b.wait("bob has the conversation", "(id) => window.client.conversation(id).then((c) => !!c)", cid)
-                sent = [a.send(cid, f"hello {n}") for n in range(3)]
-                check(all(m["status"] == "pending" for m in sent), "send resolves with a pending local record")
-                b.wait_received([f"hello {n}" for n in range(3)])
-                check(b.received() == [f"hello {n}" for n in range(3)], f"bob's messages in order: {b.received()}")
-                for m in sent:
-                    a.wait_status(m["localId"], "delivered")
-                # Bob reads: alice's messages turn read, only then.
-                b.js("(id) => window.client.markRead(id)", cid)
-                for m in sent:
-                    a.wait_status(m["localId"], "read")
-                # A reply, a reaction and typing from bob reach alice.
-                stored = a.js("(id) => window.client.messages(id)", cid)
-                first = stored[0]["serverId"]
-                reply = b.send(cid, "a reply", replyTo=first)
-                b.wait_status(reply["localId"], "stored", "delivered", "read")
-                a.wait_received(["a reply"])
-                got = next(m["message"] for m in a.events("message") if m["message"]["body"] == "a reply")
-                check(got["replyTo"] == first and got["replyPreview"]["body"] == "hello 0", f"the reply's quote: {got}")
-                b.js("([c, s]) => window.client.react(c, s, '👍')", [cid, first])
-                a.wait("alice hears the reaction", "() => window.events.some((e) => e.type === 'reaction' && e.detail.key === '👍')")
-                a.wait("alice's store has the reaction",
-                       "(id) => window.client.messages(id).then((ms) => ms[0].reactions.some((r) => r.key === '👍' && r.count === 1))", cid)
-                b.js("(c) => window.client.typing(c, true)", cid)
-                a.wait("alice sees bob typing", "(u) => window.events.some((e) => e.type === 'typing' && e.detail.userId === u && e.detail.active)", bob["userId"])
-                # The app's own clientMessageId (a UUID, any case): the message carries it, lowercased, to bob.
-                chosen = str(uuid.uuid4()).upper()
-                own = a.send(cid, "with my id", clientMessageId=chosen)
-                check(own["clientMessageId"] == chosen.lower(), f"the record's id: {own['clientMessageId']}")
-                b.wait_received(["with my id"])
-                got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "with my id")
-                check(got["clientMessageId"] == chosen.lower(), f"bob's copy's id: {got['clientMessageId']}")
-                # An attachment: uploaded, sent with the message, fetched by bob with his token.
-                upload = a.js("() => window.client.upload(new Blob(['a note for bob'], { type: 'text/plain' }), 'note.txt')")
-                check(upload["name"] == "note.txt" and upload["size"] == 14, f"the upload: {upload}")
-                with_file = a.send(cid, "see the note", attachments=[{"id": upload["id"]}])
-                a.wait_status(with_file["localId"], "stored", "delivered", "read")
-                b.wait_received(["see the note"])
-                got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "see the note")
-                check([x["name"] for x in got["attachments"]] == ["note.txt"], f"bob's attachments: {got['attachments']}")
-                text = b.js("(id) => window.client.attachment(id).then((blob) => blob.text())", upload["id"])
-                check(text == "a note for bob", f"bob fetched {text!r}")
-                # Bad input: a clear error, and nothing saved or sent.
-                before = len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid))
-                for bad in ("[cid, 'x', { type: 'pigeon.edit' }]", "['not-a-uuid', 'x', {}]", "[cid, 42, {}]",
-                            "[cid, 'x', { clientMessageId: 'not-a-uuid' }]"):
-                    code = a.js(f"(cid) => window.client.send(...{bad}).then(() => 'sent', (e) => e.code)", cid)
-                    check(code == "invalid_request", f"send({bad}) answered {code}")
-                code = a.js("(id) => window.client.retry(id).then(() => 'retried', (e) => e.code)", sent[0]["localId"])
-                check(code == "invalid_request", f"retry of a stored message answered {code}")
-                check(len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid)) == before, "a refused send was saved")
-                # A refusal (413) fails at once, after one try, with the server's code; the next message is not held.
-                too_large = a.send(cid, "x" * 70_000)
-                after = a.send(cid, "after the refusal")
-                a.wait_status(too_large["localId"], "failed")
-                a.wait_status(after["localId"], "stored", "delivered", "read")
-                big = a.js("(id) => window.client.message(id).then((m) => m.error)", too_large["localId"])
-                check(big["code"] == "payload_too_large", f"the failure: {big}")
-                check(a.posts.count(too_large["clientMessageId"]) == 1, "a 413 was tried again")
-                # Alice's paths: forward only, each status at most once, and through `stored` before any receipt.
-                for m in sent:
-                    path = a.status_paths()[m["localId"]]
-                    check(path[-1] == "read" and "stored" in path, f"{m['localId']}: {path}")
-                # Nothing twice on the server: three sends, three messages.
-                bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "with my id", "see the note", "after the refusal"],
-                      f"the server has {bodies}")
-                a.check_clean()
-                b.check_clean()
-        finally:
-            server.stop()
+    with two_users("pigeonjs-users", in_a_conversation=False) as (directory, origin, server, alice, bob, _):
+        with pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, server, alice)
+            b = App(browser.new_context(), origin, server, bob, transport="sse")
+            a.wait_state("online")
+            b.wait_state("online")
+            check(a.js("() => window.client.isLeader") and b.js("() => window.client.isLeader"), "a lone tab leads")
+            created = a.js("(bob) => window.client.createConversation([bob])", bob["userId"])
+            cid = created["id"]
+            b.wait("bob has the conversation", "(id) => window.client.conversation(id).then((c) => !!c)", cid)
+            sent = [a.send(cid, f"hello {n}") for n in range(3)]
+            check(all(m["status"] == "pending" for m in sent), "send resolves with a pending local record")
+            b.wait_received([f"hello {n}" for n in range(3)])
+            check(b.received() == [f"hello {n}" for n in range(3)], f"bob's messages in order: {b.received()}")
+            for m in sent:
+                a.wait_status(m["localId"], "delivered")
+            # Bob reads: alice's messages turn read, only then.
+            b.js("(id) => window.client.markRead(id)", cid)
+            for m in sent:
+                a.wait_status(m["localId"], "read")
+            # A reply, a reaction and typing from bob reach alice.
+            stored = a.js("(id) => window.client.messages(id)", cid)
+            first = stored[0]["serverId"]
+            reply = b.send(cid, "a reply", replyTo=first)
+            b.wait_status(reply["localId"], "stored", "delivered", "read")
+            a.wait_received(["a reply"])
+            got = next(m["message"] for m in a.events("message") if m["message"]["body"] == "a reply")
+            check(got["replyTo"] == first and got["replyPreview"]["body"] == "hello 0", f"the reply's quote: {got}")
+            b.js("([c, s]) => window.client.react(c, s, '👍')", [cid, first])
+            a.wait("alice hears the reaction", "() => window.events.some((e) => e.type === 'reaction' && e.detail.key === '👍')")
+            a.wait("alice's store has the reaction",
+                   "(id) => window.client.messages(id).then((ms) => ms[0].reactions.some((r) => r.key === '👍' && r.count === 1))", cid)
+            b.js("(c) => window.client.typing(c, true)", cid)
+            a.wait("alice sees bob typing", "(u) => window.events.some((e) => e.type === 'typing' && e.detail.userId === u && e.detail.active)", bob["userId"])
+            # The app's own clientMessageId (a UUID, any case): the message carries it, lowercased, to bob.
+            chosen = str(uuid.uuid4()).upper()
+            own = a.send(cid, "with my id", clientMessageId=chosen)
+            check(own["clientMessageId"] == chosen.lower(), f"the record's id: {own['clientMessageId']}")
+            b.wait_received(["with my id"])
+            got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "with my id")
+            check(got["clientMessageId"] == chosen.lower(), f"bob's copy's id: {got['clientMessageId']}")
+            # An attachment: uploaded, sent with the message, fetched by bob with his token.
+            upload = a.js("() => window.client.upload(new Blob(['a note for bob'], { type: 'text/plain' }), 'note.txt')")
+            check(upload["name"] == "note.txt" and upload["size"] == 14, f"the upload: {upload}")
+            with_file = a.send(cid, "see the note", attachments=[{"id": upload["id"]}])
+            a.wait_status(with_file["localId"], "stored", "delivered", "read")
+            b.wait_received(["see the note"])
+            got = next(m["message"] for m in b.events("message") if m["message"]["body"] == "see the note")
+            check([x["name"] for x in got["attachments"]] == ["note.txt"], f"bob's attachments: {got['attachments']}")
+            text = b.js("(id) => window.client.attachment(id).then((blob) => blob.text())", upload["id"])
+            check(text == "a note for bob", f"bob fetched {text!r}")
+            # Bad input: a clear error, and nothing saved or sent.
+            before = len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid))
+            for bad in ("[cid, 'x', { type: 'pigeon.edit' }]", "['not-a-uuid', 'x', {}]", "[cid, 42, {}]",
+                        "[cid, 'x', { clientMessageId: 'not-a-uuid' }]"):
+                code = a.js(f"(cid) => window.client.send(...{bad}).then(() => 'sent', (e) => e.code)", cid)
+                check(code == "invalid_request", f"send({bad}) answered {code}")
+            code = a.js("(id) => window.client.retry(id).then(() => 'retried', (e) => e.code)", sent[0]["localId"])
+            check(code == "invalid_request", f"retry of a stored message answered {code}")
+            check(len(a.js("(id) => window.client.messages(id, { limit: 500 })", cid)) == before, "a refused send was saved")
+            # A refusal (413) fails at once, after one try, with the server's code; the next message is not held.
+            too_large = a.send(cid, "x" * 70_000)
+            after = a.send(cid, "after the refusal")
+            a.wait_status(too_large["localId"], "failed")
+            a.wait_status(after["localId"], "stored", "delivered", "read")
+            big = a.js("(id) => window.client.message(id).then((m) => m.error)", too_large["localId"])
+            check(big["code"] == "payload_too_large", f"the failure: {big}")
+            check(a.posts.count(too_large["clientMessageId"]) == 1, "a 413 was tried again")
+            # Alice's paths: forward only, each status at most once, and through `stored` before any receipt.
+            for m in sent:
+                path = a.status_paths()[m["localId"]]
+                check(path[-1] == "read" and "stored" in path, f"{m['localId']}: {path}")
+            # Nothing twice on the server: three sends, three messages.
+            bodies = [m["body"] for m in history(server, alice, cid)]
+            check(bodies == ["hello 0", "hello 1", "hello 2", "a reply", "with my id", "see the note", "after the refusal"],
+                  f"the server has {bodies}")
+            a.check_clean()
+            b.check_clean()
 
 
 def test_offline_sends_survive_a_closed_tab_and_go_once_in_order():
-    directory = setup()
-    with pigeonweb.static_origin(directory) as origin:
-        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-offline")
-        try:
-            alice = server.register("alice-" + suffix())
-            bob = server.register("bob-" + suffix())
-            cid = conversation(server, alice, bob)
-            with pigeonweb.browser() as browser:
-                context = browser.new_context()
-                a = App(context, origin, server, alice)
-                a.wait_state("online")
-                context.set_offline(True)
-                a.wait_state("offline")
-                sent = [a.send(cid, f"offline {n}") for n in range(3)]
-                time.sleep(1.5)
-                check(all(a.js("(id) => window.client.message(id).then((m) => m.status)", m["localId"]) == "pending" for m in sent),
-                      "offline sends stay pending")
-                a.page.close()
-                check(history(server, alice, cid) == [], "nothing reached the server while offline")
-                context.set_offline(False)
-                again = App(context, origin, server, alice)
-                for m in sent:
-                    again.wait_status(m["localId"], "stored", "delivered", "read")
-                bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == ["offline 0", "offline 1", "offline 2"], f"the server has {bodies}")
-                check(again.posts == [m["clientMessageId"] for m in sent], f"each was posted once, in order: {again.posts}")
-                b = App(browser.new_context(), origin, server, bob)
-                b.wait_received(["offline 0", "offline 1", "offline 2"])
-                check(b.received() == ["offline 0", "offline 1", "offline 2"], f"bob got {b.received()}")
-                again.check_clean()
-                b.check_clean()
-        finally:
-            server.stop()
+    with two_users("pigeonjs-offline") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            context = browser.new_context()
+            a = App(context, origin, server, alice)
+            a.wait_state("online")
+            context.set_offline(True)
+            a.wait_state("offline")
+            sent = [a.send(cid, f"offline {n}") for n in range(3)]
+            time.sleep(1.5)
+            check(all(a.js("(id) => window.client.message(id).then((m) => m.status)", m["localId"]) == "pending" for m in sent),
+                  "offline sends stay pending")
+            a.page.close()
+            check(history(server, alice, cid) == [], "nothing reached the server while offline")
+            context.set_offline(False)
+            again = App(context, origin, server, alice)
+            for m in sent:
+                again.wait_status(m["localId"], "stored", "delivered", "read")
+            bodies = [m["body"] for m in history(server, alice, cid)]
+            check(bodies == ["offline 0", "offline 1", "offline 2"], f"the server has {bodies}")
+            check(again.posts == [m["clientMessageId"] for m in sent], f"each was posted once, in order: {again.posts}")
+            b = App(browser.new_context(), origin, server, bob)
+            b.wait_received(["offline 0", "offline 1", "offline 2"])
+            check(b.received() == ["offline 0", "offline 1", "offline 2"], f"bob got {b.received()}")
+            again.check_clean()
+            b.check_clean()
 
 
 def test_server_restart_and_a_reload_while_it_is_down():
-    directory = setup()
-    with pigeonweb.static_origin(directory) as origin:
-        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-restart")
-        try:
-            # A copy of the module on the app's origin: the app reloads while the server is down.
-            with open(os.path.join(directory, "pigeon.js"), "wb") as file:
-                file.write(pigeonweb.request("GET", server.url("/sdk/pigeon.js")).body)
-            alice = server.register("alice-" + suffix())
-            bob = server.register("bob-" + suffix())
-            cid = conversation(server, alice, bob)
-            with pigeonweb.browser() as browser:
-                a = App(browser.new_context(), origin, server, alice, module=f"{origin}/pigeon.js")
-                b = App(browser.new_context(), origin, server, bob)
-                a.wait_state("online")
-                b.wait_state("online")
-                first = a.send(cid, "before the restart")
-                a.wait_status(first["localId"], "delivered", "read")
-                server.restart()
-                a.wait("alice reconnected", "() => window.events.filter((e) => e.type === 'connection' && e.detail.state === 'online').length >= 2")
-                b.wait("bob reconnected", "() => window.events.filter((e) => e.type === 'connection' && e.detail.state === 'online').length >= 2")
-                after = a.send(cid, "after the restart")
-                a.wait_status(after["localId"], "delivered", "read")
-                b.wait_received(["after the restart"])
-                # Down: alice sends, reloads her tab, and the server comes back.
-                server.halt()
-                down = [a.send(cid, f"while down {n}") for n in range(2)]
-                time.sleep(1.5)
-                a.reload()
-                server.resume()
-                for m in down:
-                    a.wait_status(m["localId"], "stored", "delivered", "read")
-                b.wait_received(["while down 0", "while down 1"])
-                expected = ["before the restart", "after the restart", "while down 0", "while down 1"]
-                check(b.received() == expected, f"bob got {b.received()}")
-                bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == expected, f"the server has {bodies}")
-                a.check_clean()
-                b.check_clean()
-        finally:
-            server.stop()
+    with two_users("pigeonjs-restart") as (directory, origin, server, alice, bob, cid):
+        # A copy of the module on the app's origin: the app reloads while the server is down.
+        with open(os.path.join(directory, "pigeon.js"), "wb") as file:
+            file.write(pigeonweb.request("GET", server.url("/sdk/pigeon.js")).body)
+        with pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, server, alice, module=f"{origin}/pigeon.js")
+            b = App(browser.new_context(), origin, server, bob)
+            a.wait_state("online")
+            b.wait_state("online")
+            first = a.send(cid, "before the restart")
+            a.wait_status(first["localId"], "delivered", "read")
+            server.restart()
+            a.wait("alice reconnected", "() => window.events.filter((e) => e.type === 'connection' && e.detail.state === 'online').length >= 2")
+            b.wait("bob reconnected", "() => window.events.filter((e) => e.type === 'connection' && e.detail.state === 'online').length >= 2")
+            after = a.send(cid, "after the restart")
+            a.wait_status(after["localId"], "delivered", "read")
+            b.wait_received(["after the restart"])
+            # Down: alice sends, reloads her tab, and the server comes back.
+            server.halt()
+            down = [a.send(cid, f"while down {n}") for n in range(2)]
+            time.sleep(1.5)
+            a.reload()
+            server.resume()
+            for m in down:
+                a.wait_status(m["localId"], "stored", "delivered", "read")
+            b.wait_received(["while down 0", "while down 1"])
+            expected = ["before the restart", "after the restart", "while down 0", "while down 1"]
+            check(b.received() == expected, f"bob got {b.received()}")
+            bodies = [m["body"] for m in history(server, alice, cid)]
+            check(bodies == expected, f"the server has {bodies}")
+            a.check_clean()
+            b.check_clean()
 
 
 def test_a_withheld_event_is_fetched_from_history_at_once():
-    directory = setup()
-    with pigeonweb.static_origin(directory) as origin:
-        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-gap")
-        try:
-            alice = server.register("alice-" + suffix())
-            bob = server.register("bob-" + suffix())
-            cid = conversation(server, alice, bob)
-            with pigeonweb.browser() as browser:
-                a = App(browser.new_context(), origin, server, alice)
-                b = App(browser.new_context(), origin, server, bob, drop="2")
-                a.wait_state("online")
-                b.wait_state("online")
-                b.wait("bob has the conversation", "(id) => window.client.conversation(id).then((c) => !!c)", cid)
-                fetches = []
-                b.page.on("request", lambda r: fetches.append(r.url) if "/messages?after=" in r.url else None)
-                for n in range(1, 4):
-                    m = a.send(cid, f"seq {n}")
-                    a.wait_status(m["localId"], "stored", "delivered", "read")
-                started = time.monotonic()
-                b.wait_received(["seq 1", "seq 2", "seq 3"])
-                check(time.monotonic() - started < 5, "the gap took more than 5 s to fill")
-                check(b.js("() => window.dropped") == [2], f"the hook withheld {b.js('() => window.dropped')}")
-                check(b.received() == ["seq 1", "seq 2", "seq 3"], f"bob's messages in seq order: {b.received()}")
-                check(any("after=1" in url for url in fetches), f"no history fetch after seq 1: {fetches}")
-                seqs = b.js("(id) => window.client.messages(id).then((ms) => ms.map((m) => m.seq))", cid)
-                check(seqs == [1, 2, 3], f"bob's store holds {seqs}")
-                check(b.js("(id) => window.client.conversation(id).then((c) => c.contiguousSeq)", cid) == 3, "contiguousSeq is not 3")
-                b.check_clean()
-        finally:
-            server.stop()
+    with two_users("pigeonjs-gap") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, server, alice)
+            b = App(browser.new_context(), origin, server, bob, drop="2")
+            a.wait_state("online")
+            b.wait_state("online")
+            b.wait("bob has the conversation", "(id) => window.client.conversation(id).then((c) => !!c)", cid)
+            fetches = []
+            b.page.on("request", lambda r: fetches.append(r.url) if "/messages?after=" in r.url else None)
+            for n in range(1, 4):
+                m = a.send(cid, f"seq {n}")
+                a.wait_status(m["localId"], "stored", "delivered", "read")
+            started = time.monotonic()
+            b.wait_received(["seq 1", "seq 2", "seq 3"])
+            check(time.monotonic() - started < 5, "the gap took more than 5 s to fill")
+            check(b.js("() => window.dropped") == [2], f"the hook withheld {b.js('() => window.dropped')}")
+            check(b.received() == ["seq 1", "seq 2", "seq 3"], f"bob's messages in seq order: {b.received()}")
+            check(any("after=1" in url for url in fetches), f"no history fetch after seq 1: {fetches}")
+            seqs = b.js("(id) => window.client.messages(id).then((ms) => ms.map((m) => m.seq))", cid)
+            check(seqs == [1, 2, 3], f"bob's store holds {seqs}")
+            check(b.js("(id) => window.client.conversation(id).then((c) => c.contiguousSeq)", cid) == 3, "contiguousSeq is not 3")
+            b.check_clean()
 
 
 @contextlib.contextmanager
@@ -544,128 +530,104 @@ class Through:
 
 
 def test_a_refused_websocket_falls_back_to_server_sent_events():
-    directory = setup()
-    with pigeonweb.static_origin(directory) as origin:
-        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-sse-fallback")
-        try:
-            alice = server.register("alice-" + suffix())
-            bob = server.register("bob-" + suffix())
-            cid = conversation(server, alice, bob)
-            refused = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            with proxy(server, lambda method, path: refused if path.startswith("/v1/ws") else None) as base, \
-                    pigeonweb.browser() as browser:
-                a = App(browser.new_context(), origin, server, alice)
-                b = App(browser.new_context(), origin, Through(server, base), bob)
-                a.wait_state("online")
-                b.wait_state("online")
-                transports = [e["transport"] for e in b.events("connection") if e["state"] == "online"]
-                check(transports == ["sse"], f"bob's stream: {transports}")
-                check(len(b.sockets) >= 1, "bob never tried the WebSocket")
-                to_bob = a.send(cid, "to bob over SSE")
-                a.wait_status(to_bob["localId"], "delivered", "read")
-                b.wait_received(["to bob over SSE"])
-                to_alice = b.send(cid, "from bob")
-                b.wait_status(to_alice["localId"], "delivered", "read")
-                a.wait_received(["from bob"])
-                a.check_clean()
-                b.check_clean()
-        finally:
-            server.stop()
+    with two_users("pigeonjs-sse-fallback") as (directory, origin, server, alice, bob, cid):
+        refused = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        with proxy(server, lambda method, path: refused if path.startswith("/v1/ws") else None) as base, \
+                pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, server, alice)
+            b = App(browser.new_context(), origin, Through(server, base), bob)
+            a.wait_state("online")
+            b.wait_state("online")
+            transports = [e["transport"] for e in b.events("connection") if e["state"] == "online"]
+            check(transports == ["sse"], f"bob's stream: {transports}")
+            check(len(b.sockets) >= 1, "bob never tried the WebSocket")
+            to_bob = a.send(cid, "to bob over SSE")
+            a.wait_status(to_bob["localId"], "delivered", "read")
+            b.wait_received(["to bob over SSE"])
+            to_alice = b.send(cid, "from bob")
+            b.wait_status(to_alice["localId"], "delivered", "read")
+            a.wait_received(["from bob"])
+            a.check_clean()
+            b.check_clean()
 
 
 def test_three_refused_tries_fail_and_retry_sends_again():
     """Three `503`s (a proxy refuses the sends) fail a message after three tries with backoff; `retry(localId)` sends it
     again once the server takes it."""
-    directory = setup()
-    with pigeonweb.static_origin(directory) as origin:
-        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-retry")
-        try:
-            alice = server.register("alice-" + suffix())
-            bob = server.register("bob-" + suffix())
-            cid = conversation(server, alice, bob)
-            refusing = {"on": True}
-            refusals = []
+    with two_users("pigeonjs-retry") as (directory, origin, server, alice, bob, cid):
+        refusing = {"on": True}
+        refusals = []
 
-            def refuse(method, path):
-                if refusing["on"] and method == "POST" and path.endswith("/messages"):
-                    refusals.append(time.monotonic())
-                    return answer(503, "Service Unavailable", origin)
-                return None
+        def refuse(method, path):
+            if refusing["on"] and method == "POST" and path.endswith("/messages"):
+                refusals.append(time.monotonic())
+                return answer(503, "Service Unavailable", origin)
+            return None
 
-            with proxy(server, refuse) as base, pigeonweb.browser() as browser:
-                a = App(browser.new_context(), origin, Through(server, base), alice)
-                a.wait_state("online")
-                refused = a.send(cid, "refused three times")
-                a.wait_status(refused["localId"], "failed")
-                check(len(refusals) == 3, f"{len(refusals)} tries, not 3")
-                gaps = [later - earlier for earlier, later in zip(refusals, refusals[1:])]
-                check(0.4 <= gaps[0] and 0.9 <= gaps[1], f"no backoff between the tries: {gaps}")
-                failed = a.js("(id) => window.client.message(id)", refused["localId"])
-                check(failed["error"]["code"] == "overloaded", f"the failure: {failed['error']}")
-                refusing["on"] = False
-                a.js("(id) => window.client.retry(id)", refused["localId"])
-                a.wait_status(refused["localId"], "stored", "delivered", "read")
-                paths = a.status_paths()[refused["localId"]]
-                check(paths[:4] == ["pending", "sending", "failed", "pending"], f"failed, then pending by retry: {paths}")
-                bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == ["refused three times"], f"the server has {bodies}")
-                a.check_clean()
-        finally:
-            server.stop()
+        with proxy(server, refuse) as base, pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, Through(server, base), alice)
+            a.wait_state("online")
+            refused = a.send(cid, "refused three times")
+            a.wait_status(refused["localId"], "failed")
+            check(len(refusals) == 3, f"{len(refusals)} tries, not 3")
+            gaps = [later - earlier for earlier, later in zip(refusals, refusals[1:])]
+            check(0.4 <= gaps[0] and 0.9 <= gaps[1], f"no backoff between the tries: {gaps}")
+            failed = a.js("(id) => window.client.message(id)", refused["localId"])
+            check(failed["error"]["code"] == "overloaded", f"the failure: {failed['error']}")
+            refusing["on"] = False
+            a.js("(id) => window.client.retry(id)", refused["localId"])
+            a.wait_status(refused["localId"], "stored", "delivered", "read")
+            paths = a.status_paths()[refused["localId"]]
+            check(paths[:4] == ["pending", "sending", "failed", "pending"], f"failed, then pending by retry: {paths}")
+            bodies = [m["body"] for m in history(server, alice, cid)]
+            check(bodies == ["refused three times"], f"the server has {bodies}")
+            a.check_clean()
 
 
 def test_two_tabs_of_one_device():
-    directory = setup()
-    with pigeonweb.static_origin(directory) as origin:
-        server = pigeonweb.Server("--cors-origin", origin, name="pigeonjs-tabs")
-        try:
-            alice = server.register("alice-" + suffix())
-            bob = server.register("bob-" + suffix())
-            cid = conversation(server, alice, bob)
-            with pigeonweb.browser() as browser:
-                context = browser.new_context()
-                first = App(context, origin, server, alice)
-                second = App(context, origin, server, alice)
-                first.wait_state("online")
-                leaders = [first.js("() => window.client.isLeader"), second.js("() => window.client.isLeader")]
-                check(leaders == [True, False], f"exactly the first tab leads: {leaders}")
-                second.wait("the follower knows the leader is online", "() => window.client.state === 'online'")
-                b = App(browser.new_context(), origin, server, bob)
-                b.wait_state("online")
-                sent = []
-                for n in range(6):
-                    tab = second if n % 2 == 0 else first
-                    sent.append(tab.send(cid, f"tab message {n}"))
-                for m in sent:
-                    first.wait_status(m["localId"], "stored", "delivered", "read")
-                    second.wait_status(m["localId"], "stored", "delivered", "read")
-                expected = [f"tab message {n}" for n in range(6)]
-                b.wait_received(expected)
-                check(b.received() == expected, f"bob got {b.received()}")
-                check(second.posts == [] and sorted(first.posts) == sorted(m["clientMessageId"] for m in sent) and len(first.posts) == 6,
-                      f"only the leader posts, each once: leader {len(first.posts)}, follower {len(second.posts)}")
-                check(second.sockets == [] and len(first.sockets) == 1, f"one stream: {first.sockets} {second.sockets}")
-                # The follower heard the statuses of its own sends through the channel.
-                follower_statuses = {e["message"]["localId"] for e in second.events("status")}
-                check({m["localId"] for m in sent[0::2]} <= follower_statuses, "the follower did not hear its sends' statuses")
-                # The follower hears bob's messages too.
-                b.send(cid, "to both tabs")
-                second.wait_received(["to both tabs"])
-                first.wait_received(["to both tabs"])
-                # The leader's tab closes: the other one takes over and sends.
-                first.page.close()
-                second.wait("the second tab leads", "() => window.client.isLeader === true")
-                second.wait_state("online")
-                last = second.send(cid, "after the handover")
-                second.wait_status(last["localId"], "stored", "delivered", "read")
-                b.wait_received(["after the handover"])
-                bodies = [m["body"] for m in history(server, alice, cid)]
-                check(bodies == expected + ["to both tabs", "after the handover"], f"the server has {bodies}")
-                check(b.received().count("after the handover") == 1, "the handover sent twice")
-                second.check_clean()
-                b.check_clean()
-        finally:
-            server.stop()
+    with two_users("pigeonjs-tabs") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            context = browser.new_context()
+            first = App(context, origin, server, alice)
+            second = App(context, origin, server, alice)
+            first.wait_state("online")
+            leaders = [first.js("() => window.client.isLeader"), second.js("() => window.client.isLeader")]
+            check(leaders == [True, False], f"exactly the first tab leads: {leaders}")
+            second.wait("the follower knows the leader is online", "() => window.client.state === 'online'")
+            b = App(browser.new_context(), origin, server, bob)
+            b.wait_state("online")
+            sent = []
+            for n in range(6):
+                tab = second if n % 2 == 0 else first
+                sent.append(tab.send(cid, f"tab message {n}"))
+            for m in sent:
+                first.wait_status(m["localId"], "stored", "delivered", "read")
+                second.wait_status(m["localId"], "stored", "delivered", "read")
+            expected = [f"tab message {n}" for n in range(6)]
+            b.wait_received(expected)
+            check(b.received() == expected, f"bob got {b.received()}")
+            check(second.posts == [] and sorted(first.posts) == sorted(m["clientMessageId"] for m in sent) and len(first.posts) == 6,
+                  f"only the leader posts, each once: leader {len(first.posts)}, follower {len(second.posts)}")
+            check(second.sockets == [] and len(first.sockets) == 1, f"one stream: {first.sockets} {second.sockets}")
+            # The follower heard the statuses of its own sends through the channel.
+            follower_statuses = {e["message"]["localId"] for e in second.events("status")}
+            check({m["localId"] for m in sent[0::2]} <= follower_statuses, "the follower did not hear its sends' statuses")
+            # The follower hears bob's messages too.
+            b.send(cid, "to both tabs")
+            second.wait_received(["to both tabs"])
+            first.wait_received(["to both tabs"])
+            # The leader's tab closes: the other one takes over and sends.
+            first.page.close()
+            second.wait("the second tab leads", "() => window.client.isLeader === true")
+            second.wait_state("online")
+            last = second.send(cid, "after the handover")
+            second.wait_status(last["localId"], "stored", "delivered", "read")
+            b.wait_received(["after the handover"])
+            bodies = [m["body"] for m in history(server, alice, cid)]
+            check(bodies == expected + ["to both tabs", "after the handover"], f"the server has {bodies}")
+            check(b.received().count("after the handover") == 1, "the handover sent twice")
+            second.check_clean()
+            b.check_clean()
 
 
 if __name__ == "__main__":
