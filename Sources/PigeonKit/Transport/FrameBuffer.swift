@@ -24,7 +24,7 @@ final class FrameBuffer: Sendable {
 
     private let state = NIOLockedValueBox(State())
 
-    init(capacity: Int = 2_000) {
+    init(capacity: Int = 500) {
         self.capacity = capacity
     }
 
