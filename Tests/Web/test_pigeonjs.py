@@ -378,6 +378,36 @@ def test_offline_sends_survive_a_closed_tab_and_go_once_in_order():
             b.check_clean()
 
 
+def test_a_read_marked_offline_goes_out_after_a_reload():
+    """markRead is local-first: offline it moves the device's own watermark at once (nothing reaches the server), and
+    the receipt goes out after a reload, once online: only then does the sender's message turn read."""
+    with two_users("pigeonjs-offline-read") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, server, alice)
+            bob_context = browser.new_context()
+            b = App(bob_context, origin, server, bob)
+            a.wait_state("online")
+            b.wait_state("online")
+            sent = a.send(cid, "read me later")
+            b.wait_received(["read me later"])
+            a.wait_status(sent["localId"], "delivered")
+            bob_context.set_offline(True)
+            b.wait_state("offline")
+            marks = b.js("(id) => window.client.markRead(id)", cid)
+            check(marks is not None and marks["readSeq"] >= 1, f"the read shows on the device at once, offline: {marks}")
+            time.sleep(1.0)
+            check(a.js("(id) => window.client.message(id).then((m) => m.status)", sent["localId"]) == "delivered",
+                  "no read before bob's receipt reached the server")
+            # It used to throw `network` offline and leave nothing to send later.
+            b.page.close()
+            bob_context.set_offline(False)
+            again = App(bob_context, origin, server, bob)
+            a.wait_status(sent["localId"], "read")
+            missing = again.js("() => window.client.markRead('no-such-conversation').then(() => 'resolved', (e) => e.code)")
+            check(missing == "not_found", f"a conversation the device does not have is a clear error: {missing}")
+            a.check_clean()
+
+
 def test_server_restart_and_a_reload_while_it_is_down():
     with two_users("pigeonjs-restart") as (directory, origin, server, alice, bob, cid):
         # A copy of the module on the app's origin: the app reloads while the server is down.
@@ -635,6 +665,7 @@ if __name__ == "__main__":
         test_module_is_served_and_imports_from_another_origin,
         test_send_and_receive_between_two_users,
         test_offline_sends_survive_a_closed_tab_and_go_once_in_order,
+        test_a_read_marked_offline_goes_out_after_a_reload,
         test_server_restart_and_a_reload_while_it_is_down,
         test_a_withheld_event_is_fetched_from_history_at_once,
         test_a_refused_websocket_falls_back_to_server_sent_events,

@@ -130,6 +130,7 @@ export declare class PigeonClient extends EventTarget {
 
     createConversation(members: string[], options?: { name?: string | null }): Promise<Conversation>;
     refreshConversations(): Promise<Conversation[]>;
+    /** Marks read at once on the device (offline too); the receipt goes out from the leader when online. */
     markRead(conversationId: string, upToSeq?: number): Promise<{ deliveredSeq: number; readSeq: number } | undefined>;
     typing(conversationId: string, active?: boolean): Promise<void>;
     react(conversationId: string, serverId: string, key: string): Promise<Reaction[]>;

@@ -233,6 +233,8 @@ export class PigeonClient extends EventTarget {
     #outboxTimer = null;
     #gapTimers = new Map();
     #receiptTimers = new Map();
+    #flushingReads = false;
+    #readsAgain = false;
     #onlineListener = () => this.#browserOnline();
     #offlineListener = () => this.#browserOffline();
 
@@ -432,14 +434,24 @@ export class PigeonClient extends EventTarget {
         return this.conversations();
     }
 
-    /** Marks the conversation read up to `upToSeq` (default: every message this device has). */
+    /**
+     * Marks the conversation read up to `upToSeq` (default: every message this device has): at once on the device, and
+     * offline too. The read watermark is saved with the conversation and its receipt goes out from the leader tab when
+     * online (after a reload too), like a send; the server's answer then confirms it. Resolves with this user's
+     * watermarks as the device has them. Throws `not_found` for a conversation the device does not have and
+     * `invalid_request` for a seq that is not a whole number.
+     */
     async markRead(conversationId, upToSeq) {
         const conversation = await this.conversation(conversationId);
-        const seq = upToSeq ?? conversation?.contiguousSeq ?? 0;
-        if (seq < 1) return;
-        const watermarks = await this.#call("POST", `/v1/conversations/${conversationId}/receipts`, { kind: "read", upToSeq: seq });
-        await this.#applyWatermark(conversationId, this.userId, "read", watermarks.readSeq);
-        return watermarks;
+        if (!conversation) throw new PigeonError("not_found", `the device has no conversation ${conversationId}`);
+        const seq = upToSeq ?? conversation.contiguousSeq ?? 0;
+        if (!Number.isSafeInteger(seq) || seq < 0) throw new PigeonError("invalid_request", "upToSeq must be a whole number ≥ 0");
+        if (seq < 1) return undefined;
+        await this.#store.update("conversations", conversationId, (c) => c && { ...c, readToSend: Math.max(c.readToSend ?? 0, seq) });
+        await this.#applyWatermark(conversationId, this.userId, "read", seq);
+        this.#outboxChanged();
+        const me = (await this.conversation(conversationId))?.members?.find((m) => m.userId === this.userId);
+        return { deliveredSeq: me?.deliveredSeq ?? seq, readSeq: me?.readSeq ?? seq };
     }
 
     /** Shows (or stops showing) this user typing in a conversation; the server ends it by itself after 10 s. */
@@ -938,6 +950,7 @@ export class PigeonClient extends EventTarget {
      */
     async #pumpOutbox() {
         if (!this.#leader || !this.#started || this.#state !== "online") return;
+        this.#flushReads();
         const items = await this.#store.getAll("outbox");
         const heads = new Map();
         for (const item of items) if (!heads.has(item.conversationId)) heads.set(item.conversationId, item);
@@ -956,6 +969,39 @@ export class PigeonClient extends EventTarget {
         }
         clearTimeout(this.#outboxTimer);
         if (soonest !== Infinity) this.#outboxTimer = setTimeout(() => this.#pumpOutbox(), soonest - Date.now());
+    }
+
+    /**
+     * The read receipts `markRead` saved that the server has not confirmed, one request per conversation (the leader,
+     * online). A network failure leaves them for the next pump (a reconnection's); a refusal (`4xx` other than `401` and
+     * `429`: the user left, say) drops the receipt, which no retry could make acceptable.
+     */
+    async #flushReads() {
+        if (this.#flushingReads) {
+            this.#readsAgain = true;
+            return;
+        }
+        this.#flushingReads = true;
+        try {
+            do {
+                this.#readsAgain = false;
+                for (const conversation of await this.#store.getAll("conversations")) {
+                    const seq = conversation.readToSend ?? 0;
+                    if (seq <= (conversation.readSent ?? 0)) continue;
+                    let confirmed = null;
+                    try {
+                        confirmed = await this.#call("POST", `/v1/conversations/${conversation.id}/receipts`, { kind: "read", upToSeq: seq });
+                    } catch (error) {
+                        const refused = error.status >= 400 && error.status < 500 && error.status !== 401 && error.status !== 429;
+                        if (!refused) return;
+                    }
+                    await this.#store.update("conversations", conversation.id, (c) => c && { ...c, readSent: Math.max(c.readSent ?? 0, seq) });
+                    if (confirmed) await this.#applyWatermark(conversation.id, this.userId, "read", confirmed.readSeq);
+                }
+            } while (this.#readsAgain && this.#state === "online");
+        } finally {
+            this.#flushingReads = false;
+        }
     }
 
     /** One try of an outbox item over HTTP; the `202`/`200` is the ack (10 s without one is a failed try). */
