@@ -163,6 +163,7 @@ let package = Package(
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: .when(platforms: [.linux, .android, .windows, .openbsd])),
+                .product(name: "NIOTLS", package: "swift-nio", condition: .when(platforms: [.linux, .android, .windows, .openbsd])),
                 .product(
                     name: "NIOTransportServices", package: "swift-nio-transport-services",
                     condition: .when(platforms: [.macOS, .iOS, .tvOS, .watchOS, .visionOS])),

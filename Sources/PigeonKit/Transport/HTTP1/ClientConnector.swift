@@ -9,6 +9,7 @@ import Security
 #else
 import NIOPosix
 import NIOSSL
+import NIOTLS
 #endif
 
 /// Opens PigeonKit's TCP connections, with TLS for `https`/`wss`: through the system's TLS (Network.framework, by
@@ -32,23 +33,85 @@ enum ClientConnector {
         return try await bootstrap.connect(host: server.host, port: server.port, channelInitializer: initializer)
         #else
         let tls = server.secure ? try context(for: trust) : nil
-        return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let handshake = NIOLockedValueBox<PendingHandshake?>(nil)
+        let output = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(TimeAmount(timeout))
             .channelOption(.allowRemoteHalfClosure, value: false)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .connect(host: server.host, port: server.port) { channel in
+            .connect(host: server.host, port: server.port) { (channel: any Channel) -> EventLoopFuture<Output> in
                 do {
                     if let tls {
+                        let watcher = TLSHandshakeWatcher(promise: channel.eventLoop.makePromise())
                         try channel.pipeline.syncOperations.addHandler(
                             NIOSSLClientHandler(context: tls, serverHostname: server.serverName))
+                        try channel.pipeline.syncOperations.addHandler(watcher)
+                        let pending = PendingHandshake(channel: channel, done: watcher.promise.futureResult)
+                        handshake.withLockedValue { $0 = pending }
                     }
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
                 return initializer(channel)
             }
+        // The connection is usable once TLS is: a refused certificate fails here, named, instead of closing the
+        // connection under the first request (which then only learns that it closed).
+        if let pending = handshake.withLockedValue({ $0 }) {
+            let (channel, done) = (pending.channel, pending.done)
+            let deadline = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) { channel.close(promise: nil) }
+            defer { deadline.cancel() }
+            try await withTaskCancellationHandler {
+                try await done.get()
+            } onCancel: {
+                channel.close(promise: nil)
+            }
+        }
+        return output
         #endif
     }
+
+    #if !canImport(Network)
+    /// A TLS connection's handshake, awaited before the connection is handed out.
+    private struct PendingHandshake: Sendable {
+        var channel: any Channel
+        var done: EventLoopFuture<Void>
+    }
+
+    /// Completes `promise` when the TLS handshake does, or fails it with the handshake's error (or the connection's end).
+    private final class TLSHandshakeWatcher: ChannelInboundHandler, RemovableChannelHandler {
+        typealias InboundIn = NIOAny
+        let promise: EventLoopPromise<Void>
+        private var done = false
+
+        init(promise: EventLoopPromise<Void>) {
+            self.promise = promise
+        }
+
+        func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+            if let event = event as? TLSUserEvent, case .handshakeCompleted = event { complete(nil) }
+            context.fireUserInboundEventTriggered(event)
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+            complete(error)
+            context.fireErrorCaught(error)
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            complete(ChannelError.eof)
+            context.fireChannelInactive()
+        }
+
+        func handlerRemoved(context: ChannelHandlerContext) {
+            complete(ChannelError.ioOnClosedChannel)
+        }
+
+        private func complete(_ error: (any Error)?) {
+            guard !done else { return }
+            done = true
+            if let error { promise.fail(error) } else { promise.succeed() }
+        }
+    }
+    #endif
 
     #if canImport(Network)
     /// The system's TLS, trusting `trust`'s certificates besides the system's roots.
