@@ -26,7 +26,7 @@ extension HTTPTransport {
         let head: HTTPResponseHead
         let bytes: ByteBuffer
         do {
-            try checkAddress()
+            let server = try address()
             let file = try FileChunks(path: path, size: size)
             defer { file.close() }
             var request = HTTP1Request(method: .POST, uri: basePath + route + "?name=" + query)
@@ -66,7 +66,7 @@ extension HTTPTransport {
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         var deadline = requestTimeout
         do {
-            try checkAddress()
+            let server = try address()
             return try await http.execute(
                 request, on: server, trust: trust, connectTimeout: connectTimeout, timeout: requestTimeout,
                 bodyTimeout: { head in

@@ -9,8 +9,9 @@ import PigeonProtocol
 /// stream over a WebSocket (``WebSocketConnector``, ``WebSocketSession``) or as server-sent events.
 package struct HTTPTransport: PigeonTransport {
     let baseURL: String
-    /// The server's address; requests go to its path (a server behind a path prefix keeps it) plus the API's.
-    let server: ServerAddress
+    /// The server's address (`nil`: the URL is not `http`/`https` with a host, and every request fails saying so);
+    /// requests go to its path (a server behind a path prefix keeps it) plus the API's.
+    private let parsedServer: ServerAddress?
     let basePath: String
     let trust: TLSTrust
     let token: String
@@ -31,9 +32,8 @@ package struct HTTPTransport: PigeonTransport {
         var base = baseURL.absoluteString
         while base.hasSuffix("/") { base.removeLast() }
         self.baseURL = base
-        // An address that does not parse fails each request with a clear error (see `call`).
-        self.server = ServerAddress(base) ?? ServerAddress("http://invalid.invalid")!
-        var path = self.server.uri
+        self.parsedServer = ServerAddress(base)
+        var path = parsedServer?.uri ?? ""
         if let query = path.firstIndex(of: "?") { path = String(path[..<query]) }
         while path.hasSuffix("/") { path.removeLast() }
         self.basePath = path
@@ -131,8 +131,7 @@ package struct HTTPTransport: PigeonTransport {
     /// ``PigeonClientError`` (network or timeout).
     func execute(_ request: HTTP1Request, route: String, limit: Int = 16 << 20) async throws -> (HTTPResponseHead, ByteBuffer) {
         do {
-            try checkAddress()
-            return try await http.execute(request, on: server, trust: trust, connectTimeout: connectTimeout, timeout: requestTimeout) { head, body in
+            return try await http.execute(request, on: address(), trust: trust, connectTimeout: connectTimeout, timeout: requestTimeout) { head, body in
                 (head, try await body.collect(upTo: limit))
             }
         } catch {
@@ -140,9 +139,10 @@ package struct HTTPTransport: PigeonTransport {
         }
     }
 
-    /// The server URL must be `http` or `https` with a host.
-    func checkAddress() throws {
-        guard ServerAddress(baseURL) != nil else { throw PigeonClientError(.network, "\(baseURL) is not an http or https URL") }
+    /// The server's address; throws when the server URL is not `http` or `https` with a host.
+    func address() throws -> ServerAddress {
+        guard let parsedServer else { throw PigeonClientError(.network, "\(baseURL) is not an http or https URL") }
+        return parsedServer
     }
 
     static func serverError(status: Int, headers: HTTPHeaders, body: ByteBuffer) -> PigeonClientError {

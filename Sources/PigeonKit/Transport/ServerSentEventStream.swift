@@ -26,9 +26,8 @@ final class ServerSentEventStream: EventStreamConnection {
         request.headers.add(name: "Accept", value: "text/event-stream")
         let runTask = Task {
             do {
-                try transport.checkAddress()
                 try await transport.http.execute(
-                    request, on: transport.server, trust: transport.trust, connectTimeout: timeout, timeout: nil
+                    request, on: transport.address(), trust: transport.trust, connectTimeout: timeout, timeout: nil
                 ) { head, body in
                     guard head.status == .ok else {
                         throw HTTPTransport.serverError(status: Int(head.status.code), headers: head.headers, body: try await body.collect(upTo: 1 << 20))
