@@ -104,6 +104,34 @@ final class ServerProcess: @unchecked Sendable {
     var client: PigeonTestClient { PigeonTestClient(port: port) }
     var isRunning: Bool { process.isRunning }
 
+    /// The process's user and system CPU time so far, from `/proc/<pid>/stat`: its own, whatever else this test
+    /// process runs meanwhile.
+    var cpuTime: Duration {
+        get throws {
+            let text = try String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8)
+            // The fields after the command name (which may hold spaces), from the third: utime and stime are the 14th
+            // and 15th of the line.
+            guard let end = text.lastIndex(of: ")") else { throw TestFailure("unexpected /proc stat: \(text)") }
+            let fields = text[text.index(after: end)...].split(separator: " ")
+            guard fields.count > 12, let user = Int64(fields[11]), let system = Int64(fields[12]) else {
+                throw TestFailure("unexpected /proc stat: \(text)")
+            }
+            let ticksPerSecond = Int64(sysconf(Int32(_SC_CLK_TCK)))
+            return .milliseconds((user + system) * 1000 / ticksPerSecond)
+        }
+    }
+
+    /// The process's resident memory in bytes, from `/proc/<pid>/statm`.
+    var residentBytes: Int {
+        get throws {
+            let text = try String(contentsOfFile: "/proc/\(process.processIdentifier)/statm", encoding: .utf8)
+            guard let pages = text.split(separator: " ").dropFirst().first.flatMap({ Int($0) }) else {
+                throw TestFailure("unexpected /proc statm: \(text)")
+            }
+            return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+        }
+    }
+
     func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
     /// Sends `signal` and waits for the process to end; returns its exit status.

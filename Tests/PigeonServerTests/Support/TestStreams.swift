@@ -540,20 +540,12 @@ final class RawStreamSocket: Sendable {
     }
 }
 
-/// What this test process uses: its resident memory and CPU time (the server runs in it).
+/// What this test process uses: its resident memory (an in-process server runs in it).
 enum ProcessUsage {
     /// Resident memory in bytes, from `/proc/self/statm`.
     static var residentBytes: Int {
         let text = (try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? ""
         let pages = text.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
         return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
-    }
-
-    /// User and system CPU time so far.
-    static var cpuTime: Duration {
-        var usage = rusage()
-        getrusage(RUSAGE_SELF.rawValue, &usage)
-        let micros = Int64(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + Int64(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
-        return .microseconds(micros)
     }
 }
