@@ -178,6 +178,13 @@ public struct FileBackedMemory: Codable, Sendable {
     public var executable: UInt64
     public var swiftRuntimeAndFoundation: UInt64
     public var otherLibraries: UInt64
+    /// Each mapped file's resident bytes, by file name (the executable's included).
+    public var byFile: [String: UInt64] = [:]
+
+    /// The `count` files with the most resident bytes, most first.
+    public func largest(_ count: Int) -> [(name: String, bytes: UInt64)] {
+        byFile.sorted { $0.value > $1.value }.prefix(count).map { (name: $0.key, bytes: $0.value) }
+    }
 
     /// Toolchain libraries: the Swift runtime, its concurrency and Foundation libraries, Dispatch.
     private static let runtimePrefixes = ["libswift", "libFoundation", "lib_Foundation", "libdispatch", "libBlocksRuntime"]
@@ -195,6 +202,7 @@ public struct FileBackedMemory: Codable, Sendable {
             } else if fields.first == "Rss:", fields.count >= 2, let kibibytes = UInt64(fields[1]), !path.isEmpty {
                 let bytes = kibibytes * 1024
                 let name = path.split(separator: "/").last.map(String.init) ?? ""
+                memory.byFile[name, default: 0] += bytes
                 if path == executable {
                     memory.executable += bytes
                 } else if runtimePrefixes.contains(where: { name.hasPrefix($0) }) {

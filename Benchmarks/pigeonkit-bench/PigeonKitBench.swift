@@ -187,6 +187,8 @@ struct PigeonKitBench: AsyncParsableCommand {
         if let files = device.fileBackedAfterLoads {
             say("      its file-backed part:           the executable \(Format.megabytes(files.executable)), the Swift runtime and")
             say("                                      Foundation \(Format.megabytes(files.swiftRuntimeAndFoundation)), other libraries \(Format.megabytes(files.otherLibraries))")
+            let largest = files.largest(6).map { "\($0.name) \(Format.megabytes($0.bytes))" }
+            say("      largest files:                  \(largest.joined(separator: ", "))")
         }
         say("    peak (VmHWM):                     \(Format.megabytes(device.memoryAfterLoads?.peak))")
         say("    (this process, with the server:   \(Format.memory(.now)))")
