@@ -8,6 +8,9 @@ the module from the server and drives a `PigeonClient` through `page.evaluate`, 
   only up to `read`, on the server's evidence; a reply, a reaction, typing and an attachment reach the other side;
   bad input is refused (`invalid_request`) and saves nothing.
 - Offline: sends saved offline survive the tab being closed, and go out when a new tab opens online: once each, in order.
+- Reactions are local-first: made offline they show at once, an add and a remove not yet sent cancel, bad input is
+  refused, and after a reload the rest go out once each, in order; one the server refuses (its message deleted
+  meanwhile) is dropped with its error.
 - A server restart mid-conversation: both clients reconnect; sends made while it is down survive a reload (the module
   loaded from a copy on the app's origin), and go out once each, in order, when it is back.
 - A withheld `message.new` (the SDK's `debug.dropEvent` hook): the next message's seq shows the gap and the SDK fetches
@@ -88,6 +91,7 @@ class App:
         self.page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
         self.page.on("console", self._console)
         self.posts = []
+        self.reaction_requests = []
         self.page.on("request", self._request)
         self.sockets = []
         self.page.on("websocket", lambda socket: self.sockets.append(socket.url))
@@ -122,6 +126,9 @@ class App:
     def _request(self, request):
         if request.method == "POST" and request.url.endswith("/messages"):
             self.posts.append(json.loads(request.post_data)["clientMessageId"])
+        if "/reactions/" in request.url and request.method in ("PUT", "DELETE"):
+            key = urllib.parse.unquote(request.url.rsplit("/reactions/", 1)[1].split("?")[0])
+            self.reaction_requests.append((request.method, key))
 
     def js(self, expression, arg=None):
         return self.page.evaluate(expression, arg)
@@ -262,6 +269,19 @@ def test_module_is_served_and_imports_from_another_origin():
                     check(table == TABLE, f"the status machine differs from PigeonKit's: {table}")
                     server_failed = app.js("(evidence) => evidence.map((e) => window.sdk.applyEvidence('failed', e, false))", EVIDENCE)
                     check(server_failed == SERVER_FAILED, f"a server failure is not final: {server_failed}")
+                    # The shown aggregate: the server's with pending changes applied in order, each counted once.
+                    for server_side, pending, expected in [
+                        ([{"key": "👍", "count": 2, "me": False}], [{"key": "👍", "add": True}, {"key": "👍", "add": True}],
+                         [{"key": "👍", "count": 3, "me": True}]),
+                        ([{"key": "👍", "count": 1, "me": True}], [{"key": "👍", "add": False}, {"key": "🎉", "add": True}],
+                         [{"key": "🎉", "count": 1, "me": True}]),
+                        ([{"key": "👍", "count": 2, "me": True}, {"key": "🎉", "count": 1, "me": False}],
+                         [{"key": "👍", "add": False}, {"key": "🎉", "add": False}],
+                         [{"key": "👍", "count": 1, "me": False}, {"key": "🎉", "count": 1, "me": False}]),
+                        (None, None, []),
+                    ]:
+                        shown = app.js("([r, p]) => window.sdk.withPendingReactions(r, p)", [server_side, pending])
+                        check(shown == expected, f"withPendingReactions({server_side}, {pending}) = {shown}, not {expected}")
                     imported = app.js("() => window.sdk.VERSION")
                     check(imported == version.group(1).decode(), f"the imported VERSION is {imported!r}")
                     check(not app.problems, f"problems: {app.problems}")
@@ -406,6 +426,93 @@ def test_a_read_marked_offline_goes_out_after_a_reload():
             missing = again.js("() => window.client.markRead('no-such-conversation').then(() => 'resolved', (e) => e.code)")
             check(missing == "not_found", f"a conversation the device does not have is a clear error: {missing}")
             a.check_clean()
+
+
+def reactions_on_server(server, device, cid, server_id):
+    answer = pigeonweb.request("GET", server.url(f"/v1/conversations/{cid}/messages/{server_id}/reactions"), token=device["token"])
+    check(answer.status == 200, f"the reactions list answered {answer.status}")
+    return sorted((user["userId"], user["key"]) for user in answer.json()["users"])
+
+
+def test_reactions_made_offline_net_out_and_go_after_a_reload():
+    """react/unreact are local-first, like a send: offline the device's aggregate shows them at once (`me`), an add
+    and a remove of one key that have not gone out cancel (nothing is ever sent for them), bad input is refused and
+    saves nothing, and after a reload, once online, the rest go out once each, in order; the other user's device then
+    shows the server's aggregate."""
+    with two_users("pigeonjs-offline-reactions") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, server, alice)
+            bob_context = browser.new_context()
+            b = App(bob_context, origin, server, bob)
+            a.wait_state("online")
+            b.wait_state("online")
+            sent = a.send(cid, "react to me offline")
+            b.wait_received(["react to me offline"])
+            a.wait_status(sent["localId"], "stored", "delivered")
+            server_id = a.js("(id) => window.client.message(id).then((m) => m.serverId)", sent["localId"])
+            doomed = a.send(cid, "deleted while bob is away")
+            b.wait_received(["deleted while bob is away"])
+            a.wait_status(doomed["localId"], "stored", "delivered")
+            doomed_id = a.js("(id) => window.client.message(id).then((m) => m.serverId)", doomed["localId"])
+            bob_context.set_offline(True)
+            b.wait_state("offline")
+            react = "([c, s, k]) => window.client.react(c, s, k)"
+            shown = b.js(react, [cid, doomed_id, "🎉"])
+            check(shown == [{"key": "🎉", "count": 1, "me": True}], f"queued on the message alice deletes next: {shown}")
+            deleted = pigeonweb.request("POST", server.url(f"/v1/conversations/{cid}/messages/{doomed_id}/delete"),
+                                        {"clientMessageId": str(uuid.uuid4()), "clientTimestamp": int(time.time() * 1000)}, token=alice["token"])
+            check(deleted.status in (200, 202), f"alice's delete answered {deleted.status}")
+            unreact = "([c, s, k]) => window.client.unreact(c, s, k)"
+            shown = b.js(react, [cid, server_id, "👍"])
+            check(shown == [{"key": "👍", "count": 1, "me": True}], f"the reaction shows at once, offline: {shown}")
+            b.js(react, [cid, server_id, "❤️"])
+            shown = b.js(unreact, [cid, server_id, "❤️"])
+            check(shown == [{"key": "👍", "count": 1, "me": True}], f"❤️ added then removed offline is gone: {shown}")
+            shown = b.js(react, [cid, server_id, "party_parrot"])
+            check([r["key"] for r in shown] == ["👍", "party_parrot"], f"keys in order of first use: {shown}")
+            for bad, code in [("two words", "invalid_request"), ("", "invalid_request"), ("x" * 33, "invalid_request")]:
+                got = b.js(f"([c, s, k]) => window.client.react(c, s, k).then(() => 'resolved', (e) => e.code)", [cid, server_id, bad])
+                check(got == code, f"the key {bad!r} is refused with {code}: {got}")
+            got = b.js("([c, k]) => window.client.react(c, 'no-such-message', k).then(() => 'resolved', (e) => e.code)", [cid, "👍"])
+            check(got == "not_found", f"a message the device does not hold is not_found: {got}")
+            record = b.js("([c, body]) => window.client.messages(c).then((ms) => ms.find((m) => m.body === body))",
+                          [cid, "react to me offline"])
+            check([r["key"] for r in record["reactions"]] == ["👍", "party_parrot"], f"the stored aggregate: {record['reactions']}")
+            time.sleep(1.0)
+            check(reactions_on_server(server, alice, cid, server_id) == [], "nothing reached the server while bob was offline")
+            check(b.reaction_requests == [], f"no request went out offline: {b.reaction_requests}")
+            # The tab is closed; a new one opens online and the leader sends what the outbox holds.
+            b.page.close()
+            bob_context.set_offline(False)
+            again = App(bob_context, origin, server, bob)
+            expected = sorted([(bob["userId"], "👍"), (bob["userId"], "party_parrot")])
+            a.wait("alice's device shows bob's two reactions",
+                   """([id]) => window.client.message(id).then((m) => JSON.stringify(m.reactions) ===
+                      JSON.stringify([{key: "👍", count: 1, me: false}, {key: "party_parrot", count: 1, me: false}]))""",
+                   [sent["localId"]])
+            check(reactions_on_server(server, alice, cid, server_id) == expected, "the server holds exactly 👍 and party_parrot")
+            # The 🎉 on the message deleted meanwhile is refused (409): dropped, with its error, the aggregate back to none.
+            again.wait("the refused 🎉 is dropped",
+                       """([c, id]) => window.client.messages(c).then((ms) => { const m = ms.find((m) => m.serverId === id);
+                          return m && m.reactions.length === 0 && (m.pendingReactions ?? []).length === 0; })""", [cid, doomed_id])
+            refused = [e for e in again.events("reaction") if e.get("error")]
+            check([(e["key"], e["error"]["code"]) for e in refused] == [("🎉", "conflict")], f"the refusal is announced: {refused}")
+            check(sorted(again.reaction_requests) == sorted([("PUT", "🎉"), ("PUT", "👍"), ("PUT", "party_parrot")]),
+                  f"each went out once, ❤️ never: {again.reaction_requests}")
+            check([r for r in again.reaction_requests if r[1] != "🎉"] == [("PUT", "👍"), ("PUT", "party_parrot")],
+                  f"one message's reactions in order: {again.reaction_requests}")
+            again.wait("bob's own aggregate is the server's",
+                       """([c]) => window.client.messages(c).then((ms) => { const m = ms.find((m) => m.body === "react to me offline");
+                          return JSON.stringify(m.reactions) === JSON.stringify([{key: "👍", count: 1, me: true}, {key: "party_parrot", count: 1, me: true}])
+                            && (m.pendingReactions ?? []).length === 0; })""", [cid])
+            # Online, an unreact goes out at once and alice's device follows.
+            again.js(unreact, [cid, server_id, "party_parrot"])
+            a.wait("alice's device drops party_parrot",
+                   """([id]) => window.client.message(id).then((m) => JSON.stringify(m.reactions) === JSON.stringify([{key: "👍", count: 1, me: false}]))""",
+                   [sent["localId"]])
+            check(reactions_on_server(server, alice, cid, server_id) == [(bob["userId"], "👍")], "the server dropped party_parrot")
+            a.check_clean()
+            again.check_clean()
 
 
 def test_server_restart_and_a_reload_while_it_is_down():
@@ -666,6 +773,7 @@ if __name__ == "__main__":
         test_send_and_receive_between_two_users,
         test_offline_sends_survive_a_closed_tab_and_go_once_in_order,
         test_a_read_marked_offline_goes_out_after_a_reload,
+        test_reactions_made_offline_net_out_and_go_after_a_reload,
         test_server_restart_and_a_reload_while_it_is_down,
         test_a_withheld_event_is_fetched_from_history_at_once,
         test_a_refused_websocket_falls_back_to_server_sent_events,

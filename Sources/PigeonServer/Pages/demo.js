@@ -8,8 +8,8 @@
 //   delivered ✓✓ / read, blue ✓✓, once the other member's watermark reached its seq;
 //   failed ⚠️ when the server refused it (the error code), dead-lettered it, or transient errors used up 3 tries.
 // The SDK acknowledges delivered on arrival; the page sends read while its chat is looked at (client.markRead).
-// Every message carries its reactions (pills: the server's aggregate from the last `reaction` event, the device's own
-// highlighted; a click toggles it) and can be quoted by a reply. 📎 attaches a file: the page uploads it
+// Every message carries its reactions (pills: the server's aggregate from the last `reaction` event with this device's
+// own changes not yet confirmed, the user's own highlighted; a click toggles it, offline too) and can be quoted by a reply. 📎 attaches a file: the page uploads it
 // (client.upload, the token in the Authorization header) while its message waits ⏰, then hands the message to the
 // SDK with the upload's id; messages typed after it wait behind it. Attachments are fetched the same way
 // (client.attachment) into blob: URLs. The online switch stops a side's client (its stream closes, sends wait on the
@@ -262,7 +262,8 @@
       client.addEventListener("typing", (event) => this.onTyping(event.detail));
       client.addEventListener("reaction", (event) => {
         const reaction = event.detail;
-        this.wireLog("←", `reaction ${reaction.userId} ${reaction.action} ${reaction.key} on ${short(reaction.serverId)}`);
+        if (reaction.error) this.showError(`react ${reaction.key}: ${reaction.error.code}: ${reaction.error.message}`);
+        else if (!reaction.local) this.wireLog("←", `reaction ${reaction.userId} ${reaction.action} ${reaction.key} on ${short(reaction.serverId)}`);
         if (reaction.conversationId === conversationId) this.setReactions(reaction.serverId, reaction.reactions);
       });
       this.wireLog("→", `start (${this.transport === "websocket" ? "/v1/ws" : "/v1/events"})`);
@@ -888,15 +889,13 @@
 
     // PUT adds, DELETE removes (client.react / unreact). The answer holds the aggregate too, but the pills show the
     // reaction event of the stream: it comes in the stream's order, so a late answer cannot draw an older state.
+    // Reacting is local-first in the SDK, as sending is: the pills change at once (offline too) and the change goes
+    // out when the pane is online; the server's reaction events then set them.
     async react(serverId, key, action) {
-      if (!this.online) {
-        this.showError(`react ${key}: ${this.userId} is offline`);
-        return;
-      }
-      this.wireLog("→", `${action === "add" ? "PUT" : "DELETE"} reaction ${key} on ${short(serverId)}`);
+      this.wireLog("→", `${action === "add" ? "PUT" : "DELETE"} reaction ${key} on ${short(serverId)}${this.online ? "" : " (queued: offline)"}`);
       try {
         const reactions = await (action === "add" ? this.client.react(conversationId, serverId, key) : this.client.unreact(conversationId, serverId, key));
-        this.wireLog("←", `${action} ${key}: ${reactions.map((r) => `${r.key} ${r.count}`).join(", ") || "none"}`);
+        this.setReactions(serverId, reactions);
       } catch (error) {
         this.showError(`react ${key}: ${error.code}: ${error.message}`);
       }

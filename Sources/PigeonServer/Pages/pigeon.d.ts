@@ -12,6 +12,8 @@ export type StatusEvidence =
     | "dispatched" | "accepted" | "stored" | "deliveredToAll" | "readByAll" | "failedLocally" | "failedOnServer" | "retry";
 
 /** The status after `evidence`, or null when it changes nothing (PigeonKit's rules). */
+/** The aggregate a device shows: the server's with pending changes applied in order (each counted once). */
+export declare function withPendingReactions(reactions: Reaction[] | null | undefined, pending: Array<{ key: string; add: boolean }> | null | undefined): Reaction[];
 export declare function applyEvidence(status: MessageStatus, evidence: StatusEvidence, failureIsLocal?: boolean): MessageStatus | null;
 
 /** An error of a call: the server's error code, or `network`, `timeout`, `stopped`, `blocked`. */
@@ -55,7 +57,12 @@ export interface LocalMessage {
     storedAt?: number;
     /** `message.stored`'s count of the other members' devices online then (0: it waits in their mailbox). */
     recipientsOnline?: number;
+    /** The server's aggregate with this user's reactions not yet confirmed applied (`react`, `unreact`). */
     reactions: Reaction[];
+    /** This user's reaction changes the server has not confirmed, in order (`tried`: one went out at least once). */
+    pendingReactions?: Array<{ order: number; key: string; add: boolean; tried?: boolean }>;
+    /** The server's aggregate as last heard, while changes are pending. */
+    serverReactions?: Reaction[];
     replyTo: string | null;
     replyPreview?: { serverId: string; senderId: string; type: string; body: string; deleted: boolean } | null;
     threadRoot: string | null;
@@ -86,7 +93,12 @@ export interface PigeonEventMap {
     status: CustomEvent<{ message: LocalMessage; status: MessageStatus; previous: MessageStatus }>;
     receipt: CustomEvent<{ conversationId: string; userId: string; kind: "delivered" | "read"; upToSeq: number; at: number }>;
     typing: CustomEvent<{ conversationId: string; userId: string; active: boolean }>;
-    reaction: CustomEvent<{ conversationId: string; serverId: string; key: string; userId: string; action: "add" | "remove"; reactions: Reaction[]; at: number }>;
+    /**
+     * A message's reactions changed: the server's event, the answer to this device's change, or (`local`) the change
+     * made on this device and not yet sent. `reactions` is what the device shows; `error`: the server refused this
+     * device's change, which is dropped.
+     */
+    reaction: CustomEvent<{ conversationId: string; serverId: string; key: string; userId: string; action: "add" | "remove"; reactions: Reaction[]; at: number; local?: boolean; error?: { code: string; message: string } }>;
     conversation: CustomEvent<{ conversation: Conversation }>;
     connection: CustomEvent<{ state: ConnectionState; leader: boolean; transport: "websocket" | "sse" | null }>;
 }
@@ -133,6 +145,12 @@ export declare class PigeonClient extends EventTarget {
     /** Marks read at once on the device (offline too); the receipt goes out from the leader when online. */
     markRead(conversationId: string, upToSeq?: number): Promise<{ deliveredSeq: number; readSeq: number } | undefined>;
     typing(conversationId: string, active?: boolean): Promise<void>;
+    /**
+     * Local-first, like `send`: shown at once (offline too), sent by the leader when online, in order with the
+     * conversation's sends; an add and a remove of one key not yet sent cancel. Resolves with the reactions shown.
+     * Throws `invalid_request` (a key that is neither one emoji nor an app token), `not_found` (a message the device
+     * does not hold), `conflict` (a deleted message, or one of the server's own).
+     */
     react(conversationId: string, serverId: string, key: string): Promise<Reaction[]>;
     unreact(conversationId: string, serverId: string, key: string): Promise<Reaction[]>;
     thread(conversationId: string, rootServerId: string, options?: { after?: number; before?: number; limit?: number }):

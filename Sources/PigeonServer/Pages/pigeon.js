@@ -82,6 +82,46 @@ function backoff(attempt, baseMs, maxMs) {
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
+// MARK: - Reactions
+
+/** An app's reaction token; otherwise a key is one emoji. Either is at most 64 bytes of UTF-8 (the server's rule). */
+const APP_TOKEN = /^[a-z0-9_:+-]{1,32}$/;
+const EMOJI = /\p{Extended_Pictographic}|\p{Regional_Indicator}|\u20E3/u;
+
+/**
+ * Whether the server can take `key`: an app token, or a single grapheme with an emoji in it. What this lets through the
+ * server may still refuse (it checks the emoji exactly); a refused reaction is dropped then (see `react`).
+ */
+function isReactionKey(key) {
+    if (typeof key !== "string" || key === "" || new TextEncoder().encode(key).length > 64) return false;
+    if (APP_TOKEN.test(key)) return true;
+    if (!EMOJI.test(key)) return false;
+    if (typeof Intl.Segmenter !== "function") return true;
+    return [...new Intl.Segmenter(undefined, { granularity: "grapheme" }).segment(key)].length === 1;
+}
+
+/**
+ * The aggregate a device shows: the server's (`{key, count, me}`, keys in order of first use) with this user's changes
+ * that the server has not confirmed applied in order. Adding a key the user holds, or removing one it does not, changes
+ * nothing, so a change the server's aggregate already has is counted once.
+ */
+export function withPendingReactions(reactions, pending) {
+    const result = (reactions ?? []).map((reaction) => ({ ...reaction }));
+    for (const { key, add } of pending ?? []) {
+        const index = result.findIndex((reaction) => reaction.key === key);
+        const entry = index >= 0 ? result[index] : null;
+        if (add) {
+            if (entry?.me) continue;
+            if (entry) Object.assign(entry, { count: entry.count + 1, me: true });
+            else result.push({ key, count: 1, me: true });
+        } else if (entry?.me) {
+            if (entry.count <= 1) result.splice(index, 1);
+            else Object.assign(entry, { count: entry.count - 1, me: false });
+        }
+    }
+    return result;
+}
+
 // MARK: - The local store (IndexedDB)
 
 /**
@@ -463,21 +503,79 @@ export class PigeonClient extends EventTarget {
         await this.#call("POST", `/v1/conversations/${conversationId}/typing`, { active });
     }
 
-    /** Adds this user's reaction `key` (an emoji or an app token) to a message; resolves with its reactions. */
+    /**
+     * Adds this user's reaction `key` (one emoji, or an app token `[a-z0-9_:+-]{1,32}`) to a message the device holds
+     * (by its serverId). Local-first, like a send: the message's `reactions` show it at once, offline too, and the
+     * leader sends it when online, in order with the conversation's sends, after a reload too; an add and a remove of
+     * one key that have not gone out cancel each other. Resolves with the message's reactions as the device now shows
+     * them; the server's answer and its `reaction` events then set them. A reaction the server refuses (a deleted
+     * message, a key it does not take, too many keys) is dropped: the `reaction` event that gives the aggregate back
+     * carries its `error`.
+     */
     react(conversationId, serverId, key) {
-        return this.#reaction("PUT", conversationId, serverId, key);
+        return this.#queueReaction(conversationId, serverId, key, true);
     }
 
-    /** Removes this user's reaction `key` from a message; resolves with its reactions. */
+    /** Removes this user's reaction `key` from a message, local-first as `react` adds one. */
     unreact(conversationId, serverId, key) {
-        return this.#reaction("DELETE", conversationId, serverId, key);
+        return this.#queueReaction(conversationId, serverId, key, false);
     }
 
-    async #reaction(method, conversationId, serverId, key) {
-        const path = `/v1/conversations/${conversationId}/messages/${serverId}/reactions/${encodeURIComponent(key)}`;
-        const answer = await this.#call(method, path);
-        await this.#setReactions(serverId, answer.reactions);
-        return answer.reactions;
+    async #queueReaction(conversationId, serverId, key, add) {
+        this.#requireStarted();
+        if (typeof conversationId !== "string" || !UUID.test(conversationId)) {
+            throw new PigeonError("invalid_request", "conversationId must be a conversation's UUID");
+        }
+        if (typeof serverId !== "string" || serverId === "") throw new PigeonError("invalid_request", "serverId must be a message's serverId");
+        if (!isReactionKey(key)) {
+            throw new PigeonError("invalid_request", "a reaction key is one emoji or an app token [a-z0-9_:+-]{1,32}, at most 64 bytes");
+        }
+        const record = await this.#store.byIndex("messages", "serverId", serverId);
+        if (!record || record.conversationId !== conversationId) {
+            throw new PigeonError("not_found", `the device has no message ${serverId} in conversation ${conversationId}`);
+        }
+        if (record.deletedAt) throw new PigeonError("conflict", "a deleted message takes no reactions");
+        if (record.type?.startsWith("pigeon.")) throw new PigeonError("conflict", "the server's own messages take no reactions");
+        let shown = null;
+        let changed = false;
+        await this.#store.transaction(["messages", "outbox"], "readwrite", (s) => {
+            const request = s.messages.get(record.localId);
+            request.onsuccess = () => {
+                const current = request.result;
+                const pending = current.pendingReactions ?? [];
+                const base = pending.length > 0 ? current.serverReactions ?? [] : current.reactions ?? [];
+                const holds = (list) => withPendingReactions(base, list).find((reaction) => reaction.key === key)?.me === true;
+                const save = () => {
+                    Object.assign(current, { serverReactions: base, pendingReactions: pending, reactions: withPendingReactions(base, pending) });
+                    s.messages.put(current);
+                    shown = current.reactions;
+                    changed = true;
+                };
+                if (holds(pending) === add) {
+                    shown = withPendingReactions(base, pending);
+                    return;
+                }
+                // The opposite change not yet tried: both cancel, when that leaves what is asked for.
+                const last = pending.findLastIndex((change) => change.key === key);
+                if (last >= 0 && !pending[last].tried && holds(pending.toSpliced(last, 1)) === add) {
+                    s.outbox.delete(pending[last].order);
+                    pending.splice(last, 1);
+                    return save();
+                }
+                const put = s.outbox.put({ kind: "reaction", conversationId, serverId, key, add, notBefore: 0 });
+                put.onsuccess = () => {
+                    pending.push({ order: put.result, key, add });
+                    save();
+                };
+            };
+        });
+        if (changed) {
+            this.dispatchEvent(new CustomEvent("reaction", {
+                detail: { conversationId, serverId, key, userId: this.userId, action: add ? "add" : "remove", reactions: shown, at: Date.now(), local: true },
+            }));
+            this.#outboxChanged();
+        }
+        return shown;
     }
 
     /** A thread's root and replies (`{root, messages, hasMore}`), from the server. */
@@ -716,9 +814,10 @@ export class PigeonClient extends EventTarget {
                 return this.#announce("conversation", { conversation: await this.conversation(event.conversation.id) });
             case "typing":
                 return this.#announce("typing", event);
-            case "reaction":
-                await this.#setReactions(event.serverId, event.reactions);
-                return this.#announce("reaction", event);
+            case "reaction": {
+                const shown = await this.#setReactions(event.serverId, event.reactions);
+                return this.#announce("reaction", { ...event, reactions: shown ?? event.reactions });
+            }
             case "reset":
                 return this.#catchUp();
             case "ack": case "error":
@@ -762,6 +861,11 @@ export class PigeonClient extends EventTarget {
         if (existing) {
             await this.#store.update("messages", existing.localId, (record) => {
                 Object.assign(record, this.#fields(message));
+                if (message.reactions) {
+                    record.serverReactions = message.reactions;
+                    record.reactionsHeard = (record.reactionsHeard ?? 0) + 1;
+                    record.reactions = withPendingReactions(message.reactions, record.pendingReactions);
+                }
                 record.sortKey = sortKeyOf(record);
                 return record;
             });
@@ -896,9 +1000,16 @@ export class PigeonClient extends EventTarget {
         }
     }
 
+    /** The server's aggregate for a message: shown with this user's changes it has not confirmed yet. */
     async #setReactions(serverId, reactions) {
         const record = await this.#store.byIndex("messages", "serverId", serverId);
-        if (record) await this.#store.update("messages", record.localId, (r) => ({ ...r, reactions }));
+        if (!record) return null;
+        let shown = reactions;
+        await this.#store.update("messages", record.localId, (r) => {
+            shown = withPendingReactions(reactions, r.pendingReactions);
+            return { ...r, serverReactions: reactions, reactions: shown, reactionsHeard: (r.reactionsHeard ?? 0) + 1 };
+        });
+        return shown;
     }
 
     async #storedEvent(event) {
@@ -1006,6 +1117,7 @@ export class PigeonClient extends EventTarget {
 
     /** One try of an outbox item over HTTP; the `202`/`200` is the ack (10 s without one is a failed try). */
     async #sendItem(item) {
+        if (item.kind === "reaction") return this.#sendReaction(item);
         const record = await this.message(item.localId);
         if (!record || !["pending", "sending"].includes(record.status)) {
             await this.#store.transaction(["outbox"], "readwrite", (s) => { s.outbox.delete(item.order); });
@@ -1055,6 +1167,71 @@ export class PigeonClient extends EventTarget {
         await this.#store.update("messages", record.localId, (r) => ({ ...r, tries }));
         const wait = Math.max(backoff(tries, RETRY.backoffBaseMs, RETRY.backoffMaxMs), (error.retryAfter ?? 0) * 1_000);
         await this.#later(item, wait);
+    }
+
+    /**
+     * One try of a queued reaction; the answer is the message's aggregate. Once tried, a change may have reached the
+     * server whatever the outcome, so a later opposite call is sent rather than cancelled against it.
+     */
+    async #sendReaction(item) {
+        const record = await this.#store.byIndex("messages", "serverId", item.serverId);
+        const change = record?.pendingReactions?.find((pending) => pending.order === item.order);
+        if (!change) {
+            await this.#store.transaction(["outbox"], "readwrite", (s) => { s.outbox.delete(item.order); });
+            return;
+        }
+        if (!change.tried) {
+            await this.#store.update("messages", record.localId, (r) => ({
+                ...r, pendingReactions: r.pendingReactions.map((pending) => (pending.order === item.order ? { ...pending, tried: true } : pending)),
+            }));
+        }
+        const path = `/v1/conversations/${item.conversationId}/messages/${item.serverId}/reactions/${encodeURIComponent(item.key)}`;
+        const heard = record.reactionsHeard ?? 0;
+        try {
+            const answer = await this.#call(item.add ? "PUT" : "DELETE", path);
+            await this.#reactionSettled(item, answer.reactions, null, heard);
+        } catch (error) {
+            if (error.code === "network") return this.#later(item, 1_000);
+            if (error.status === 401) return this.#later(item, 30_000);
+            const transient = ["timeout", "rate_limited", "overloaded", "internal"].includes(error.code) || error.status >= 500;
+            const tries = (item.tries ?? 0) + 1;
+            if (!transient || tries >= RETRY.tries) {
+                await this.#reactionSettled(item, null, { code: error.code, message: error.message });
+                return;
+            }
+            const wait = Math.max(backoff(tries, RETRY.backoffBaseMs, RETRY.backoffMaxMs), (error.retryAfter ?? 0) * 1_000);
+            await this.#store.update("outbox", item.order, (i) => (i ? { ...i, tries, notBefore: Date.now() + wait } : null));
+        }
+    }
+
+    /**
+     * A queued reaction is done: out of the outbox and of the message's pending changes. The device shows the server's
+     * aggregate from the answer, or (refused) the last one it had, with the changes still pending. An answer and the
+     * stream's events are not ordered against each other: when an aggregate was heard from the server while the
+     * request was out (`heard` counts them), that one may be newer than the answer, so the confirmed change is applied
+     * to it instead (counted once if it has it already); a later event brings anything it lacks.
+     */
+    async #reactionSettled(item, reactions, error, heard = 0) {
+        let shown = null;
+        await this.#store.transaction(["messages", "outbox"], "readwrite", (s) => {
+            s.outbox.delete(item.order);
+            const request = s.messages.index("serverId").get(item.serverId);
+            request.onsuccess = () => {
+                const current = request.result;
+                if (!current) return;
+                current.pendingReactions = (current.pendingReactions ?? []).filter((pending) => pending.order !== item.order);
+                if (reactions && (current.reactionsHeard ?? 0) === heard) current.serverReactions = reactions;
+                else if (reactions) current.serverReactions = withPendingReactions(current.serverReactions ?? [], [item]);
+                current.reactions = withPendingReactions(current.serverReactions ?? [], current.pendingReactions);
+                s.messages.put(current);
+                shown = current.reactions;
+            };
+        });
+        if (shown === null) return;
+        this.#announce("reaction", {
+            conversationId: item.conversationId, serverId: item.serverId, key: item.key, userId: this.userId,
+            action: item.add ? "add" : "remove", reactions: shown, at: Date.now(), ...(error ? { error } : {}),
+        });
     }
 
     async #later(item, ms) {
