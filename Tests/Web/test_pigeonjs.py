@@ -11,6 +11,8 @@ the module from the server and drives a `PigeonClient` through `page.evaluate`, 
 - Reactions are local-first: made offline they show at once, an add and a remove not yet sent cancel, bad input is
   refused, and after a reload the rest go out once each, in order; one the server refuses (its message deleted
   meanwhile) is dropped with its error.
+- Edits and deletions are local-first too: shown at once (offline too), sent after the message they change, once, after
+  a reload too, applied on the other user's device; one the server refuses (`forbidden`) is undone.
 - A server restart mid-conversation: both clients reconnect; sends made while it is down survive a reload (the module
   loaded from a copy on the app's origin), and go out once each, in order, when it is back.
 - A withheld `message.new` (the SDK's `debug.dropEvent` hook): the next message's seq shows the gap and the SDK fetches
@@ -67,7 +69,7 @@ try {
         },
       },
     });
-    for (const type of ["message", "status", "receipt", "typing", "reaction", "conversation", "connection"]) {
+    for (const type of ["message", "status", "receipt", "typing", "reaction", "conversation", "connection", "updated"]) {
       client.addEventListener(type, (event) => window.events.push({ type, at: Date.now(), detail: JSON.parse(JSON.stringify(event.detail)) }));
     }
     window.client = client;
@@ -92,6 +94,7 @@ class App:
         self.page.on("console", self._console)
         self.posts = []
         self.reaction_requests = []
+        self.changes = []
         self.page.on("request", self._request)
         self.sockets = []
         self.page.on("websocket", lambda socket: self.sockets.append(socket.url))
@@ -126,6 +129,8 @@ class App:
     def _request(self, request):
         if request.method == "POST" and request.url.endswith("/messages"):
             self.posts.append(json.loads(request.post_data)["clientMessageId"])
+        if request.method == "POST" and re.search(r"/messages/[^/]+/(edit|delete)$", request.url):
+            self.changes.append((request.url.rsplit("/", 1)[1], json.loads(request.post_data)["clientMessageId"]))
         if "/reactions/" in request.url and request.method in ("PUT", "DELETE"):
             key = urllib.parse.unquote(request.url.rsplit("/reactions/", 1)[1].split("?")[0])
             self.reaction_requests.append((request.method, key))
@@ -515,6 +520,72 @@ def test_reactions_made_offline_net_out_and_go_after_a_reload():
             again.check_clean()
 
 
+def test_edits_and_deletes_are_local_first_and_a_refused_one_is_undone():
+    """edit/delete are local-first, like a send: the message shows the change at once (offline too, an `updated`
+    event), the change goes out from the outbox after the message it changes, once, after a reload too, and the other
+    user's device applies the server's `pigeon.edit`/`pigeon.delete`; a change the server refuses (another user's
+    message: `forbidden`) fails and the message reads as before; bad input is refused and saves nothing."""
+    with two_users("pigeonjs-edits") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            alice_context = browser.new_context()
+            a = App(alice_context, origin, server, alice)
+            b = App(browser.new_context(), origin, server, bob)
+            a.wait_state("online")
+            b.wait_state("online")
+            edit = "([id, text]) => window.client.edit(id, text)"
+            body_of = "(id) => window.client.message(id).then((m) => m && [m.body, Boolean(m.editedAt), Boolean(m.deletedAt)])"
+            bob_sees = """([c, text]) => window.client.messages(c).then((ms) => ms.some((m) => m.body === text && m.editedAt))"""
+            # Online: the edit shows at once on alice's device and reaches bob's through the server.
+            draft = a.send(cid, "first draft")
+            b.wait_received(["first draft"])
+            change = a.js(edit, [draft["localId"], "final text"])
+            check(change["type"] == "pigeon.edit" and change["target"] == draft["localId"] and change["status"] == "pending", f"the edit's record: {change}")
+            check(a.js(body_of, draft["localId"]) == ["final text", True, False], "alice's device shows the edit at once")
+            b.wait("bob's device applies the edit", bob_sees, [cid, "final text"])
+            a.wait_status(change["localId"], "stored", "delivered", "read")
+            check(any(e["message"]["body"] == "final text" for e in b.events("updated")), f"bob's app heard of the edit: {b.events('updated')}")
+            check(any(e["message"]["localId"] == draft["localId"] for e in a.events("updated")), "alice's app heard of her edit")
+            # Bad input saves nothing.
+            for args, code in [([draft["localId"], ""], "invalid_request"), (["no-such-message", "x"], "not_found"),
+                               ([draft["localId"], "a\u0000b"], "invalid_request"), ([draft["localId"], "x" * 65_537], "payload_too_large"),
+                               ([change["localId"], "x"], "invalid_request")]:
+                got = a.js("([id, text]) => window.client.edit(id, text).then(() => 'resolved', (e) => e.code)", args)
+                check(got == code, f"edit{[a[:20] for a in args]} is refused with {code}: {got}")
+            # Offline: a send, its edit and the deletion of an earlier message, saved offline and sent after a reload.
+            doomed = a.send(cid, "delete me")
+            b.wait_received(["delete me"])
+            a.wait_status(doomed["localId"], "stored", "delivered", "read")
+            alice_context.set_offline(True)
+            a.wait_state("offline")
+            typo = a.send(cid, "typo mesage")
+            fixed = a.js(edit, [typo["localId"], "typo message"])
+            gone = a.js("(id) => window.client.delete(id)", doomed["localId"])
+            check(a.js(body_of, typo["localId"]) == ["typo message", True, False], "the offline edit shows at once")
+            check(a.js(body_of, doomed["localId"]) == ["", False, True], "the offline deletion shows at once")
+            got = a.js("(id) => window.client.delete(id).then(() => 'resolved', (e) => e.code)", doomed["localId"])
+            check(got == "conflict", f"deleting a deleted message is a conflict: {got}")
+            a.page.close()
+            alice_context.set_offline(False)
+            again = App(alice_context, origin, server, alice)
+            again.wait_status(fixed["localId"], "stored", "delivered", "read")
+            again.wait_status(gone["localId"], "stored", "delivered", "read")
+            check([kind for kind, _ in again.changes] == ["edit", "delete"], f"each change went out once, in order: {again.changes}")
+            check(again.posts[:1] == [typo["clientMessageId"]], f"the message went before its edit: {again.posts}")
+            b.wait("bob's device applies the offline edit", bob_sees, [cid, "typo message"])
+            b.wait("bob's device erases the deleted message",
+                   """([c]) => window.client.messages(c).then((ms) => ms.some((m) => m.deletedAt && m.body === "" && m.type === "text"))""", [cid])
+            check(not any(m["body"] == "delete me" for m in history(server, bob, cid)), "the server erased the deleted text")
+            # Bob edits alice's message: the server refuses it, and bob's device shows alice's text again.
+            bobs_copy = b.js("([c]) => window.client.messages(c).then((ms) => ms.find((m) => m.body === 'final text').localId)", [cid])
+            refused = b.js(edit, [bobs_copy, "bob was here"])
+            b.wait_status(refused["localId"], "failed")
+            failed = b.js("(id) => window.client.message(id)", refused["localId"])
+            check(failed["error"]["code"] == "forbidden", f"the refusal's code: {failed['error']}")
+            b.wait("bob's device undoes the refused edit", "(id) => window.client.message(id).then((m) => m.body === 'final text')", bobs_copy)
+            again.check_clean()
+            b.check_clean()
+
+
 def test_server_restart_and_a_reload_while_it_is_down():
     with two_users("pigeonjs-restart") as (directory, origin, server, alice, bob, cid):
         # A copy of the module on the app's origin: the app reloads while the server is down.
@@ -774,6 +845,7 @@ if __name__ == "__main__":
         test_offline_sends_survive_a_closed_tab_and_go_once_in_order,
         test_a_read_marked_offline_goes_out_after_a_reload,
         test_reactions_made_offline_net_out_and_go_after_a_reload,
+        test_edits_and_deletes_are_local_first_and_a_refused_one_is_undone,
         test_server_restart_and_a_reload_while_it_is_down,
         test_a_withheld_event_is_fetched_from_history_at_once,
         test_a_refused_websocket_falls_back_to_server_sent_events,

@@ -63,6 +63,13 @@ export interface LocalMessage {
     pendingReactions?: Array<{ order: number; key: string; add: boolean; tried?: boolean }>;
     /** The server's aggregate as last heard, while changes are pending. */
     serverReactions?: Reaction[];
+    /** When the text was last edited (the server's time, or this device's while its edit is pending). */
+    editedAt?: number | null;
+    /** When the message was deleted for everyone: its `body` is "" from then on. */
+    deletedAt?: number | null;
+    /** An edit's or deletion's own record: the localId of the message it changes, and (an edit) its new text. */
+    target?: string;
+    newBody?: string | null;
     replyTo: string | null;
     replyPreview?: { serverId: string; senderId: string; type: string; body: string; deleted: boolean } | null;
     threadRoot: string | null;
@@ -99,6 +106,8 @@ export interface PigeonEventMap {
      * device's change, which is dropped.
      */
     reaction: CustomEvent<{ conversationId: string; serverId: string; key: string; userId: string; action: "add" | "remove"; reactions: Reaction[]; at: number; local?: boolean; error?: { code: string; message: string } }>;
+    /** A message's text changed: an edit or a deletion (this device's, at once or undone, or the server's). */
+    updated: CustomEvent<{ message: LocalMessage; change?: LocalMessage }>;
     conversation: CustomEvent<{ conversation: Conversation }>;
     connection: CustomEvent<{ state: ConnectionState; leader: boolean; transport: "websocket" | "sse" | null }>;
 }
@@ -139,6 +148,15 @@ export declare class PigeonClient extends EventTarget {
         clientMessageId?: string;
     }): Promise<LocalMessage>;
     retry(localId: string): Promise<void>;
+    /**
+     * Local-first, like `send`: the message shows `text` at once (an `updated` event); resolves with the edit's own
+     * record (type `pigeon.edit`, `target` = `localId`, status `pending`). A failed edit leaves the message as it was.
+     * Throws `not_found`, `invalid_request` (empty text, U+0000, a member change or a change, a failed message),
+     * `payload_too_large` (over 65,536 bytes of UTF-8), `conflict` (a deleted message).
+     */
+    edit(localId: string, text: string): Promise<LocalMessage>;
+    /** Deletes this user's message for everyone, local-first like `edit`; resolves with the deletion's own record. */
+    delete(localId: string): Promise<LocalMessage>;
 
     createConversation(members: string[], options?: { name?: string | null }): Promise<Conversation>;
     refreshConversations(): Promise<Conversation[]>;

@@ -80,6 +80,18 @@ function backoff(attempt, baseMs, maxMs) {
     return full / 2 + Math.random() * (full / 2);
 }
 
+/** The most bytes of UTF-8 a message's text may have (the server's default limit). */
+const MAX_BODY_BYTES = 65_536;
+/** The server's own types for a change of a message (API.md 1.1). */
+const CHANGE_TYPES = new Set(["pigeon.edit", "pigeon.delete"]);
+
+/** What a change (an edit or a deletion of this device's) does to its message on the device until the server has it. */
+function changeApplied(change, at) {
+    return change.type === "pigeon.delete"
+        ? { body: "", deletedAt: at, reactions: [], pendingChange: change.localId }
+        : { body: change.newBody, editedAt: at, pendingChange: change.localId };
+}
+
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 // MARK: - Reactions
@@ -451,11 +463,132 @@ export class PigeonClient extends EventTarget {
                 s.messages.put(record);
                 s.outbox.put({ localId, conversationId: record.conversationId, notBefore: 0 });
                 moved = true;
+                if (CHANGE_TYPES.has(record.type) && record.target) {
+                    // The change shows on its message again while it is retried.
+                    const target = s.messages.get(record.target);
+                    target.onsuccess = () => {
+                        if (!target.result || target.result.deletedAt) return;
+                        s.messages.put(Object.assign(target.result, changeApplied(record, Date.now())));
+                    };
+                }
             };
         });
         if (!moved) throw new PigeonError("invalid_request", "only a failed message can be retried");
         this.#announce("status", { message: await this.message(localId), status: "pending", previous: "failed" });
         this.#outboxChanged();
+    }
+
+    // MARK: Editing and deleting
+
+    /**
+     * Replaces the text of this user's message `localId` with `text`. Local-first, like a send: the message shows the
+     * new text (and `editedAt`) at once, offline too, with an `updated` event; the edit is an outgoing record of its
+     * own (type `pigeon.edit`, `target` = the message's localId, with `status` events) that the outbox sends in the
+     * conversation's order, so an edit of a message still waiting goes right after it. If the edit fails (the server
+     * refuses it, e.g. `forbidden` for another user's message), the message reads as before again (`updated`);
+     * `retry` on the edit tries again. Resolves with the edit's record. Throws, saving nothing, `not_found` (no such
+     * message on the device), `invalid_request` (empty text, over 65,536 bytes, U+0000, a member change or another
+     * change, a failed message: retry it first) or `conflict` (a deleted message).
+     */
+    async edit(localId, text) {
+        if (typeof text !== "string" || text === "") throw new PigeonError("invalid_request", "the text is empty (to remove a message, delete it)");
+        const bytes = new TextEncoder().encode(text).length;
+        if (bytes > MAX_BODY_BYTES) throw new PigeonError("payload_too_large", `the text is ${bytes} bytes; the limit is ${MAX_BODY_BYTES}`);
+        if (text.includes("\u0000")) throw new PigeonError("invalid_request", "the text contains U+0000");
+        return this.#saveChange(localId, text);
+    }
+
+    /**
+     * Deletes this user's message `localId` for everyone: its text is erased on the device at once (`body` "",
+     * `deletedAt`, no reactions; an `updated` event) and from the server once the deletion (type `pigeon.delete`)
+     * reaches it, like `edit`.
+     */
+    async delete(localId) {
+        return this.#saveChange(localId, null);
+    }
+
+    async #saveChange(localId, text) {
+        this.#requireStarted();
+        const target = typeof localId === "string" ? await this.message(localId) : undefined;
+        if (!target) throw new PigeonError("not_found", `the device has no message ${localId}`);
+        if (target.type.startsWith("pigeon.")) throw new PigeonError("invalid_request", "a member change, an edit or a deletion cannot be changed");
+        if (target.deletedAt) throw new PigeonError("conflict", "the message is deleted");
+        if (target.status === "failed") throw new PigeonError("invalid_request", "the message failed to send: retry it first");
+        const now = Date.now();
+        const change = {
+            localId: crypto.randomUUID(), clientMessageId: crypto.randomUUID(), conversationId: target.conversationId, direction: "out",
+            local: true, senderId: this.userId, type: text === null ? "pigeon.delete" : "pigeon.edit", body: "", target: target.localId,
+            newBody: text, replyTo: null, threadRoot: null, attachments: [], reactions: [],
+            clientTimestamp: now, createdAt: now, status: "pending", tries: 0, failureIsLocal: true,
+        };
+        change.sortKey = sortKeyOf(change);
+        let shown = null;
+        await this.#store.transaction(["messages", "outbox"], "readwrite", (s) => {
+            const request = s.messages.get(target.localId);
+            request.onsuccess = () => {
+                const current = request.result;
+                change.before = { body: current.body, editedAt: current.editedAt ?? null, deletedAt: current.deletedAt ?? null, reactions: current.reactions ?? [] };
+                shown = Object.assign(current, changeApplied(change, now));
+                s.messages.put(shown);
+                s.messages.put(change);
+                s.outbox.put({ localId: change.localId, conversationId: change.conversationId, notBefore: 0 });
+            };
+        });
+        this.#announce("updated", { message: shown, change });
+        this.#outboxChanged();
+        return change;
+    }
+
+    /** A failed edit or deletion: its message reads as before it again, unless a newer change of it came since. */
+    async #revertChange(change) {
+        let shown = null;
+        await this.#store.update("messages", change.target, (target) => {
+            if (!target || target.pendingChange !== change.localId) return null;
+            const { body, editedAt, deletedAt, reactions } = change.before ?? {};
+            shown = Object.assign(target, { body: body ?? target.body, editedAt, deletedAt, reactions: reactions ?? [], pendingChange: null });
+            return shown;
+        });
+        if (shown) this.#announce("updated", { message: shown, change });
+    }
+
+    /** This device's change is stored: its message no longer waits for it (a later change from the server applies). */
+    async #changeStored(change) {
+        await this.#store.update("messages", change.target, (target) => {
+            if (!target) return null;
+            if (target.pendingChange === change.localId) target.pendingChange = null;
+            if (change.seq != null) target.changeSeq = Math.max(target.changeSeq ?? 0, change.seq);
+            return target;
+        });
+    }
+
+    /**
+     * A change from the server (`pigeon.edit`, `pigeon.delete`, this device's own once stored): its message takes it,
+     * unless the message already took a later one or waits for a change of this device's own that is not stored yet.
+     */
+    async #applyServerChange(message) {
+        if (!CHANGE_TYPES.has(message.type) || message.seq == null) return;
+        let body;
+        try {
+            body = JSON.parse(message.body);
+        } catch {
+            return;
+        }
+        const target = body?.serverId && (await this.#store.byIndex("messages", "serverId", body.serverId));
+        if (!target) return; // Not on the device: the server's copy of it, when it comes, reads changed already.
+        const own = await this.#store.byIndex("messages", "clientMessageId", message.clientMessageId);
+        let shown = null;
+        await this.#store.update("messages", target.localId, (record) => {
+            if (!record || (record.changeSeq ?? 0) >= message.seq) return null;
+            const mine = own && own.target === record.localId ? own.localId : null;
+            if (record.pendingChange && record.pendingChange !== mine) return { ...record, changeSeq: message.seq };
+            const at = message.storedAt ?? message.acceptedAt ?? Date.now();
+            shown = Object.assign(record, message.type === "pigeon.delete"
+                ? { body: "", deletedAt: at, reactions: [], serverReactions: [], pendingReactions: [] }
+                : { body: typeof body.body === "string" ? body.body : record.body, editedAt: at });
+            Object.assign(shown, { changeSeq: message.seq, pendingChange: null });
+            return shown;
+        });
+        if (shown) this.#announce("updated", { message: shown });
     }
 
     // MARK: Conversations, receipts, typing, reactions, threads, attachments
@@ -860,7 +993,8 @@ export class PigeonClient extends EventTarget {
             ?? (await this.#store.byIndex("messages", "clientMessageId", message.clientMessageId));
         if (existing) {
             await this.#store.update("messages", existing.localId, (record) => {
-                Object.assign(record, this.#fields(message));
+                const shown = record.pendingChange ? { body: record.body, editedAt: record.editedAt, deletedAt: record.deletedAt } : null;
+                Object.assign(record, this.#fields(message), shown ?? {});
                 if (message.reactions) {
                     record.serverReactions = message.reactions;
                     record.reactionsHeard = (record.reactionsHeard ?? 0) + 1;
@@ -870,6 +1004,7 @@ export class PigeonClient extends EventTarget {
                 return record;
             });
             if (existing.local) await this.#evidence({ localId: existing.localId }, "stored");
+            await this.#applyServerChange(message);
             return;
         }
         const mine = message.senderId === this.userId;
@@ -879,6 +1014,7 @@ export class PigeonClient extends EventTarget {
         };
         record.sortKey = sortKeyOf(record);
         await this.#store.put("messages", record);
+        await this.#applyServerChange(message);
     }
 
     #fields(message) {
@@ -1048,7 +1184,13 @@ export class PigeonClient extends EventTarget {
                 if (moved) moved.record = current;
             };
         });
-        if (moved) this.#announce("status", { message: moved.record, status: moved.record.status, previous: moved.previous });
+        if (moved) {
+            this.#announce("status", { message: moved.record, status: moved.record.status, previous: moved.previous });
+            if (CHANGE_TYPES.has(moved.record.type) && moved.record.target) {
+                if (moved.record.status === "failed") await this.#revertChange(moved.record);
+                else if (moved.record.status === "stored") await this.#changeStored(moved.record);
+            }
+        }
         return moved;
     }
 
@@ -1123,13 +1265,27 @@ export class PigeonClient extends EventTarget {
             await this.#store.transaction(["outbox"], "readwrite", (s) => { s.outbox.delete(item.order); });
             return;
         }
+        let path = `/v1/conversations/${record.conversationId}/messages`;
+        let body = { clientMessageId: record.clientMessageId, type: record.type, body: record.body, clientTimestamp: record.clientTimestamp };
+        if (CHANGE_TYPES.has(record.type) && record.target) {
+            // Sent after the message it changes (the conversation's order): that one has its serverId by now, unless it failed.
+            const target = await this.message(record.target);
+            if (!target?.serverId) {
+                await this.#evidence({ localId: record.localId }, "failedLocally", {
+                    error: { code: "invalid_request", message: "the message it changes never reached the server" } });
+                return;
+            }
+            path += `/${target.serverId}/${record.type === "pigeon.edit" ? "edit" : "delete"}`;
+            body = { clientMessageId: record.clientMessageId, clientTimestamp: record.clientTimestamp };
+            if (record.type === "pigeon.edit") body.body = record.newBody;
+        } else {
+            if (record.replyTo) body.replyTo = record.replyTo;
+            if (record.threadRoot) body.threadRoot = record.threadRoot;
+            if (record.attachments?.length) body.attachments = record.attachments.map(({ id, width, height, durationMs }) => ({ id, width, height, durationMs }));
+        }
         await this.#evidence({ localId: record.localId }, "dispatched");
-        const body = { clientMessageId: record.clientMessageId, type: record.type, body: record.body, clientTimestamp: record.clientTimestamp };
-        if (record.replyTo) body.replyTo = record.replyTo;
-        if (record.threadRoot) body.threadRoot = record.threadRoot;
-        if (record.attachments?.length) body.attachments = record.attachments.map(({ id, width, height, durationMs }) => ({ id, width, height, durationMs }));
         try {
-            const answer = await this.#call("POST", `/v1/conversations/${record.conversationId}/messages`, body);
+            const answer = await this.#call("POST", path, body);
             if (answer.status === "failed") {
                 await this.#evidence({ localId: record.localId }, "failedOnServer", { fields: { serverId: answer.serverId }, failureIsLocal: false,
                     error: { code: "failed", message: "the server dead-lettered this message" } });
@@ -1222,7 +1378,7 @@ export class PigeonClient extends EventTarget {
                 current.pendingReactions = (current.pendingReactions ?? []).filter((pending) => pending.order !== item.order);
                 if (reactions && (current.reactionsHeard ?? 0) === heard) current.serverReactions = reactions;
                 else if (reactions) current.serverReactions = withPendingReactions(current.serverReactions ?? [], [item]);
-                current.reactions = withPendingReactions(current.serverReactions ?? [], current.pendingReactions);
+                current.reactions = current.deletedAt ? [] : withPendingReactions(current.serverReactions ?? [], current.pendingReactions);
                 s.messages.put(current);
                 shown = current.reactions;
             };
