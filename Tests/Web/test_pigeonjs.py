@@ -246,6 +246,25 @@ def two_users(name, in_a_conversation=True):
 
 
 
+def online_pair(browser, origin, server, alice, bob):
+    """Alice's and bob's tabs, each in a browser context of its own (to take offline alone), both online:
+    (a, a's context, b, b's context)."""
+    alice_context, bob_context = browser.new_context(), browser.new_context()
+    a = App(alice_context, origin, server, alice)
+    b = App(bob_context, origin, server, bob)
+    a.wait_state("online")
+    b.wait_state("online")
+    return a, alice_context, b, bob_context
+
+
+def delivered(a, b, cid, text):
+    """Alice's message `text`, received by bob and delivered (her record)."""
+    sent = a.send(cid, text)
+    b.wait_received([text])
+    a.wait_status(sent["localId"], "delivered", "read")
+    return sent
+
+
 def test_module_is_served_and_imports_from_another_origin():
     directory = setup()
     with pigeonweb.static_origin(directory) as origin:
@@ -408,14 +427,8 @@ def test_a_read_marked_offline_goes_out_after_a_reload():
     the receipt goes out after a reload, once online: only then does the sender's message turn read."""
     with two_users("pigeonjs-offline-read") as (directory, origin, server, alice, bob, cid):
         with pigeonweb.browser() as browser:
-            a = App(browser.new_context(), origin, server, alice)
-            bob_context = browser.new_context()
-            b = App(bob_context, origin, server, bob)
-            a.wait_state("online")
-            b.wait_state("online")
-            sent = a.send(cid, "read me later")
-            b.wait_received(["read me later"])
-            a.wait_status(sent["localId"], "delivered")
+            a, _, b, bob_context = online_pair(browser, origin, server, alice, bob)
+            sent = delivered(a, b, cid, "read me later")
             bob_context.set_offline(True)
             b.wait_state("offline")
             marks = b.js("(id) => window.client.markRead(id)", cid)
@@ -446,18 +459,10 @@ def test_reactions_made_offline_net_out_and_go_after_a_reload():
     shows the server's aggregate."""
     with two_users("pigeonjs-offline-reactions") as (directory, origin, server, alice, bob, cid):
         with pigeonweb.browser() as browser:
-            a = App(browser.new_context(), origin, server, alice)
-            bob_context = browser.new_context()
-            b = App(bob_context, origin, server, bob)
-            a.wait_state("online")
-            b.wait_state("online")
-            sent = a.send(cid, "react to me offline")
-            b.wait_received(["react to me offline"])
-            a.wait_status(sent["localId"], "stored", "delivered")
+            a, _, b, bob_context = online_pair(browser, origin, server, alice, bob)
+            sent = delivered(a, b, cid, "react to me offline")
             server_id = a.js("(id) => window.client.message(id).then((m) => m.serverId)", sent["localId"])
-            doomed = a.send(cid, "deleted while bob is away")
-            b.wait_received(["deleted while bob is away"])
-            a.wait_status(doomed["localId"], "stored", "delivered")
+            doomed = delivered(a, b, cid, "deleted while bob is away")
             doomed_id = a.js("(id) => window.client.message(id).then((m) => m.serverId)", doomed["localId"])
             bob_context.set_offline(True)
             b.wait_state("offline")
@@ -527,11 +532,7 @@ def test_edits_and_deletes_are_local_first_and_a_refused_one_is_undone():
     message: `forbidden`) fails and the message reads as before; bad input is refused and saves nothing."""
     with two_users("pigeonjs-edits") as (directory, origin, server, alice, bob, cid):
         with pigeonweb.browser() as browser:
-            alice_context = browser.new_context()
-            a = App(alice_context, origin, server, alice)
-            b = App(browser.new_context(), origin, server, bob)
-            a.wait_state("online")
-            b.wait_state("online")
+            a, alice_context, b, _ = online_pair(browser, origin, server, alice, bob)
             edit = "([id, text]) => window.client.edit(id, text)"
             body_of = "(id) => window.client.message(id).then((m) => m && [m.body, Boolean(m.editedAt), Boolean(m.deletedAt)])"
             bob_sees = """([c, text]) => window.client.messages(c).then((ms) => ms.some((m) => m.body === text && m.editedAt))"""
@@ -552,9 +553,7 @@ def test_edits_and_deletes_are_local_first_and_a_refused_one_is_undone():
                 got = a.js("([id, text]) => window.client.edit(id, text).then(() => 'resolved', (e) => e.code)", args)
                 check(got == code, f"edit{[a[:20] for a in args]} is refused with {code}: {got}")
             # Offline: a send, its edit and the deletion of an earlier message, saved offline and sent after a reload.
-            doomed = a.send(cid, "delete me")
-            b.wait_received(["delete me"])
-            a.wait_status(doomed["localId"], "stored", "delivered", "read")
+            doomed = delivered(a, b, cid, "delete me")
             alice_context.set_offline(True)
             a.wait_state("offline")
             typo = a.send(cid, "typo mesage")
