@@ -36,6 +36,10 @@ struct ConsentTests {
             let hidden = try mallory.client.send("hidden one", to: group.id)
             try await mallory.waitForStatus(hidden.localId, atLeast: .stored)
             let fromBob = try bob.client.send("from bob", to: group.id)
+            // Stored before mallory's next, so that the conversation ends on seqs alice's device never gets (sent at
+            // once, mallory's could take the lower seq and bob's be the last: alice's device then rightly held more
+            // than `lastSeq`, and this test failed one run in three).
+            try await bob.waitForStatus(fromBob.localId, atLeast: .stored)
             let hiddenLast = try mallory.client.send("hidden two", to: group.id)
             try await mallory.waitForStatus(hiddenLast.localId, atLeast: .stored)
             let lastSeq = try #require(try mallory.message(hiddenLast.localId).seq)
