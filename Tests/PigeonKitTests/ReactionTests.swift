@@ -175,6 +175,34 @@ struct ReactionTests {
         }
     }
 
+    /// An answer overtaken by the stream: bob's 👍 is answered over HTTP with the aggregate as it was then, and that
+    /// answer reaches his device only after alice's later 🎉 did, through the stream. The older answer does not take
+    /// the 🎉 away (it did: the answer replaced the aggregate whole, and no event came after it to set it right).
+    @Test func anAnswerOlderThanAnEventHeardMeanwhileDoesNotRollTheAggregateBack() async throws {
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url) { $0.streamTransport = .serverSentEvents }
+            let (bob, faulty) = try await TestDevice.registerFaulty("bob", on: server.url) { $0.streamTransport = .serverSentEvents }
+            try await startAll(alice, bob)
+            let conversation = try await makeConversation([alice, bob])
+            let message = try alice.client.send("overtaken", to: conversation)
+            try await waitUntil("bob has it") { bob.received.contains { $0.body == "overtaken" } }
+            let atBob = try #require(bob.received.first { $0.body == "overtaken" })
+            faulty.holdReactionAnswers()
+            try bob.client.react("👍", to: atBob)
+            try await waitUntil("the server answered bob's 👍, held back") { faulty.heldReactionAnswers == 1 }
+            try alice.client.react("🎉", to: try alice.message(message.localId))
+            let both = [Reaction(key: "👍", count: 1, me: true), Reaction(key: "🎉", count: 1, me: false)]
+            try await waitUntil("alice's 🎉 reached bob's device") { try bob.message(atBob.localId).reactions == both }
+            faulty.releaseReactionAnswers()
+            try await waitUntil("bob's 👍 is answered") { try bob.client.pendingReactions().isEmpty }
+            #expect(try bob.message(atBob.localId).reactions == both)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try bob.message(atBob.localId).reactions == both, "no later event was needed to keep 🎉")
+            await alice.client.stop()
+            await bob.client.stop()
+        }
+    }
+
     /// Bob's device is away while alice reacts: the `reaction` event comes back with the stream's replay when it
     /// reconnects, and applying it again (a second replay, a catch-up) changes nothing.
     @Test func aMissedReactionArrivesAfterReconnectingAndCountsOnce() async throws {

@@ -79,6 +79,7 @@ extension LocalStore {
 
     /// The server's aggregate for a message (it replaces the one known), then what is shown.
     func setConfirmedReactions(_ db: Database, localId: Int64, _ reactions: [Reaction], outcome: inout ApplyOutcome) throws {
+        reactionsInFlight.withLockedValue { $0.heard(localId) }
         try db.cachedStatement(sql: "UPDATE messages SET confirmedReactions = ? WHERE localId = ?")
             .execute(arguments: [Self.reactionsColumn(reactions), localId])
         try refreshReactions(db, localId: localId, outcome: &outcome)
@@ -100,12 +101,13 @@ extension LocalStore {
         try await pool.read { db in
             guard let row = try Row.fetchOne(
                 db.cachedStatement(sql: """
-                    SELECT r.key, r.action, r.clientMessageId, m.serverId FROM reactionOutbox r JOIN messages m ON m.localId = r.targetLocalId
-                    WHERE r.id = ?
+                    SELECT r.key, r.action, r.clientMessageId, m.serverId, r.targetLocalId FROM reactionOutbox r
+                    JOIN messages m ON m.localId = r.targetLocalId WHERE r.id = ?
                     """),
                 arguments: [id])
             else { return nil }
             guard let serverId = row[3] as String?, let action = ReactionAction(rawValue: row[1]) else { return .targetNotSent }
+            self.reactionsInFlight.withLockedValue { $0.dispatched(id, target: row[4]) }
             return .react(ReactRequest(serverId: serverId, key: row[0], action: action, clientMessageId: row[2]))
         }
     }
@@ -113,6 +115,11 @@ extension LocalStore {
     /// The server applied a waiting reaction: it leaves the outbox, and the message's confirmed aggregate becomes
     /// `reactions` (an HTTP answer), or, when the answer carried none (a WebSocket `ack`), the confirmed aggregate
     /// with this user's change applied (the server has it; the `reaction` event that follows replaces the whole).
+    ///
+    /// An answer and the stream's events are not ordered against each other: when an aggregate was heard for the
+    /// message while the request was out, it may be newer than the answer (another user's reaction made after it),
+    /// so the change is applied to that one instead (counted once if it has it already); a later event brings
+    /// anything it lacks.
     func reactionAnswered(id: Int64, reactions: [Reaction]?) async throws -> ApplyOutcome {
         try await pool.write { db in
             var outcome = ApplyOutcome()
@@ -122,7 +129,8 @@ extension LocalStore {
             else { return outcome }
             let localId: Int64 = row[0]
             try db.cachedStatement(sql: "DELETE FROM reactionOutbox WHERE id = ?").execute(arguments: [id])
-            let confirmed = reactions ?? ReactionAggregate.applying(
+            let overtaken = self.reactionsInFlight.withLockedValue { $0.settled(id) }
+            let confirmed = (overtaken ? nil : reactions) ?? ReactionAggregate.applying(
                 ReactionAction(rawValue: row[2]) ?? .add, key: row[1], to: Self.decodeJSON([Reaction].self, row[3]) ?? [])
             try self.setConfirmedReactions(db, localId: localId, confirmed, outcome: &outcome)
             try self.collectLifecycleEvents(db, &outcome)
@@ -139,6 +147,7 @@ extension LocalStore {
                 db.cachedStatement(sql: "SELECT targetLocalId, key, action FROM reactionOutbox WHERE id = ?"), arguments: [id])
             else { return outcome }
             try db.cachedStatement(sql: "DELETE FROM reactionOutbox WHERE id = ?").execute(arguments: [id])
+            _ = self.reactionsInFlight.withLockedValue { $0.settled(id) }
             try self.refreshReactions(db, localId: row[0], outcome: &outcome)
             outcome.reactionFailures.append((row[0], row[1], ReactionAction(rawValue: row[2]) ?? .add, reason))
             try self.collectLifecycleEvents(db, &outcome)
@@ -164,5 +173,35 @@ extension LocalStore {
     /// A reactions column: JSON, NULL when there are none.
     static func reactionsColumn(_ reactions: [Reaction]) -> String? {
         reactions.isEmpty ? nil : json(reactions)
+    }
+}
+
+/// This device's reactions on the wire, and whether a server aggregate for their message was heard since each went
+/// out (in memory: a request and its answer belong to one run of the client). Only messages with a reaction on the
+/// wire are counted, so it holds a few entries, not one per message.
+struct ReactionsInFlight: Sendable {
+    /// Per message with a reaction on the wire: aggregates heard for it so far.
+    private var heardCount: [Int64: Int] = [:]
+    /// Per reaction on the wire (its outbox id): its message, and that message's count when the reaction went out.
+    private var requests: [Int64: (target: Int64, heard: Int)] = [:]
+
+    /// Reaction `id` to the message `target` is going out (again: a retry starts the count anew).
+    mutating func dispatched(_ id: Int64, target: Int64) {
+        let heard = heardCount[target, default: 0]
+        heardCount[target] = heard
+        requests[id] = (target, heard)
+    }
+
+    /// A server aggregate for the message `localId` was applied.
+    mutating func heard(_ localId: Int64) {
+        if let count = heardCount[localId] { heardCount[localId] = count + 1 }
+    }
+
+    /// Reaction `id` is answered or dropped: whether an aggregate was heard for its message since it went out.
+    mutating func settled(_ id: Int64) -> Bool {
+        guard let request = requests.removeValue(forKey: id) else { return false }
+        let overtaken = heardCount[request.target, default: 0] != request.heard
+        if !requests.values.contains(where: { $0.target == request.target }) { heardCount.removeValue(forKey: request.target) }
+        return overtaken
     }
 }

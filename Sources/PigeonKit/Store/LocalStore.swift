@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 import PigeonProtocol
 
 /// The SDK's local database: every message, conversation, outbox item and the stream cursor. Opening a chat reads
@@ -17,6 +18,8 @@ final class LocalStore: Sendable {
     let recovery: LocalDatabaseRecovery?
     /// The attachments' files beside the database: this device's copies of what it sent, and the download cache.
     let files: AttachmentFiles
+    /// Which server aggregates were heard for messages while this device's reactions to them were on the wire.
+    let reactionsInFlight = NIOLockedValueBox(ReactionsInFlight())
     /// A connection of its own for WAL checkpoints, so they never hold up the writer.
     private let checkpointer: DatabaseQueue
     private let walPath: String

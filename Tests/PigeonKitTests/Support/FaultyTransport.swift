@@ -19,6 +19,8 @@ final class FaultyTransport: PigeonTransport {
     private let operationObserver = NIOLockedValueBox<@Sendable (ClientOperation) -> Void>({ _ in })
     private let uploadFaults = NIOLockedValueBox<[String: [UploadFault]]>([:])
     private let uploadCounts = NIOLockedValueBox<[String: Int]>([:])
+    /// While holding, reactions' answers (the server has applied them) wait; how many wait now.
+    private let reactionAnswers = NIOLockedValueBox((holding: false, held: 0))
 
     init(base: any PigeonTransport) {
         self.base = base
@@ -36,6 +38,28 @@ final class FaultyTransport: PigeonTransport {
 
     fileprivate func record(_ operation: ClientOperation) {
         operationObserver.withLockedValue { $0 }(operation)
+    }
+
+    /// From now on a reaction's answer is held back once the server has given it, until ``releaseReactionAnswers()``:
+    /// the stream's events overtake it.
+    func holdReactionAnswers() {
+        reactionAnswers.withLockedValue { $0.holding = true }
+    }
+
+    func releaseReactionAnswers() {
+        reactionAnswers.withLockedValue { $0.holding = false }
+    }
+
+    /// Reactions' answers the server gave that are held back now.
+    var heldReactionAnswers: Int { reactionAnswers.withLockedValue { $0.held } }
+
+    fileprivate func reactionAnswered() async {
+        guard reactionAnswers.withLockedValue({ state in
+            if state.holding { state.held += 1 }
+            return state.holding
+        }) else { return }
+        while reactionAnswers.withLockedValue({ $0.holding }) { try? await Task.sleep(for: .milliseconds(10)) }
+        reactionAnswers.withLockedValue { $0.held -= 1 }
     }
 
     /// The next `count` history fetches fail with a network error.
@@ -125,7 +149,9 @@ final class FaultyTransport: PigeonTransport {
     }
 
     func react(conversationId: String, serverId: String, key: String, action: ReactionAction) async throws -> ReactionsResponse {
-        try await base.react(conversationId: conversationId, serverId: serverId, key: key, action: action)
+        let answer = try await base.react(conversationId: conversationId, serverId: serverId, key: key, action: action)
+        await reactionAnswered()
+        return answer
     }
 
     func reactionUsers(conversationId: String, serverId: String, key: String?, after: String?, limit: Int) async throws -> ReactionUsersPage {
@@ -228,7 +254,9 @@ private final class FilteredConnection: EventStreamConnection {
     func react(_ request: ReactRequest, in conversationId: String) async -> MessageHandover {
         transport.record(.react(conversationId: conversationId, request))
         if isDeaf { return .queued }
-        return await base.react(request, in: conversationId)
+        let handover = await base.react(request, in: conversationId)
+        await transport.reactionAnswered()
+        return handover
     }
 
     func sendReceipt(_ request: ReceiptRequest, to conversationId: String) async throws {
