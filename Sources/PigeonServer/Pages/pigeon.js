@@ -74,6 +74,20 @@ const RECEIPT_BATCH_MS = 50;
 /** History pages the SDK fetches (gap recovery, catch-up). */
 const HISTORY_PAGE = 200;
 
+/**
+ * What a failed try of an outbox item calls for, by PigeonKit's rules: `{ wait }` without spending a try (the server
+ * unreachable: not the item's fault, checked again every second; a `401`: the token is the problem, it waits for a
+ * working one), `{ retry, tries }` after a backoff (a transient error with tries left), or `{ fail }`.
+ */
+function afterFailedTry(error, triesBefore) {
+    if (error.code === "network") return { wait: 1_000 };
+    if (error.status === 401) return { wait: 30_000 };
+    const transient = ["timeout", "rate_limited", "overloaded", "internal"].includes(error.code) || error.status >= 500;
+    const tries = (triesBefore ?? 0) + 1;
+    if (!transient || tries >= RETRY.tries) return { fail: { code: error.code, message: error.message } };
+    return { retry: Math.max(backoff(tries, RETRY.backoffBaseMs, RETRY.backoffMaxMs), (error.retryAfter ?? 0) * 1_000), tries };
+}
+
 /** Equal jitter: half the exponential delay for sure, the other half at random. */
 function backoff(attempt, baseMs, maxMs) {
     const full = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
@@ -93,6 +107,12 @@ function changeApplied(change, at) {
 }
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+
+function requireConversationId(conversationId) {
+    if (typeof conversationId !== "string" || !UUID.test(conversationId)) {
+        throw new PigeonError("invalid_request", "conversationId must be a conversation's UUID");
+    }
+}
 
 // MARK: - Reactions
 
@@ -423,9 +443,7 @@ export class PigeonClient extends EventTarget {
      */
     async send(conversationId, text, { type = "text", replyTo = null, threadRoot = null, attachments = [], clientMessageId } = {}) {
         this.#requireStarted();
-        if (typeof conversationId !== "string" || !UUID.test(conversationId)) {
-            throw new PigeonError("invalid_request", "conversationId must be a conversation's UUID");
-        }
+        requireConversationId(conversationId);
         if (typeof text !== "string") throw new PigeonError("invalid_request", "text must be a string");
         if (!/^[a-z0-9._-]{1,32}$/.test(type) || type.startsWith("pigeon.")) {
             throw new PigeonError("invalid_request", "type must be 1-32 characters of [a-z0-9._-], not pigeon.*");
@@ -487,8 +505,8 @@ export class PigeonClient extends EventTarget {
      * conversation's order, so an edit of a message still waiting goes right after it. If the edit fails (the server
      * refuses it, e.g. `forbidden` for another user's message), the message reads as before again (`updated`);
      * `retry` on the edit tries again. Resolves with the edit's record. Throws, saving nothing, `not_found` (no such
-     * message on the device), `invalid_request` (empty text, over 65,536 bytes, U+0000, a member change or another
-     * change, a failed message: retry it first) or `conflict` (a deleted message).
+     * message on the device), `invalid_request` (empty text, U+0000, a member change or another change, a failed
+     * message: retry it first), `payload_too_large` (over 65,536 bytes) or `conflict` (a deleted message).
      */
     async edit(localId, text) {
         if (typeof text !== "string" || text === "") throw new PigeonError("invalid_request", "the text is empty (to remove a message, delete it)");
@@ -656,9 +674,7 @@ export class PigeonClient extends EventTarget {
 
     async #queueReaction(conversationId, serverId, key, add) {
         this.#requireStarted();
-        if (typeof conversationId !== "string" || !UUID.test(conversationId)) {
-            throw new PigeonError("invalid_request", "conversationId must be a conversation's UUID");
-        }
+        requireConversationId(conversationId);
         if (typeof serverId !== "string" || serverId === "") throw new PigeonError("invalid_request", "serverId must be a message's serverId");
         if (!isReactionKey(key)) {
             throw new PigeonError("invalid_request", "a reaction key is one emoji or an app token [a-z0-9_:+-]{1,32}, at most 64 bytes");
@@ -1303,26 +1319,11 @@ export class PigeonClient extends EventTarget {
 
     /** A try that got no acceptance: count it, back off, or fail the message (PigeonKit's rules). */
     async #sendFailed(item, record, error) {
-        if (error.code === "network") {
-            // The server is unreachable: not the message's fault, no try spent. The stream drops too, and the outbox
-            // waits for it to come back (checking again every second meanwhile).
-            await this.#later(item, 1_000);
-            return;
-        }
-        const transient = ["timeout", "rate_limited", "overloaded", "internal"].includes(error.code) || error.status >= 500;
-        if (error.status === 401) {
-            // The token is the problem, not the message: it waits for a working token.
-            await this.#later(item, 30_000);
-            return;
-        }
-        const tries = (record.tries ?? 0) + 1;
-        if (!transient || tries >= RETRY.tries) {
-            await this.#evidence({ localId: record.localId }, "failedLocally", { error: { code: error.code, message: error.message } });
-            return;
-        }
-        await this.#store.update("messages", record.localId, (r) => ({ ...r, tries }));
-        const wait = Math.max(backoff(tries, RETRY.backoffBaseMs, RETRY.backoffMaxMs), (error.retryAfter ?? 0) * 1_000);
-        await this.#later(item, wait);
+        const next = afterFailedTry(error, record.tries);
+        if (next.wait) return this.#later(item, next.wait);
+        if (next.fail) return this.#evidence({ localId: record.localId }, "failedLocally", { error: next.fail });
+        await this.#store.update("messages", record.localId, (r) => ({ ...r, tries: next.tries }));
+        await this.#later(item, next.retry);
     }
 
     /**
@@ -1347,16 +1348,10 @@ export class PigeonClient extends EventTarget {
             const answer = await this.#call(item.add ? "PUT" : "DELETE", path);
             await this.#reactionSettled(item, answer.reactions, null, heard);
         } catch (error) {
-            if (error.code === "network") return this.#later(item, 1_000);
-            if (error.status === 401) return this.#later(item, 30_000);
-            const transient = ["timeout", "rate_limited", "overloaded", "internal"].includes(error.code) || error.status >= 500;
-            const tries = (item.tries ?? 0) + 1;
-            if (!transient || tries >= RETRY.tries) {
-                await this.#reactionSettled(item, null, { code: error.code, message: error.message });
-                return;
-            }
-            const wait = Math.max(backoff(tries, RETRY.backoffBaseMs, RETRY.backoffMaxMs), (error.retryAfter ?? 0) * 1_000);
-            await this.#store.update("outbox", item.order, (i) => (i ? { ...i, tries, notBefore: Date.now() + wait } : null));
+            const next = afterFailedTry(error, item.tries);
+            if (next.wait) return this.#later(item, next.wait);
+            if (next.fail) return this.#reactionSettled(item, null, next.fail);
+            await this.#store.update("outbox", item.order, (i) => (i ? { ...i, tries: next.tries, notBefore: Date.now() + next.retry } : null));
         }
     }
 
