@@ -18,9 +18,19 @@ final class TmuxSession: Sendable {
         ["/usr/bin/tmux", "/usr/local/bin/tmux", "/bin/tmux"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
+    /// Runs a tmux client command and returns its output. It waits for the client in place: tmux's client commands
+    /// end within milliseconds, the suites that use this run one test at a time, and the screen is read from the
+    /// synchronous closures of `waitUntil`.
     @discardableResult
     func tmuxCommand(_ arguments: [String]) throws -> String {
-        try Command.run(["tmux", "-L", socket, "-f", "/dev/null"] + arguments)
+        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-tmux-\(UUID().uuidString)").path
+        defer { unlink(outputPath) }
+        let pid = try Command.spawn(["/usr/bin/env", "tmux", "-L", socket, "-f", "/dev/null"] + arguments, outputPath: outputPath)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        guard status == 0 else { throw TestFailure("tmux \(arguments.joined(separator: " ")) failed (status \(status)): \(output)") }
+        return output
     }
 
     /// The screen as text, or with the colours (`escapes`).

@@ -240,11 +240,11 @@ struct AttachmentTransferTests {
             let directory = makeTemporaryDirectory()
             let output = directory + "/app.log"
             let go = directory + "/go"
-            let pid = try Command.spawn([
+            let helper = try ChildProcess([
                 CrashAndPersistenceTests.helperPath, "--server", "http://127.0.0.1:\(proxy.port)", "--db", alice.databasePath,
                 "--user", credentials.userId, "--device", credentials.deviceId, "--token", credentials.token, "--conversation", conversation,
                 "--count", "1", "--prefix", "clip", "--attach", attachment.path, "--go", go,
-            ], outputPath: output)
+            ], stdout: output, truncate: true)
             func log() -> String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
             try await waitUntil("the app is online", timeout: .seconds(30), describe: log) { log().contains("online") }
             // From now on nothing reaches the server: the upload leaves the app and is never answered.
@@ -253,9 +253,8 @@ struct AttachmentTransferTests {
             try await waitUntil("the upload is under way", timeout: .seconds(30), describe: log) {
                 log().split(separator: "\n").contains { $0.hasPrefix("upload 0 ") && !$0.hasPrefix("upload 0 0/") }
             }
-            kill(pid, SIGKILL)
-            var status: Int32 = 0
-            waitpid(pid, &status, 0)
+            helper.signal(SIGKILL)
+            try await helper.waitForExit(what: "the killed app")
             await proxy.stop()
             #expect(try await server.history(conversationId: conversation, token: credentials.token).isEmpty)
 

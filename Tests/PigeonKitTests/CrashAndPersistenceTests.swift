@@ -34,17 +34,16 @@ struct CrashAndPersistenceTests {
             let credentials = alice.credentials
 
             let output = makeTemporaryDirectory() + "/helper.log"
-            let pid = try Command.spawn([
+            let helper = try ChildProcess([
                 Self.helperPath, "--server", server.url.absoluteString, "--db", databasePath, "--user", credentials.userId,
                 "--device", credentials.deviceId, "--token", credentials.token, "--conversation", conversation, "--count", "200",
-            ], outputPath: output)
+            ], stdout: output, truncate: true)
             // Kill it once everything is saved locally, while acks are still coming in.
             try await waitUntil("the helper saved 200 messages", timeout: .seconds(30)) {
                 (try? String(contentsOfFile: output, encoding: .utf8))?.contains("all saved") == true
             }
-            kill(pid, SIGKILL)
-            var status: Int32 = 0
-            waitpid(pid, &status, 0)
+            helper.signal(SIGKILL)
+            try await helper.waitForExit(what: "the killed app")
             let acceptedBeforeKill = try await server.history(conversationId: conversation, token: credentials.token).count
             #expect(acceptedBeforeKill < 200, "the kill came before everything was stored (\(acceptedBeforeKill)); the test needs that")
 

@@ -300,16 +300,7 @@ import Testing
 
     /// Runs `pigeon-server` with `arguments` to its end (a refusal at start); its exit status and output.
     static func runServer(_ arguments: [String]) async throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: ServerProcess.binaryPath)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+        try await ServerProcess.run(arguments)
     }
 
     // MARK: Rotation

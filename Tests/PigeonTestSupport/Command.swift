@@ -9,19 +9,17 @@ import Darwin
 /// Runs a command to its end, with a clean signal state: Foundation's `Process` hands the test process's blocked
 /// signal mask to its children (a server started that way ignores SIGTERM) and was seen missing a child's exit.
 public enum Command {
-    /// Runs `arguments` (the first looked up on PATH), returns its output (stdout and stderr); throws if it fails.
+    /// Runs `arguments` (the first looked up on PATH) to its end, returns its output (stdout and stderr); throws if it
+    /// fails or still runs after `timeout` (then it is killed). It waits without blocking a thread (``ChildProcess``).
     @discardableResult
-    public static func run(_ arguments: [String]) throws -> String {
+    public static func run(_ arguments: [String], timeout: Duration = .seconds(120)) async throws -> String {
         let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-command-\(UUID().uuidString)").path
         defer { unlink(outputPath) }
-        let pid = try spawn(["/usr/bin/env"] + arguments, outputPath: outputPath)
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let child = try ChildProcess(["/usr/bin/env"] + arguments, stdout: outputPath, truncate: true)
+        let code = try await child.waitForExit(timeout: timeout, what: arguments.joined(separator: " "))
         let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        let exited = (status & 0x7f) == 0
-        let code = (status >> 8) & 0xff
-        guard exited, code == 0 else {
-            throw TestFailure("\(arguments.joined(separator: " ")) failed (status \(status)): \(output)")
+        guard code == 0 else {
+            throw TestFailure("\(arguments.joined(separator: " ")) failed (exit \(code)): \(output)")
         }
         return output
     }

@@ -1,5 +1,11 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A PostgreSQL cluster of a test's own (initdb in a temporary directory, loopback on a free port), for tests that
 /// restart or stop the database. Run as the `postgres` user when the tests run as root (PostgreSQL refuses root).
 /// Missing binaries are an error, never a skip.
@@ -15,28 +21,28 @@ public final class PostgresServerProcess: @unchecked Sendable {
         self.port = try freePort()
         self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("pigeon-pg-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        try Self.run(["chmod", "755", directory.path])
-        if Self.isRoot { try Self.run(["chown", "postgres:postgres", directory.path]) }
-        try asPostgres([try Self.binary("initdb"), "-D", dataDirectory, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"])
+        try await Self.run(["chmod", "755", directory.path])
+        if Self.isRoot { try await Self.run(["chown", "postgres:postgres", directory.path]) }
+        try await asPostgres([try Self.binary("initdb"), "-D", dataDirectory, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8"])
         try await start()
     }
 
     /// Starts the cluster and waits until it accepts connections.
     public func start() async throws {
-        try asPostgres([
+        try await asPostgres([
             try Self.binary("pg_ctl"), "-D", dataDirectory, "-l", logPath, "-w", "-t", "60",
             "-o", "-c listen_addresses=127.0.0.1 -p \(port) -k \(directory.path) -c max_connections=100", "start",
         ])
     }
 
     /// Stops it; `immediate` is a crash (no checkpoint, recovery from the WAL at the next start).
-    public func stop(immediate: Bool = false) throws {
-        try asPostgres([try Self.binary("pg_ctl"), "-D", dataDirectory, "-m", immediate ? "immediate" : "fast", "-w", "stop"])
+    public func stop(immediate: Bool = false) async throws {
+        try await asPostgres([try Self.binary("pg_ctl"), "-D", dataDirectory, "-m", immediate ? "immediate" : "fast", "-w", "stop"])
     }
 
     /// A crash-restart: immediate stop, then start (recovery replays the WAL).
     public func restart() async throws {
-        try stop(immediate: true)
+        try await stop(immediate: true)
         try await start()
     }
 
@@ -44,19 +50,29 @@ public final class PostgresServerProcess: @unchecked Sendable {
         String(((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").suffix(2_000))
     }
 
+    /// Stops the cluster (immediate: nothing of a test's data needs a checkpoint) without waiting: the postmaster
+    /// takes SIGQUIT as `pg_ctl stop -m immediate` sends it, and a thread of its own waits for it to go and removes
+    /// the directory. Nothing here blocks a thread of the concurrency pool.
     deinit {
-        if let pgCtl = try? Self.binary("pg_ctl") {
-            try? asPostgres([pgCtl, "-D", dataDirectory, "-m", "immediate", "-w", "stop"])
-        }
-        try? FileManager.default.removeItem(at: directory)
+        let directory = self.directory
+        let pidFile = dataDirectory + "/postmaster.pid"
+        let postmaster = (try? String(contentsOfFile: pidFile, encoding: .utf8))?.split(separator: "\n").first.flatMap { pid_t($0) }
+        if let postmaster { _ = kill(postmaster, SIGQUIT) }
+        Thread {
+            if let postmaster {
+                let deadline = Date().addingTimeInterval(30)
+                while kill(postmaster, 0) == 0 && Date() < deadline { usleep(20_000) }
+            }
+            try? FileManager.default.removeItem(at: directory)
+        }.start()
     }
 
     // MARK: Processes
 
     private static var isRoot: Bool { getuid() == 0 }
 
-    private func asPostgres(_ arguments: [String]) throws {
-        try Self.run(Self.isRoot ? ["runuser", "-u", "postgres", "--"] + arguments : arguments)
+    private func asPostgres(_ arguments: [String]) async throws {
+        try await Self.run(Self.isRoot ? ["runuser", "-u", "postgres", "--"] + arguments : arguments)
     }
 
     /// `name` from PATH or the newest /usr/lib/postgresql/*/bin.
@@ -73,7 +89,7 @@ public final class PostgresServerProcess: @unchecked Sendable {
         throw TestFailure("\(name) not found: install PostgreSQL (scripts/services.sh start does)")
     }
 
-    static func run(_ arguments: [String]) throws {
-        try Command.run(arguments)
+    static func run(_ arguments: [String]) async throws {
+        try await Command.run(arguments)
     }
 }

@@ -24,7 +24,7 @@ public final class RedisServerProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var _port = 0
     /// The shell that runs the server and its watchdog, and the server itself.
-    private var running: (wrapper: pid_t, server: pid_t)?
+    private var running: (wrapper: ChildProcess, server: pid_t)?
 
     /// Starts a server and waits until it answers.
     ///
@@ -53,14 +53,22 @@ public final class RedisServerProcess: @unchecked Sendable {
         throw lastError!
     }
 
+    /// Kills the server; the wrapper is reaped by its ``ChildProcess`` on a thread of its own, and the directory is
+    /// removed there too once the server is gone (nothing here blocks a thread of the concurrency pool).
     deinit {
+        let directory = self.directory
+        let server = running?.server
         if let running {
             Self.signal(running.server, SIGKILL)
-            Self.signal(running.wrapper, SIGKILL)
-            var status: Int32 = 0
-            waitpid(running.wrapper, &status, 0)
+            running.wrapper.signal(SIGKILL)
         }
-        try? FileManager.default.removeItem(at: directory)
+        Thread {
+            if let server {
+                let deadline = Date().addingTimeInterval(10)
+                while Glibc.kill(server, 0) == 0 && Date() < deadline { usleep(10_000) }
+            }
+            try? FileManager.default.removeItem(at: directory)
+        }.start()
     }
 
     /// Kills the server with SIGKILL (a crash: nothing is flushed beyond what is already on disk) and waits until it
@@ -111,12 +119,11 @@ public final class RedisServerProcess: @unchecked Sendable {
         let arguments =
             ["/bin/sh", "-c", script, "sh", directory.path, String(getpid()), executable, "--port", String(port), "--dir", directory.path]
             + options
-        let wrapper = try Self.spawn(arguments)
+        let wrapper = try ChildProcess(arguments)
         var server: pid_t?
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline {
-            var status: Int32 = 0
-            if waitpid(wrapper, &status, WNOHANG) == wrapper {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if !wrapper.isRunning {
                 throw TestFailure("redis-server exited at start on port \(port): \(logTail())")
             }
             if server == nil, let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
@@ -125,27 +132,19 @@ public final class RedisServerProcess: @unchecked Sendable {
                 server = pid
                 lock.withLock { running = (wrapper, pid) }
             }
-            if server != nil, Self.answersPing(port: port) { return }
+            if server != nil, try await onOwnThread({ Self.answersPing(port: port) }) { return }
             try await Task.sleep(for: .milliseconds(20))
         }
-        Self.signal(server ?? wrapper, SIGKILL)
+        if let server { Self.signal(server, SIGKILL) }
+        wrapper.signal(SIGKILL)
         throw TestFailure("redis-server did not answer PING within 30 s on port \(port): \(logTail())")
     }
 
     private func terminate(signal: Int32) async {
         guard let running = lock.withLock({ self.running }) else { return }
         Self.signal(running.server, signal)
-        var status: Int32 = 0
-        while waitpid(running.wrapper, &status, WNOHANG) == 0 {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try? await running.wrapper.waitForExit(timeout: .seconds(60), what: "redis-server after signal \(signal)")
         lock.withLock { self.running = nil }
-    }
-
-    /// Starts a process with a clean signal state (the test process's threads block signals, and a child would
-    /// inherit that mask) and the standard streams on /dev/null.
-    private static func spawn(_ arguments: [String]) throws -> pid_t {
-        try Command.spawn(arguments)
     }
 
     private static func signal(_ pid: pid_t, _ signal: Int32) {
@@ -177,7 +176,7 @@ public final class RedisServerProcess: @unchecked Sendable {
         throw TestFailure("redis-server not found on the PATH: install Redis or set PIGEON_REDIS_SERVER to its path")
     }
 
-    /// Whether something on the port answers a RESP PING (`+PONG`, or `-NOAUTH` when a password is required).
+    /// Whether something on the port answers a RESP PING (blocking, up to 1 s: called on a thread of its own) (`+PONG`, or `-NOAUTH` when a password is required).
     private static func answersPing(port: Int) -> Bool {
         #if canImport(Glibc)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)

@@ -80,8 +80,8 @@ func runBuiltProduct(
         unlink(errPath)
         if stdin != nil { unlink(inPath) }
     }
-    let pid = try Command.spawn([builtProduct(name)] + arguments, environment: environment, stdin: inPath, stdout: outPath, stderr: errPath)
-    let status = try await waitForExit(pid, timeout: timeout, what: what ?? "\(name) \(arguments.joined(separator: " "))")
+    let child = try ChildProcess([builtProduct(name)] + arguments, environment: environment, stdin: inPath, stdout: outPath, stderr: errPath)
+    let status = try await child.waitForExit(timeout: timeout, what: what ?? "\(name) \(arguments.joined(separator: " "))")
     return CLIResult(
         status: status,
         stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
@@ -94,7 +94,7 @@ final class PigeonServerProcess: @unchecked Sendable {
     let dataDirectory: String
     /// More `serve` options (a push gateway, say).
     let extraArguments: [String]
-    private var pid: pid_t?
+    private var process: ChildProcess?
 
     var url: String { "http://127.0.0.1:\(port)" }
 
@@ -106,30 +106,26 @@ final class PigeonServerProcess: @unchecked Sendable {
 
     func start() async throws {
         let log = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
-        let pid = try Command.spawn(
+        let process = try ChildProcess(
             [builtProduct("pigeon-server"), "serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", dataDirectory, "--log-level", "warning"]
                 + extraArguments,
             stdout: log, stderr: nil)
-        self.pid = pid
+        self.process = process
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             if Self.accepts(port: port) { return }
             try await Task.sleep(for: .milliseconds(20))
         }
-        kill(pid, SIGKILL)
+        process.signal(SIGKILL)
         throw TestFailure("pigeon-server did not start: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
     }
 
     /// SIGTERM (a graceful stop) and wait.
     func stop() async throws {
-        guard let pid else { return }
-        self.pid = nil
-        kill(pid, SIGTERM)
-        _ = try await waitForExit(pid, timeout: .seconds(30), what: "pigeon-server after SIGTERM")
-    }
-
-    deinit {
-        if let pid { kill(pid, SIGKILL) }
+        guard let process else { return }
+        self.process = nil
+        process.signal(SIGTERM)
+        try await process.waitForExit(timeout: .seconds(30), what: "pigeon-server after SIGTERM")
     }
 
     private static func accepts(port: Int) -> Bool {
@@ -150,21 +146,3 @@ final class PigeonServerProcess: @unchecked Sendable {
     }
 }
 
-/// Waits for `pid` to exit and returns its exit status (128 + n for a signal); SIGKILLs it after `timeout`.
-func waitForExit(_ pid: pid_t, timeout: Duration, what: String) async throws -> Int32 {
-    let deadline = ContinuousClock.now + timeout
-    while true {
-        var status: Int32 = 0
-        let result = waitpid(pid, &status, WNOHANG)
-        if result == pid {
-            let signal = status & 0x7f
-            return signal == 0 ? (status >> 8) & 0xff : 128 + signal
-        }
-        if result == -1 && errno != EINTR { throw TestFailure("waitpid for \(what) failed: errno \(errno)") }
-        guard ContinuousClock.now < deadline else {
-            kill(pid, SIGKILL)
-            throw TestFailure("\(what) did not end within \(timeout)")
-        }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-}

@@ -43,7 +43,7 @@ import Testing
     static func upgrade(
         _ client: PigeonTestClient, token: String, cursor: String? = nil, headers: [String: String]
     ) async throws -> (status: Int, error: ErrorBody?, head: String) {
-        try await offThePool { [port = client.port] in
+        try await onOwnThread { [port = client.port] in
             let (socket, head) = try RawStreamSocket.webSocketUpgrade(port: port, token: token, cursor: cursor, headers: headers)
             let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
             guard status != 101 else { return (status, nil, head) }
@@ -357,22 +357,10 @@ import Testing
     static func runUntilExit(arguments: [String], environment: [String: String], dataDirectory: String) async throws -> (status: Int32, output: String)? {
         let logPath = dataDirectory + "/refused-\(UUID().uuidString.prefix(8)).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: ServerProcess.binaryPath)
-        process.arguments = ["serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", dataDirectory] + arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let log = FileHandle(forWritingAtPath: logPath)
-        process.standardOutput = log
-        process.standardError = log
-        try process.run()
-        let deadline = ContinuousClock.now + .seconds(30)
-        while process.isRunning {
-            guard ContinuousClock.now < deadline else {
-                kill(process.processIdentifier, SIGKILL)
-                return nil
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return (process.terminationStatus, (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")
+        let process = try ChildProcess(
+            [ServerProcess.binaryPath, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", dataDirectory] + arguments,
+            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, stdout: logPath)
+        guard let status = try? await process.waitForExit(timeout: .seconds(30), what: "pigeon-server serve") else { return nil }
+        return (status, (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")
     }
 }

@@ -23,13 +23,18 @@ import Glibc
     /// Runs `body` with a data directory on a fresh 4 MiB tmpfs.
     static func withSmallDisk(_ body: (String) async throws -> Void) async throws {
         let directory = makeTemporaryDirectory()
-        try run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", directory])
-        defer {
-            // Lazily: the store's last file handles may close a moment after the server has stopped ("target is busy").
-            try? run("/usr/bin/umount", ["--lazy", directory])
-            try? FileManager.default.removeItem(atPath: directory)
+        try await Command.run(["/usr/bin/mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", directory])
+        let outcome: Result<Void, any Error>
+        do {
+            try await body(directory)
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
         }
-        try await body(directory)
+        // Lazily: the store's last file handles may close a moment after the server has stopped ("target is busy").
+        _ = try? await Command.run(["/usr/bin/umount", "--lazy", directory])
+        try? FileManager.default.removeItem(atPath: directory)
+        try outcome.get()
     }
 
     /// Waits until `/readyz` answers 200 again.
@@ -39,15 +44,6 @@ import Glibc
             guard ContinuousClock.now < deadline else { throw TestFailure("/readyz stayed 503 after the disk had space again") }
             try await Task.sleep(for: .milliseconds(100))
         }
-    }
-
-    static func run(_ executable: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw TestFailure("\(executable) \(arguments) exited \(process.terminationStatus)") }
     }
 
     /// Fills the file system of `directory` with one file; returns its path.

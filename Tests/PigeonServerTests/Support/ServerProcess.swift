@@ -12,7 +12,7 @@ import Darwin
 final class ServerProcess: @unchecked Sendable {
     let port: Int
     let dataDirectory: String
-    private let process: Process
+    private let process: ChildProcess
     let logPath: String
 
     /// The binary next to the test bundle (SwiftPM builds it: the test target depends on it), or `PIGEON_SERVER_BINARY`.
@@ -43,37 +43,34 @@ final class ServerProcess: @unchecked Sendable {
         environment: [String: String] = [:], waitUntilReady: Bool = true, givesDataDirectory: Bool = true
     ) async throws {
         self.dataDirectory = dataDirectory
-        self.logPath = dataDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
+        // In the data directory, or beside it when it does not exist yet (the server is to create it).
+        let logDirectory = FileManager.default.fileExists(atPath: dataDirectory) ? dataDirectory : (dataDirectory as NSString).deletingLastPathComponent
+        self.logPath = logDirectory + "/server-\(UUID().uuidString.prefix(8)).log"
         var attempt = 0
         while true {
             attempt += 1
             let chosenPort = try port ?? freePort()
             _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: Self.binaryPath)
-            process.arguments =
-                ["serve", "--host", "127.0.0.1", "--port", String(chosenPort), "--log-level", "warning"]
-                + (givesDataDirectory ? ["--data-dir", dataDirectory] : []) + backend.serverArguments + arguments
-            if !givesDataDirectory { process.currentDirectoryURL = URL(fileURLWithPath: dataDirectory) }
-            let logHandle = FileHandle(forWritingAtPath: logPath)
-            process.standardOutput = logHandle
-            process.standardError = logHandle
-            if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
-            try process.run()
+            let process = try ChildProcess(
+                [Self.binaryPath, "serve", "--host", "127.0.0.1", "--port", String(chosenPort), "--log-level", "warning"]
+                    + (givesDataDirectory ? ["--data-dir", dataDirectory] : []) + backend.serverArguments + arguments,
+                environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                directory: givesDataDirectory ? nil : dataDirectory, stdout: logPath)
             if try await Self.becomesReady(process, port: chosenPort, path: waitUntilReady ? "/readyz" : "/healthz") {
                 self.port = chosenPort
                 self.process = process
                 return
             }
             let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-            if process.isRunning { process.terminate() }
+            if process.isRunning { process.signal(SIGKILL) }
+            _ = try? await process.waitForExit(timeout: .seconds(30), what: "pigeon-server that did not become ready")
             if port == nil, attempt < 3, !process.isRunning, log.contains("Address already in use") { continue }
             throw TestFailure("pigeon-server did not become ready: \(log)")
         }
     }
 
     /// Polls `path` until it answers 200 while the process runs (true), the process exits or 30 s pass (false).
-    private static func becomesReady(_ process: Process, port: Int, path: String) async throws -> Bool {
+    private static func becomesReady(_ process: ChildProcess, port: Int, path: String) async throws -> Bool {
         let client = PigeonTestClient(port: port)
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
@@ -86,18 +83,11 @@ final class ServerProcess: @unchecked Sendable {
 
     /// Runs `pigeon-server arguments…` to its end (a command that ends by itself: `backup`, a refused `serve`) without
     /// blocking a concurrency thread; its exit status and output (stdout and stderr).
-    static func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+    static func run(_ arguments: [String], timeout: Duration = .seconds(120)) async throws -> (status: Int32, output: String) {
         let outputPath = makeTemporaryDirectory() + "/output"
         defer { try? FileManager.default.removeItem(atPath: (outputPath as NSString).deletingLastPathComponent) }
-        let pid = try Command.spawn([binaryPath] + arguments, outputPath: outputPath)
-        var status: Int32 = 0
-        while true {
-            let waited = waitpid(pid, &status, WNOHANG)
-            if waited == pid { break }
-            if waited == -1 && errno != EINTR { throw TestFailure("waitpid: \(errno)") }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        let child = try ChildProcess([binaryPath] + arguments, stdout: outputPath, truncate: true)
+        let code = try await child.waitForExit(timeout: timeout, what: "pigeon-server \(arguments.joined(separator: " "))")
         return (code, (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
     }
 
@@ -108,7 +98,7 @@ final class ServerProcess: @unchecked Sendable {
     /// process runs meanwhile.
     var cpuTime: Duration {
         get throws {
-            let text = try String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8)
+            let text = try String(contentsOfFile: "/proc/\(process.pid)/stat", encoding: .utf8)
             // The fields after the command name (which may hold spaces), from the third: utime and stime are the 14th
             // and 15th of the line.
             guard let end = text.lastIndex(of: ")") else { throw TestFailure("unexpected /proc stat: \(text)") }
@@ -124,7 +114,7 @@ final class ServerProcess: @unchecked Sendable {
     /// The process's resident memory in bytes, from `/proc/<pid>/statm`.
     var residentBytes: Int {
         get throws {
-            let text = try String(contentsOfFile: "/proc/\(process.processIdentifier)/statm", encoding: .utf8)
+            let text = try String(contentsOfFile: "/proc/\(process.pid)/statm", encoding: .utf8)
             guard let pages = text.split(separator: " ").dropFirst().first.flatMap({ Int($0) }) else {
                 throw TestFailure("unexpected /proc statm: \(text)")
             }
@@ -134,22 +124,11 @@ final class ServerProcess: @unchecked Sendable {
 
     func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
-    /// Sends `signal` and waits for the process to end; returns its exit status.
+    /// Sends `signal` and waits for the process to end; returns its exit status (128 + n for signal n). Past `timeout`
+    /// it is killed and this throws. A server still running when this goes away is killed (``ChildProcess``).
     @discardableResult
     func stop(signal: Int32, timeout: Duration = .seconds(30)) async throws -> Int32 {
-        kill(process.processIdentifier, signal)
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
-            guard ContinuousClock.now < deadline else {
-                kill(process.processIdentifier, SIGKILL)
-                throw TestFailure("pigeon-server did not stop within \(timeout) after signal \(signal)")
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return process.terminationStatus
-    }
-
-    deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.signal(signal)
+        return try await process.waitForExit(timeout: timeout, what: "pigeon-server after signal \(signal)")
     }
 }

@@ -348,15 +348,6 @@ extension ServerEvent {
 
 // MARK: - A raw socket that never reads
 
-/// Runs `body` on a thread of its own and awaits it: a raw socket's blocking reads must not hold a thread of Swift's
-/// cooperative pool (as few as the machine's cores), where the in-process server's handlers run too; tests running
-/// in parallel could otherwise block all of them and wait for an answer the server cannot write.
-func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try body() }) }.start()
-    }
-}
-
 /// A TCP client of the test server that does the WebSocket upgrade (or opens an SSE stream) and then reads
 /// nothing unless told to: the never-reading client of the stream limits' tests. Its receive buffer is made
 /// small before connecting, so the server's writes to it block early.
