@@ -86,11 +86,17 @@ public enum AttachmentLimits {
     public static let defaultQuotaBytes: Int64 = 1024 * 1024 * 1024
     public static let defaultUploadsPerMinute = 30
 
+    /// `type/subtype` of a media type, lowercased, without its parameters (or anything else after a `;` or `,`).
+    public static func canonicalMediaType(_ contentType: String) -> String {
+        let end = contentType.firstIndex { $0 == ";" || $0 == "," } ?? contentType.endIndex
+        return contentType[..<end].trimmingCharacters(in: .whitespaces).lowercased()
+    }
+
     /// The media types served `inline` under their own `Content-Type`; every other one is served as
     /// `application/octet-stream` with `Content-Disposition: attachment`, so that an upload can never be run as a page
     /// or a script of the server's origin.
     public static func isInline(_ contentType: String) -> Bool {
-        let media = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        let media = canonicalMediaType(contentType)
         switch media {
         case "image/png", "image/jpeg", "image/gif", "image/webp": return true
         default: return media.hasPrefix("audio/") || media.hasPrefix("video/")

@@ -83,13 +83,13 @@ struct AttachmentController: Sendable {
         PigeonError(.forbidden, "this user's attachments would pass their quota of \(quota) stored bytes (\(used) in use); nothing was stored")
     }
 
-    /// The upload's media type as given (its type and subtype lowercased), `application/octet-stream` when none.
+    /// The upload's canonical media type: its type and subtype, lowercased, without parameters (`application/octet-stream`
+    /// when none). Parameters are dropped, never stored or served: a header such as `image/png;x=y, text/html` would
+    /// otherwise be served as given, and a browser reads the last type in it.
     static func contentType(_ header: String?) throws -> String {
         guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return "application/octet-stream" }
         guard Validation.isValidContentType(header) else { throw PigeonError.invalid("Content-Type must be a media type (type/subtype)") }
-        let parts = header.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false)
-        let media = parts[0].trimmingCharacters(in: .whitespaces).lowercased()
-        return parts.count == 2 ? media + ";" + parts[1] : media
+        return AttachmentLimits.canonicalMediaType(header)
     }
 
     // MARK: Download
@@ -139,8 +139,10 @@ struct AttachmentController: Sendable {
         headers[.contentSecurityPolicy] = "default-src 'none'; sandbox"
         headers[.acceptRanges] = "bytes"
         let encodedName = attachment.name.addingPercentEncoding(withAllowedCharacters: rfc5987) ?? "attachment"
-        if AttachmentLimits.isInline(attachment.contentType) {
-            headers[.contentType] = attachment.contentType
+        // Canonical at serving too: an upload stored before types were canonical may carry parameters.
+        let media = AttachmentLimits.canonicalMediaType(attachment.contentType)
+        if AttachmentLimits.isInline(media) {
+            headers[.contentType] = media
             headers[.contentDisposition] = "inline; filename*=UTF-8''\(encodedName)"
         } else {
             headers[.contentType] = "application/octet-stream"
