@@ -622,16 +622,27 @@ package enum ContractSchemas {
         ]
     }
 
-    /// One event of `GET /v1/events` as its SSE framing carries it: OpenAPI 3.1 has no schema for the items of a
-    /// stream, so the answer's `text/event-stream` schema names this one (as OpenAPI 3.2's `itemSchema` would).
+    /// One event of `GET /v1/events` as its SSE framing carries it, with `data` the JSON text of an ``Event``
+    /// (`contentMediaType` and `contentSchema`). OpenAPI 3.1 has no schema for the items of a stream: tools that check
+    /// server-sent events (schemathesis) read a `text/event-stream` answer's schema as the schema of each event, so the
+    /// answer names this one (as OpenAPI 3.2's `itemSchema` would).
     private static var serverSentEvent: JSONNode {
         Schema.object(
             "One server-sent event of GET /v1/events, its fields as the framing carries them: `id: <id>`, `event: <event>`, `data: <data as one line of JSON>`, then a blank line. The stream is a sequence of these (after `retry: 1000` and a comment; `: keep-alive` comments between them).",
             required: ["event", "data"],
             [
-                ("id", Schema.described(cursor, "The event's cursor (absent on typing): resume after it with cursor or Last-Event-ID.")),
+                ("id", Schema.described(cursor, "The event's cursor (absent on typing: a client keeps the last one it saw): resume after it with cursor or Last-Event-ID.")),
                 ("event", Schema.enumeration(ServerEvent.Kind.allCases.map(\.rawValue), "The event's type, the same as its data's type.")),
-                ("data", Schema.ref("Event")),
+                (
+                    "data",
+                    [
+                        "type": "string",
+                        "description": "The event as one line of JSON (the Event schema).",
+                        "contentMediaType": "application/json",
+                        "contentSchema": Schema.ref("Event"),
+                    ]
+                ),
+                ("retry", Schema.integer("The reconnection delay in milliseconds (1000, before the first event).", minimum: 0)),
             ])
     }
 

@@ -156,11 +156,9 @@ package enum OpenAPIDocument {
             let schema: JSONNode = mediaType == "application/json" ? ["type": "object"] : ["type": "string"]
             return ["description": .string(answer.description), "content": [mediaType: ["schema": schema]]]
         case .eventStream(let item):
-            let schema: JSONNode = [
-                "type": "string",
-                "description": .string("Server-sent events, each of them x-pigeon-item-schema (the schema of one item, as OpenAPI 3.2's itemSchema)."),
-                "x-pigeon-item-schema": Schema.ref(item),
-            ]
+            // The schema of each event (what OpenAPI 3.2 calls itemSchema): tools that check server-sent events read a
+            // 3.1 document's text/event-stream schema that way.
+            let schema = Schema.ref(item)
             return ["description": .string(answer.description), "content": ["text/event-stream": ["schema": schema]]]
         case .binary(let headers):
             return .fields([
