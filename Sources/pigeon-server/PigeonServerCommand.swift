@@ -156,8 +156,11 @@ struct Serve: AsyncParsableCommand {
         }
         var logger = Logger(label: "pigeon")
         logger.logLevel = level
+        // Nothing is created before the address is known to be free: a refused start leaves no data directory behind.
+        let dataDirectoryExisted = FileManager.default.fileExists(atPath: configuration.dataDirectory)
         let app: any ApplicationRunnable
         do {
+            try await ListenCheck.checkFree(host: configuration.host, port: configuration.port)
             app = try await PigeonApplication.make(configuration: configuration, logger: logger)
         } catch {
             logger.critical("cannot start", metadata: ["error": "\(String(reflecting: error))"])
@@ -166,7 +169,30 @@ struct Serve: AsyncParsableCommand {
         logger.info(
             "pigeon-server starting",
             metadata: ["address": "\(configuration.host):\(configuration.port)", "dataDir": "\(configuration.dataDirectory)"])
-        try await app.runService()
+        let signals = Self.logStopSignals(logger)
+        defer { signals.forEach { $0.cancel() } }
+        do {
+            try await app.runService()
+        } catch {
+            // Another process bound the address between the check and the server's own bind.
+            guard let refusal = ListenCheck.refusal(for: error, host: configuration.host, port: configuration.port) else { throw error }
+            if !dataDirectoryExisted { try? FileManager.default.removeItem(atPath: configuration.dataDirectory) }
+            logger.critical("cannot start", metadata: ["error": "\(refusal)"])
+            throw ExitCode.failure
+        }
+        logger.info("pigeon-server stopped")
+    }
+
+    /// Logs SIGTERM and SIGINT when they arrive (the graceful shutdown they start is the service group's).
+    static func logStopSignals(_ logger: Logger) -> [any DispatchSourceSignal] {
+        [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")].map { signal, name in
+            let source = DispatchSource.makeSignalSource(signal: signal, queue: .global())
+            source.setEventHandler {
+                logger.notice("\(name) received: stopping gracefully (no new connections; streams closed; what was accepted is stored)")
+            }
+            source.resume()
+            return source
+        }
     }
 
     static func parsePort(_ text: String) throws -> Int {

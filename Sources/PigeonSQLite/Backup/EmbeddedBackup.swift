@@ -51,6 +51,15 @@ package enum EmbeddedBackup {
             throw Failure("\(data) is not a Pigeon data directory (it has no \(storeFile))")
         }
         guard !FileManager.default.fileExists(atPath: target) else { throw Failure("\(target) exists already; choose a new file") }
+        // Never into a data directory: not the one copied (the archive would be part of what it copies), nor one that
+        // a running server holds (its files are the server's alone).
+        let targetDirectory = (target as NSString).deletingLastPathComponent
+        if targetDirectory == data || targetDirectory.hasPrefix(data + "/") {
+            throw Failure("\(target) is inside the data directory \(data) being backed up; write the archive elsewhere")
+        }
+        if let held = DataDirectoryLock.heldAncestor(of: targetDirectory) {
+            throw Failure("\(target) is inside the data directory \(held.directory), in use by \(held.holder); write the archive elsewhere")
+        }
         let partial = target + ".partial-" + Identifiers.randomHex(bytes: 4)
         let descriptor = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw Failure("cannot create \(partial): \(String(cString: strerror(errno)))") }
@@ -160,9 +169,17 @@ package enum EmbeddedBackup {
         guard manager.isReadableFile(atPath: archive) else { throw Failure("cannot read \(archive)") }
         var isDirectory: ObjCBool = false
         let exists = manager.fileExists(atPath: target.path, isDirectory: &isDirectory)
+        // Claimed for the whole restore: a server running on it refuses this, and one starting meanwhile is refused.
+        var claim: DataDirectoryLock?
+        defer { claim?.release() }
         if exists {
             guard isDirectory.boolValue else { throw Failure("\(target.path) exists and is not a directory") }
-            let contents = try manager.contentsOfDirectory(atPath: target.path)
+            do {
+                claim = try DataDirectoryLock(directory: target.path, holder: "pigeon-server restore")
+            } catch let held as DataDirectoryLock.Held {
+                throw Failure("\(held); stop that server first")
+            }
+            let contents = try manager.contentsOfDirectory(atPath: target.path).filter { $0 != DataDirectoryLock.fileName }
             guard contents.isEmpty || replace else {
                 throw Failure("\(target.path) is not empty; stop its server and pass --replace to overwrite it, or restore into a new directory")
             }

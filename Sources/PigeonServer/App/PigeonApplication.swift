@@ -103,6 +103,7 @@ public enum PigeonApplication {
                 + [core.processor].compactMap { $0 } + [core.typing, core.sampler] + [core.pushDispatcher].compactMap { $0 }
                 + [core.webhookDispatcher].compactMap { $0 } + [core.beforeSendHook].compactMap { $0 },
             onServerRunning: { channel in
+                logOptionalParts(configuration, address: channel.localAddress, logger: logger)
                 logPush(configuration.push, logger: logger)
                 if configuration.isOpenRegistrationEnabled { warnOpenRegistration(address: channel.localAddress, logger: logger) }
             },
@@ -124,6 +125,43 @@ extension Application: ApplicationRunnable {
 
 /// Where push notifications go (or that none are sent), logged once the server listens: an operator sees at start
 /// whether the gateway they configured is the one in use. A URL's user and password are left out.
+/// One line once the server listens: where, on which store and buffer, and which optional parts are on (the web
+/// page, the operator's page, webhooks, the before-send hook, the server API, push, encryption at rest, metrics).
+private func logOptionalParts(_ configuration: ServerConfiguration, address: SocketAddress?, logger: Logger) {
+    let port = address?.port ?? configuration.port
+    let base = "http://\(configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host):\(port)"
+    let appBackend = configuration.appBackend
+    func origin(_ url: String?) -> String? {
+        guard let url, let components = URLComponents(string: url), let host = components.host else { return url == nil ? nil : "on" }
+        return "\(components.scheme ?? "http")://\(host)\(components.port.map { ":\($0)" } ?? "")"
+    }
+    let store: String
+    switch configuration.store {
+    case .embedded: store = "embedded (SQLite in \(configuration.dataDirectory))"
+    case .postgres: store = "PostgreSQL"
+    }
+    let buffer: String
+    switch configuration.buffer {
+    case .embedded: buffer = configuration.store == .embedded && !configuration.separateEmbeddedBuffer ? "none (one durable write into the store)" : "embedded"
+    case .redis: buffer = "Redis Streams"
+    }
+    let metadata: Logger.Metadata = [
+        "address": "\(base)",
+        "store": "\(store)",
+        "buffer": "\(buffer)",
+        "webPage": "\(configuration.webDemo ? base + "/" : "off (--web)")",
+        "adminPage": "\(configuration.adminToken != nil ? base + "/admin" : "off (--admin-token)")",
+        "webhooks": "\(origin(appBackend.webhookURL) ?? "off (--webhook)")",
+        "beforeSendHook": "\(origin(appBackend.beforeSendHookURL) ?? "off (--before-send-hook)")",
+        "serverAPI": "\(appBackend.serviceToken != nil ? "on" : "off (--service-token)")",
+        "push": "\(origin(configuration.push.notifyURL) ?? "off (--push-gateway)")",
+        "encryptionAtRest": "\(configuration.atRest.isOn ? "on" : "off (--encryption-key-file)")",
+        "metrics": "\(configuration.metricsToken != nil ? "token required" : "open")",
+        "fsync": "\(configuration.durable ? "on" : "off (--no-fsync)")",
+    ]
+    logger.info("pigeon-server listening", metadata: metadata)
+}
+
 private func logPush(_ push: PushConfiguration, logger: Logger) {
     guard let notifyURL = push.notifyURL else {
         logger.info("push notifications off (no --push-gateway): devices' registrations are kept, nothing is sent")

@@ -87,6 +87,13 @@ final class PigeonCore: Sendable {
         var sqliteFiles: [String] = []
         var backendServices: [any Service] = []
         var nodeRosters: [any NodeRoster] = []
+        // An embedded store or buffer lives in the data directory: claimed before anything in it is created or read,
+        // held until the server has stopped (the first service, so the last to stop).
+        if configuration.store == .embedded || configuration.buffer == .embedded {
+            let claim = try DataDirectoryLock(
+                directory: configuration.dataDirectory, holder: "pigeon-server (\(configuration.host):\(configuration.port))")
+            backendServices.append(DataDirectoryClaim(lock: claim))
+        }
         let nodeId: String
         if let identity {
             nodeId = identity.nodeId
@@ -279,5 +286,16 @@ final class PigeonCore: Sendable {
         let id = "node-" + Identifiers.randomHex(bytes: 8)
         try (id + "\n").write(to: file, atomically: true, encoding: .utf8)
         return id
+    }
+}
+
+/// Holds the data directory's ``DataDirectoryLock`` while the server runs and lets it go once everything after it in
+/// the service group has stopped (it is the first service, so the last to be shut down).
+struct DataDirectoryClaim: Service {
+    let lock: DataDirectoryLock
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        lock.release()
     }
 }
