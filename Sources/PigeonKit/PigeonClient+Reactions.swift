@@ -56,10 +56,13 @@ extension PigeonClient {
     /// Who reacted to `message` (with `key`: who reacted with it), a page at a time from the server, ascending by user
     /// id: pass the last user id of a page as `after` for the next. Needs the network, and a message the server has.
     public func reactionUsers(of message: PigeonMessage, key: String? = nil, after: String? = nil, limit: Int = 100) async throws -> ReactionUsersPage {
-        if let key, !Validation.isValidReactionKey(key) { throw PigeonClientError.invalid(Self.invalidKey(key)) }
+        let canonical = try key.map { key in
+            guard let canonical = Validation.canonicalReactionKey(key) else { throw PigeonClientError.invalid(Self.invalidKey(key)) }
+            return canonical
+        }
         guard let serverId = message.serverId else { throw PigeonClientError.invalid("message \(message.localId) is not on the server yet") }
         return try await engine.transport.reactionUsers(
-            conversationId: message.conversationId, serverId: serverId, key: key, after: after, limit: limit)
+            conversationId: message.conversationId, serverId: serverId, key: canonical, after: after, limit: limit)
     }
 
     private func localId(serverId: String) throws -> Int64 {
@@ -69,8 +72,9 @@ extension PigeonClient {
         return localId
     }
 
-    private func saveReaction(_ key: String, _ action: ReactionAction, localId: Int64) throws -> PigeonMessage {
-        guard Validation.isValidReactionKey(key) else { throw PigeonClientError.invalid(Self.invalidKey(key)) }
+    private func saveReaction(_ given: String, _ action: ReactionAction, localId: Int64) throws -> PigeonMessage {
+        // The server's form of the key (❤ and ❤️ are one key), so that the local aggregate matches its answer.
+        guard let key = Validation.canonicalReactionKey(given) else { throw PigeonClientError.invalid(Self.invalidKey(given)) }
         // One at a time, from saving to queueing, so that an add and a remove of one key always see each other.
         return try reactionLock.withLock {
             let (message, item, outcome) = try store.saveReaction(

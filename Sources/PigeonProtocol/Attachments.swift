@@ -105,10 +105,26 @@ public enum AttachmentLimits {
 }
 
 extension Validation {
-    /// A file name as an upload may give it: 1–255 bytes of UTF-8, no control character, no `/` or `\`, not `.` or `..`.
+    /// A file name as an upload may give it: 1–255 bytes of UTF-8, no control character (C0, DEL, C1), no `/` or `\`,
+    /// not `.` or `..`, and none of the invisible characters that make a name read as another
+    /// (``isDeceptiveInvisible(_:)``: `invoice\u{202E}fdp.exe` shows as `invoiceexe.pdf`).
     public static func isValidAttachmentName(_ name: String) -> Bool {
         guard !name.isEmpty, name.utf8.count <= AttachmentLimits.maxNameBytes, name != ".", name != ".." else { return false }
-        return !name.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F || $0 == "/" || $0 == "\\" }
+        return !name.unicodeScalars.contains {
+            $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0 == "/" || $0 == "\\" || isDeceptiveInvisible($0)
+        }
+    }
+
+    /// The invisible characters that change how text around them reads: bidirectional marks, embeddings, overrides
+    /// and isolates (U+200E–200F, U+202A–202E, U+2066–2069, U+061C), the line and paragraph separators (U+2028–2029),
+    /// zero-width characters (U+200B–200D, U+2060–2064, U+FEFF, U+180E) and tag characters (U+E0000–E007F).
+    public static func isDeceptiveInvisible(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x200B...0x200F, 0x202A...0x202E, 0x2028, 0x2029, 0x2060...0x2064, 0x2066...0x2069, 0x061C, 0xFEFF, 0x180E, 0xE0000...0xE007F:
+            return true
+        default:
+            return false
+        }
     }
 
     /// A media type as `Content-Type` gives it: `type/subtype` of RFC 9110 tokens, optionally followed by parameters,

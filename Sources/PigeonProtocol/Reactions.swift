@@ -114,12 +114,52 @@ public enum ReactionLimits {
 
 extension Validation {
     /// A reaction key: one emoji (a single extended grapheme cluster) or an app token `[a-z0-9_:+-]{1,32}`, at most
-    /// 64 bytes of UTF-8.
+    /// 64 bytes of UTF-8 (in its canonical form, ``canonicalReactionKey(_:)``).
     public static func isValidReactionKey(_ key: String) -> Bool {
+        canonicalReactionKey(key) != nil
+    }
+
+    /// The one form a reaction key is stored, counted and compared in, or `nil` when `key` is no reaction key. An app
+    /// token is itself. An emoji is put in one form: variation selectors are dropped and one U+FE0F is put after each
+    /// emoji that is not drawn as one by default (unless a skin tone follows it), the fully-qualified form, so that ❤,
+    /// ❤️ and ❤ with three selectors are one key (❤️). Invisible characters are refused (bidirectional controls, line
+    /// separators, zero-width characters, tags), but for the joiner between two emoji of a ZWJ sequence and the tags
+    /// of a subdivision flag (🏴 + tag letters + cancel tag).
+    public static func canonicalReactionKey(_ key: String) -> String? {
         let utf8 = key.utf8
-        guard !utf8.isEmpty, utf8.count <= ReactionLimits.keyBytes else { return false }
-        if isReactionToken(key) { return true }
-        return isSingleEmoji(key)
+        guard !utf8.isEmpty, utf8.count <= 4 * ReactionLimits.keyBytes else { return nil }
+        if isReactionToken(key) { return key }
+        let scalars = Array(key.unicodeScalars).filter { $0.value != 0xFE0F && $0.value != 0xFE0E }
+        guard !scalars.isEmpty else { return nil }
+        var canonical = String.UnicodeScalarView()
+        for (index, scalar) in scalars.enumerated() {
+            if scalar.value == 0x200D {
+                // A joiner only between two emoji.
+                guard index > 0, index + 1 < scalars.count, scalars[index - 1].properties.isEmoji || scalars[index - 1].properties.isEmojiModifier,
+                    scalars[index + 1].properties.isEmoji
+                else { return nil }
+            } else if (0xE0020...0xE007F).contains(scalar.value) {
+                // Tags only in a subdivision flag: 🏴, tag characters, the cancel tag last.
+                guard scalars.first?.value == 0x1F3F4, scalars.last?.value == 0xE007F,
+                    scalar.value == 0xE007F ? index == scalars.count - 1 : true
+                else { return nil }
+            } else if isDeceptiveInvisible(scalar) || scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) {
+                return nil
+            }
+            canonical.append(scalar)
+            let next = index + 1 < scalars.count ? scalars[index + 1] : nil
+            // #, * and the digits are emoji only as keycaps (with U+20E3 after them).
+            let keycapBase = scalar.isASCII
+            let presentable = scalar.properties.isEmoji && !scalar.properties.isEmojiPresentation && !scalar.properties.isEmojiModifier
+                && !(0xE0020...0xE007F).contains(scalar.value) && (!keycapBase || next?.value == 0x20E3)
+            if keycapBase && next?.value != 0x20E3 { return nil }
+            if presentable && !(next?.properties.isEmojiModifier ?? false) {
+                canonical.append(Unicode.Scalar(0xFE0F)!)
+            }
+        }
+        let result = String(canonical)
+        guard result.utf8.count <= ReactionLimits.keyBytes, isSingleEmoji(result) else { return nil }
+        return result
     }
 
     /// An app token: `[a-z0-9_:+-]{1,32}`.

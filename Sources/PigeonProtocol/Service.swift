@@ -96,6 +96,10 @@ public enum SystemSender {
         }
     }
 
+    /// The system senders the server writes as itself (``service``) or keeps for itself: an app's own system sender
+    /// may not pass for one of them.
+    public static let reserved: Set<String> = [service, "system:pigeon", "system:server", "system:admin", "system:moderation"]
+
     /// Whether `senderId` is a system sender's (not a user's).
     public static func isSystem(_ senderId: String) -> Bool {
         senderId.hasPrefix(prefix)

@@ -279,12 +279,24 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let badKey = directory + "/bad.key"
         try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: badKey))
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: badKey)
         let bad = try await Self.runServer(["serve", "--data-dir", directory + "/data", "--port", "0", "--encryption-key-file", badKey])
         #expect(bad.status != 0)
         #expect(bad.output.split(separator: "\n").contains { $0.contains("bad.key, line 1: expected id:base64key") }, "\(bad.output)")
 
         let key = directory + "/good.key"
         try Data(repeating: 4, count: 32).write(to: URL(fileURLWithPath: key))
+        // Readable by others: refused in one line, unless --allow-insecure-key-file.
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: key)
+        let open = try await Self.runServer(["serve", "--data-dir", directory + "/data", "--port", "0", "--encryption-key-file", key])
+        #expect(open.status != 0)
+        #expect(
+            open.output.split(separator: "\n").filter { $0.contains("is accessible by others (mode 644): chmod 600 it") }.count == 1, "\(open.output)")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/data"), "a refused start created the data directory")
+        let insecure = try await ServerProcess(
+            dataDirectory: directory + "/insecure", arguments: ["--encryption-key-file", key, "--allow-insecure-key-file"])
+        try await insecure.stop(signal: SIGTERM)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: key)
         let server = try await ServerProcess(dataDirectory: directory + "/data", arguments: ["--encryption-key-file", key])
         let alice = try await server.client.register("alice")
         let conversation = try await server.client.createConversation(alice, members: ["bob"])

@@ -90,7 +90,7 @@ struct ConversationAccess: Sendable {
         guard let rawServerId, let serverId = Validation.canonicalUUID(rawServerId) else {
             throw PigeonError.invalid("the message's serverId must be a UUID")
         }
-        guard let key = rawKey, Validation.isValidReactionKey(key) else {
+        guard let key = rawKey.flatMap(Validation.canonicalReactionKey) else {
             throw PigeonError.invalid(
                 "a reaction key is one emoji or a token of 1-\(ReactionLimits.tokenLength) characters of [a-z0-9_:+-], at most \(ReactionLimits.keyBytes) bytes")
         }

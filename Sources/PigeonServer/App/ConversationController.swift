@@ -155,8 +155,11 @@ struct ConversationController: Sendable {
         guard let serverId = context.parameters.decoded("serverId").flatMap(Validation.canonicalUUID) else {
             throw PigeonError.invalid("the message's serverId must be a UUID")
         }
-        let key = request.uri.queryParameters.get("key")
-        if let key, !Validation.isValidReactionKey(key) { throw PigeonError.invalid("key is not a valid reaction key") }
+        var key: String? = request.uri.queryParameters.get("key").map { String($0) }
+        if let given = key {
+            guard let canonical = Validation.canonicalReactionKey(given) else { throw PigeonError.invalid("key is not a valid reaction key") }
+            key = canonical
+        }
         let after = request.uri.queryParameters.get("after")
         if let after, !Validation.isValidUserId(after) { throw PigeonError.invalid("after must be a userId") }
         let pageLimit = try request.integerParameter("limit", range: 1...200) ?? 50

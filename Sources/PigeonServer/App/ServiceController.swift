@@ -92,6 +92,10 @@ struct ServiceController: Sendable {
         guard Validation.isValidUserId(body.senderId) || SystemSender.isValid(body.senderId) else {
             throw PigeonError.invalid("senderId must be a member's userId or system:<name> (name: 1-64 characters of [A-Za-z0-9._-])")
         }
+        guard !SystemSender.reserved.contains(body.senderId.lowercased()) else {
+            throw PigeonError.invalid(
+                "senderId \(body.senderId) is the server's own (\(SystemSender.reserved.sorted().joined(separator: ", ")) are reserved); choose another system:<name>")
+        }
         if !SystemSender.isSystem(body.senderId) {
             guard let members = try await store.members(of: conversationId) else { throw PigeonError.conversationNotFound }
             guard members.contains(body.senderId) else {

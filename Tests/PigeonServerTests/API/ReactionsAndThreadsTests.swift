@@ -107,6 +107,27 @@ import Testing
         }
     }
 
+    /// ❤, ❤️ and ❤ with extra selectors are one key, stored and answered as ❤️; the who-reacted list finds it under
+    /// any of them; a key with an invisible override is refused.
+    @Test func aReactionKeyIsStoredInOneForm() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let carol = try await client.register("carol")
+            let conversation = try await client.createConversation(alice, members: ["bob", "carol"], name: "g")
+            let sent = try await client.sendAccepted(alice, to: conversation.id, body: "hi")
+            _ = try await client.waitForCount(alice, conversation.id, 1)
+            #expect(try Self.reactions(try await Self.react(client, bob, conversation.id, sent.serverId, "❤")) == [Reaction(key: "❤️", count: 1, me: true)])
+            let both = try Self.reactions(try await Self.react(client, carol, conversation.id, sent.serverId, "❤\u{FE0F}\u{FE0F}\u{FE0F}"))
+            #expect(both == [Reaction(key: "❤️", count: 2, me: true)])
+            let path = "/v1/conversations/\(conversation.id)/messages/\(sent.serverId)/reactions?key="
+            let users = try await client.request(.GET, path + ("❤".addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""), token: alice.token)
+            #expect(users.status == 200 && users.text.contains("bob") && users.text.contains("carol"), "\(users.text)")
+            expectError(try await Self.react(client, bob, conversation.id, sent.serverId, "👍\u{202E}"), 400, .invalidRequest, "an override")
+            #expect(try Self.reactions(try await Self.react(client, bob, conversation.id, sent.serverId, "❤️", remove: true)) == [Reaction(key: "❤️", count: 1, me: false)])
+        }
+    }
+
     @Test func badReactionsGetTheirErrorAndChangeNothing() async throws {
         try await withTestServer { client in
             let alice = try await client.register("alice")

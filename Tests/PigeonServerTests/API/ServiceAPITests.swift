@@ -260,6 +260,10 @@ import Testing
                 (.POST, "/conversations/\(id)/messages", client.json(Self.message(senderId: "carol", body: "not a member"))),
                 (.POST, "/conversations/\(id)/messages", client.json(Self.message(senderId: "system:", body: "empty name"))),
                 (.POST, "/conversations/\(id)/messages", client.json(Self.message(senderId: "system:a b", body: "bad name"))),
+                // The server's own senders: no app message passes for one of them.
+                (.POST, "/conversations/\(id)/messages", client.json(Self.message(senderId: "system:service", body: "as the server"))),
+                (.POST, "/conversations/\(id)/messages", client.json(Self.message(senderId: "system:Service", body: "as the server"))),
+                (.POST, "/conversations/\(id)/messages", client.json(Self.message(senderId: "system:pigeon", body: "as pigeon"))),
                 (.POST, "/conversations/\(id)/messages", client.json(Self.message(senderId: "system:\(String(repeating: "x", count: 65))", body: "long"))),
                 (
                     .POST, "/conversations/\(id)/messages",
