@@ -306,6 +306,12 @@ def test_module_is_served_and_imports_from_another_origin():
                     ]:
                         shown = app.js("([r, p]) => window.sdk.withPendingReactions(r, p)", [server_side, pending])
                         check(shown == expected, f"withPendingReactions({server_side}, {pending}) = {shown}, not {expected}")
+                    # A reaction key in the server's one form (PigeonKit's ReactionKeyTests, the same cases).
+                    for given, expected in [("❤", "❤️"), ("❤\ufe0f\ufe0f\ufe0f", "❤️"), ("👍\ufe0f", "👍"), ("1\u20e3", "1️⃣"),
+                                            ("🏳\u200d🌈", "🏳️‍🌈"), ("☝🏻", "☝🏻"), ("party_parrot", "party_parrot"), ("#", None),
+                                            ("👍\u202e", None), ("\u200d👍", None), ("👍\U000e0041", None)]:
+                        got = app.js("(k) => window.sdk.canonicalReactionKey(k)", given)
+                        check(got == expected, f"canonicalReactionKey({given!r}) = {got!r}, not {expected!r}")
                     imported = app.js("() => window.sdk.VERSION")
                     check(imported == version.group(1).decode(), f"the imported VERSION is {imported!r}")
                     check(not app.problems, f"problems: {app.problems}")

@@ -13,6 +13,8 @@ export type StatusEvidence =
 
 /** The status after `evidence`, or null when it changes nothing (PigeonKit's rules). */
 /** The aggregate a device shows: the server's with pending changes applied in order (each counted once). */
+/** The one form the server stores a reaction key in (❤ and ❤️ are ❤️), or null when it takes no such key. */
+export declare function canonicalReactionKey(key: string): string | null;
 export declare function withPendingReactions(reactions: Reaction[] | null | undefined, pending: Array<{ key: string; add: boolean }> | null | undefined): Reaction[];
 export declare function applyEvidence(status: MessageStatus, evidence: StatusEvidence, failureIsLocal?: boolean): MessageStatus | null;
 
