@@ -14,7 +14,9 @@ import ServiceLifecycle
 /// One signed POST (``RequestSignature``, `--webhook-secret`) per send or edit, answered within
 /// `--before-send-timeout-ms` (default 500 ms), through one keep-alive connection pool with at most
 /// ``AppBackendConfiguration/beforeSendMaxInFlight`` calls in flight; a call past that bound is not queued, it fails at
-/// once. A timeout, a non-2xx answer, an answer that is not one of the three actions, a replacement body that a send
+/// once. A user may hold a sixteenth of them and a device a thirty-second (16 and 8 of the default 256): past its share
+/// a send or edit is refused `429 rate_limited` before any call, so that one user's flood never fills the pool and
+/// never decides whether other users' messages are checked (under `allow`, unchecked; under `reject`, refused). A timeout, a non-2xx answer, an answer that is not one of the three actions, a replacement body that a send
 /// could not carry, or a full pool is a *failure*, and `--before-send-on-failure` decides: `allow` (the message goes on
 /// unchanged) or `reject` (`403 rejected`, saying the check failed).
 ///
@@ -46,7 +48,18 @@ final class BeforeSendHook: Service, Sendable {
     private let metrics: BeforeSendHookMetrics
     private let logger: Logger
     private let client = NIOLockedValueBox(ClientState.idle)
-    private let inFlight = NIOLockedValueBox(0)
+    /// Calls in flight: in all, per user and per device.
+    private let inFlight = NIOLockedValueBox(InFlight())
+    /// A user's share of the calls in flight, and a device's: one user cannot fill the pool, so it never decides
+    /// whether others' messages are checked.
+    let userShare: Int
+    let deviceShare: Int
+
+    private struct InFlight {
+        var total = 0
+        var perUser: [String: Int] = [:]
+        var perDevice: [String: Int] = [:]
+    }
     /// When a failure was last logged (ms) and how many were not logged since: an unreachable hook fails every send,
     /// and the log says so every 10 s, not every send.
     private let failureLog = NIOLockedValueBox((lastAt: Int64(0), suppressed: 0))
@@ -60,6 +73,8 @@ final class BeforeSendHook: Service, Sendable {
         self.timeout = app.beforeSendTimeout
         self.onFailure = app.beforeSendOnFailure
         self.maxInFlight = app.beforeSendMaxInFlight
+        self.userShare = max(1, app.beforeSendMaxInFlight / 16)
+        self.deviceShare = max(1, app.beforeSendMaxInFlight / 32)
         self.maxBodyBytes = configuration.maxBodyBytes
         self.metrics = BeforeSendHookMetrics(registry: metrics.registry)
         self.logger = logger
@@ -77,8 +92,36 @@ final class BeforeSendHook: Service, Sendable {
 
     /// Asks the hook about `message` (for an edit: `edit` names the target and the new text, which is what the hook
     /// sees as the body). Throws `403 rejected` when the hook rejects it, or when the call failed and the policy is
-    /// `reject`.
+    /// `reject`; `429 rate_limited` (no call, no failure) when the sender's user or device has its share of the calls in
+    /// flight already.
     func check(_ message: BufferedMessage, edit: (serverId: String, text: String)?) async throws -> Verdict {
+        let user = message.senderId
+        let device = message.senderId + "\u{0}" + message.senderDeviceId
+        let admitted = inFlight.withLockedValue { state -> PigeonError? in
+            if state.perUser[user, default: 0] >= userShare {
+                return PigeonError(
+                    .rateLimited, "this user has \(userShare) messages waiting for the app's check already; retry shortly", retryAfter: 1)
+            }
+            if state.perDevice[device, default: 0] >= deviceShare {
+                return PigeonError(
+                    .rateLimited, "this device has \(deviceShare) messages waiting for the app's check already; retry shortly", retryAfter: 1)
+            }
+            state.perUser[user, default: 0] += 1
+            state.perDevice[device, default: 0] += 1
+            return nil
+        }
+        if let admitted {
+            metrics.limited.increment()
+            throw admitted
+        }
+        defer {
+            inFlight.withLockedValue { state in
+                state.perUser[user, default: 1] -= 1
+                if state.perUser[user] == 0 { state.perUser[user] = nil }
+                state.perDevice[device, default: 1] -= 1
+                if state.perDevice[device] == 0 { state.perDevice[device] = nil }
+            }
+        }
         let started = ContinuousClock.now
         let outcome = await ask(message, edit: edit)
         metrics.latency.record(ContinuousClock.now - started)
@@ -118,13 +161,13 @@ final class BeforeSendHook: Service, Sendable {
 
     private func ask(_ message: BufferedMessage, edit: (serverId: String, text: String)?) async -> Result<Answer, Failure> {
         guard let http = httpClient() else { return .failure(Failure("the server is stopping")) }
-        let admitted = inFlight.withLockedValue { count -> Bool in
-            guard count < maxInFlight else { return false }
-            count += 1
+        let admitted = inFlight.withLockedValue { state -> Bool in
+            guard state.total < maxInFlight else { return false }
+            state.total += 1
             return true
         }
         guard admitted else { return .failure(Failure("\(maxInFlight) hook calls are in flight already")) }
-        defer { inFlight.withLockedValue { $0 -= 1 } }
+        defer { inFlight.withLockedValue { $0.total -= 1 } }
         metrics.calls.increment()
         let body: Data
         do {
@@ -260,6 +303,8 @@ struct BeforeSendHookMetrics: Sendable {
     let rejected: Counter
     let replaced: Counter
     let failed: Counter
+    /// Sends refused 429 without a call: their user or device had its share of the calls in flight.
+    let limited: Counter
     let latency: DurationHistogram
 
     init(registry: PrometheusCollectorRegistry) {
@@ -272,6 +317,8 @@ struct BeforeSendHookMetrics: Sendable {
         rejected = registry.makeCounter(descriptor: decisions, labels: [("outcome", "reject")])
         replaced = registry.makeCounter(descriptor: decisions, labels: [("outcome", "replace")])
         failed = registry.makeCounter(descriptor: decisions, labels: [("outcome", "failure")])
+        limited = registry.makeCounter(
+            descriptor: descriptor("before_send_limited_total", "Sends and edits refused 429 before a call: their user or device had its share of the calls in flight"))
         latency = registry.makeDurationHistogram(
             descriptor: descriptor("before_send_seconds", "Time a send or an edit waited for the before-send hook"),
             buckets: [

@@ -179,6 +179,13 @@ final class Ingest: Sendable {
     /// applies its answer: a rejection becomes the message's refusal, a replacement its body.
     private func consultHook(_ prepared: inout Prepared, edit: (serverId: String, text: String)?) async throws {
         guard let hook else { return }
+        // A user over its stored-bytes budget is refused before the app is asked (the append would refuse it anyway).
+        do {
+            try abuse.checkStorage(of: prepared.message.senderId)
+        } catch let error as PigeonError {
+            prepared.refusal = error
+            return
+        }
         do {
             switch try await hook.check(prepared.message, edit: edit) {
             case .allow:
@@ -187,7 +194,8 @@ final class Ingest: Sendable {
                 prepared.message.body = edit.map { MessageLifecycle.editText(serverId: $0.serverId, body: body) } ?? body
                 prepared.bodyReplaced = true
             }
-        } catch let error as PigeonError where error.code == .rejected {
+        } catch let error as PigeonError where error.code == .rejected || error.code == .rateLimited {
+            // The refusal of this message, unless it is a resend of one accepted already (the append decides).
             prepared.refusal = error
         }
     }

@@ -10,7 +10,7 @@ import Testing
 @Suite struct BeforeSendHookTests {
     /// A server whose before-send hook is `hook`.
     static func withHookedServer<T: Sendable>(
-        timeoutMs: Int = 2_000, onFailure: AppBackendConfiguration.HookFailurePolicy = .allow,
+        timeoutMs: Int = 2_000, onFailure: AppBackendConfiguration.HookFailurePolicy = .allow, maxInFlight: Int = 256,
         _ body: @Sendable (PigeonTestClient, BeforeSendHookServer) async throws -> T
     ) async throws -> T {
         try await BeforeSendHookServer.with { hook, url in
@@ -19,6 +19,7 @@ import Testing
                 configuration.appBackend.webhookSecret = BeforeSendHookServer.secret
                 configuration.appBackend.beforeSendTimeout = .milliseconds(timeoutMs)
                 configuration.appBackend.beforeSendOnFailure = onFailure
+                configuration.appBackend.beforeSendMaxInFlight = maxInFlight
             }) { client in try await body(client, hook) }
         }
     }
@@ -193,6 +194,43 @@ import Testing
             #expect(hook.received.count == calls)
             let final = try await client.waitForMessages(alice, conversation.id) { $0.first?.deletedAt != nil }
             #expect(final.count == 3 && final.first?.body == "")
+        }
+    }
+
+    /// One user's flood of pipelined WebSocket sends takes only its share of the calls in flight (the rest are refused
+    /// `429` before any call), so another user's message is still checked: under `reject` it is stored, not refused
+    /// for a pool the flood filled (with 32 calls in flight at most: a device's share is 1, a user's 2).
+    @Test func oneUsersFloodDoesNotDecideWhetherOthersAreChecked() async throws {
+        try await Self.withHookedServer(timeoutMs: 10_000, onFailure: .reject, maxInFlight: 32) { client, hook in
+            let (mallory, bob, conversation) = try await Self.pair(client)
+            let bobs = try await client.createConversation(bob, members: ["carol"])
+            hook.respond { call in
+                call.messageBody?.hasPrefix("flood") == true ? .after(.seconds(2), #"{"action":"allow"}"#) : .allow
+            }
+            let socket = try await TestWebSocket.connect(port: client.port, token: mallory.token)
+            defer { Task { await socket.close() } }
+            let ids = (0..<40).map { _ in newId() }
+            for (index, id) in ids.enumerated() { socket.sendMessage(to: conversation.id, body: "flood \(index)", clientMessageId: id) }
+            try await waitUntil("the hook is asked about the flood") { hook.received.contains { $0.messageBody?.hasPrefix("flood") == true } }
+            let answer = try await client.send(bob, to: bobs.id, body: "bob's message")
+            #expect(answer.status == 202, "\(answer.text)")
+            #expect(hook.received.contains { $0.messageBody == "bob's message" }, "bob's message was checked")
+            var limited = 0
+            var acked = 0
+            while limited + acked < ids.count {
+                guard let frame = await socket.first(timeout: .seconds(30), where: { if case .event = $0 { false } else { true } }) else { break }
+                switch frame {
+                case .ack: acked += 1
+                case .error(let error):
+                    #expect(error.error.code == .rateLimited, "\(error)")
+                    limited += 1
+                case .event: break
+                }
+            }
+            #expect(limited > 0 && acked > 0 && limited + acked == ids.count, "\(acked) acked, \(limited) limited")
+            #expect(hook.received.filter { $0.messageBody?.hasPrefix("flood") == true }.count == acked, "no call for a refused send")
+            #expect(try await client.metric("pigeon_before_send_limited_total") == Double(limited))
+            #expect(try await client.metric("pigeon_before_send_decisions_total{outcome=\"failure\"}") == 0)
         }
     }
 
