@@ -15,22 +15,33 @@ public struct DeviceIdentity: Sendable, Hashable {
 public struct DeviceRegistrationRule: Sendable {
     /// Refuse (`401 unauthorized`) when the user already has a device: the caller did not prove it is that user.
     public var onlyFirstDevice: Bool
-    /// Refuse (`403 forbidden`) when the user already has this many devices.
+    /// Refuse (`403 forbidden`) when the user already has this many devices, counting those revoked since
+    /// ``revokedSince``.
     public var maxDevices: Int
+    /// Devices revoked at or after this time (milliseconds since the epoch) still count toward ``maxDevices``: a user
+    /// cannot register and revoke devices without end to get fresh per-device budgets.
+    public var revokedSince: Int64
 
-    public init(onlyFirstDevice: Bool, maxDevices: Int) {
+    /// How long a revoked device still counts toward the cap.
+    public static let revocationWindow: Int64 = 3_600_000
+
+    public init(onlyFirstDevice: Bool, maxDevices: Int, revokedSince: Int64 = Int64.max) {
         self.onlyFirstDevice = onlyFirstDevice
         self.maxDevices = maxDevices
+        self.revokedSince = revokedSince
     }
 
     /// The refusal for a user that has ever had `everHad` devices (revoked ones included: a userId whose devices were
-    /// all revoked is still taken) of which `active` are not revoked, or `nil` when the registration may be written.
+    /// all revoked is still taken) of which `active` are not revoked or were revoked since ``revokedSince``, or `nil`
+    /// when the registration may be written.
     package func refusal(everHad: Int, active: Int) -> PigeonError? {
         if onlyFirstDevice && everHad > 0 {
             return PigeonError(.unauthorized, "this userId already has devices: register another one with the token of one of them")
         }
         if active >= maxDevices {
-            return PigeonError(.forbidden, "this user has \(active) devices, the most allowed; revoke one first")
+            return PigeonError(
+                .forbidden,
+                "this user has \(active) devices (counting those revoked in the last hour), the most allowed; revoke one and wait, or reuse a device")
         }
         return nil
     }

@@ -18,7 +18,10 @@ extension PostgresMessageStore {
             try await connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\("pigeon-devices:" + userId), 0))", logger: logger)
             var (everHad, active) = (0, 0)
             for try await (all, notRevoked) in try await connection.query(
-                "SELECT COUNT(*)::BIGINT, COUNT(*) FILTER (WHERE revoked_at IS NULL)::BIGINT FROM devices WHERE user_id = \(userId)",
+                """
+                SELECT COUNT(*)::BIGINT, COUNT(*) FILTER (WHERE revoked_at IS NULL OR revoked_at >= \(rule.revokedSince))::BIGINT
+                FROM devices WHERE user_id = \(userId)
+                """,
                 logger: logger
             ).decode((Int64, Int64).self) { (everHad, active) = (Int(all), Int(notRevoked)) }
             if let refusal = rule.refusal(everHad: everHad, active: active) { throw refusal }

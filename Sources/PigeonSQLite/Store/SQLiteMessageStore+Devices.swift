@@ -11,7 +11,8 @@ extension SQLiteMessageStore {
         _ = try await write { [webhooks] db in
             // One writer at a time: the counts cannot change before the insert commits.
             let row = try Row.fetchOne(
-                db, sql: "SELECT COUNT(*), COALESCE(SUM(revoked_at IS NULL), 0) FROM devices WHERE user_id = ?", arguments: [userId])
+                db, sql: "SELECT COUNT(*), COALESCE(SUM(revoked_at IS NULL OR revoked_at >= ?), 0) FROM devices WHERE user_id = ?",
+                arguments: [rule.revokedSince, userId])
             if let refusal = rule.refusal(everHad: row?[0] ?? 0, active: row?[1] ?? 0) { throw refusal }
             try db.execute(
                 sql: "INSERT INTO devices(user_id, id, name, token_hash, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?, ?)",

@@ -13,6 +13,8 @@ struct AttachmentController: Sendable {
     let store: any AttachmentStore
     let configuration: AttachmentConfiguration
     let uploads: RateLimiter?
+    /// Uploads per user: ``AbuseLimits/devicesPerUserBudget`` devices' worth (a user churning devices gets no more).
+    let userUploads: RateLimiter?
     let metrics: PigeonMetrics
     let logger: Logger
 
@@ -21,6 +23,8 @@ struct AttachmentController: Sendable {
         self.configuration = configuration
         self.uploads =
             configuration.uploadsPerMinute > 0 ? RateLimiter(rate: configuration.uploadsPerMinute / 60, burst: configuration.uploadsPerMinute) : nil
+        let perUser = configuration.uploadsPerMinute * AbuseLimits.devicesPerUserBudget
+        self.userUploads = perUser > 0 ? RateLimiter(rate: perUser / 60, burst: perUser) : nil
         self.metrics = metrics
         self.logger = logger
     }
@@ -55,10 +59,15 @@ struct AttachmentController: Sendable {
             throw PigeonError.invalid("name must be 1-\(AttachmentLimits.maxNameBytes) bytes with no control character, / or \\")
         }
         let contentType = try Self.contentType(request.headers[.contentType])
+        if let userUploads, let wait = userUploads.check(device.userId) {
+            metrics.limitHit("attachment_uploads_per_user")
+            throw PigeonError(.rateLimited, "too many uploads from this user's devices; retry in \(wait) s", retryAfter: wait)
+        }
         if let uploads, let wait = uploads.take(device.userId + "\u{0}" + device.deviceId) {
             metrics.limitHit("attachment_uploads_per_device")
             throw PigeonError(.rateLimited, "too many uploads from this device; retry in \(wait) s", retryAfter: wait)
         }
+        _ = userUploads?.take(device.userId)
         let used = try await store.storedBytes(of: device.userId)
         guard used + length <= configuration.quotaBytes else { throw Self.quotaRefusal(used: used, quota: configuration.quotaBytes) }
         let uploadRequest = AttachmentUploadRequest(

@@ -18,6 +18,8 @@ final class Ingest: Sendable {
     private let metrics: PigeonMetrics
     private let abuse: AbuseGuard
     private let rateLimiter: RateLimiter?
+    /// Sends per user: ``AbuseLimits/devicesPerUserBudget`` devices' worth of `--rate-limit`.
+    private let userRateLimiter: RateLimiter?
     private let maxBuffered: Int
     private let maxBodyBytes: Int
     /// `--consent invites`: an invited member reads the conversation but sends nothing until it accepts.
@@ -38,6 +40,11 @@ final class Ingest: Sendable {
         self.rateLimiter =
             configuration.rateLimitPerDevice > 0
             ? RateLimiter(rate: configuration.rateLimitPerDevice, burst: configuration.rateLimitBurst) : nil
+        self.userRateLimiter =
+            configuration.rateLimitPerDevice > 0
+            ? RateLimiter(
+                rate: configuration.rateLimitPerDevice * AbuseLimits.devicesPerUserBudget,
+                burst: configuration.rateLimitBurst * AbuseLimits.devicesPerUserBudget) : nil
         self.maxBuffered = configuration.maxBufferedMessages
         self.maxBodyBytes = configuration.maxBodyBytes
         self.invitesExist = configuration.appBackend.consent == .invites
@@ -91,8 +98,12 @@ final class Ingest: Sendable {
         var refusal = prepared.refusal
         if refusal != nil {
             // Rejected by the hook: refused unless it is a resend of an accepted message.
+        } else if !prepared.fromService, let userRateLimiter, let wait = userRateLimiter.check(message.senderId) {
+            refusal = PigeonError(.rateLimited, "too many messages from this user's devices; retry in \(wait) s", retryAfter: wait)
         } else if !prepared.fromService, let rateLimiter, let wait = rateLimiter.take(message.senderId + "\u{0}" + message.senderDeviceId) {
             refusal = PigeonError(.rateLimited, "too many messages from this device; retry in \(wait) s", retryAfter: wait)
+        } else if !prepared.fromService, userRateLimiter?.take(message.senderId) != nil {
+            refusal = PigeonError(.rateLimited, "too many messages from this user's devices; retry in 1 s", retryAfter: 1)
         } else if buffer.depth >= maxBuffered {
             refusal = .overloaded("the ingest buffer is full; retry shortly")
         } else if !prepared.fromService {

@@ -24,7 +24,9 @@ final class AbuseGuard: Sendable {
 
     /// The rule a registration is written under: the caller proved to be the user (`authenticated`) or not.
     func registrationRule(authenticated: Bool) -> DeviceRegistrationRule {
-        DeviceRegistrationRule(onlyFirstDevice: !authenticated, maxDevices: limits.maxDevicesPerUser)
+        DeviceRegistrationRule(
+            onlyFirstDevice: !authenticated, maxDevices: limits.maxDevicesPerUser,
+            revokedSince: WallClock.nowMillis() - DeviceRegistrationRule.revocationWindow)
     }
 
     /// Takes one registration of `address` (``ClientAddress/limitKey(_:)``).

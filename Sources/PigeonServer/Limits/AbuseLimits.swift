@@ -17,4 +17,8 @@ public struct AbuseLimits: Sendable {
     public var storedRowBytes = 64
 
     public init() {}
+
+    /// A user's budget of uploads and sends, in devices' worth of the per-device budgets (`--attachment-uploads-per-minute`,
+    /// `--rate-limit`): however many devices it registers and revokes, a user gets at most this many devices' share.
+    public static let devicesPerUserBudget: Double = 4
 }

@@ -88,6 +88,45 @@ import Testing
         }
     }
 
+    /// Devices revoked in the last hour still count toward the cap, and a user's uploads and sends are limited per user
+    /// as well as per device: registering and revoking devices buys no fresh budgets (one user once made 792 uploads
+    /// in 10 s under a limit of 3 per device and minute, through 264 registered and revoked devices).
+    @Test func churningDevicesBuysNoFreshBudgets() async throws {
+        try await withTestServer(configure: {
+            $0.abuseLimits.maxDevicesPerUser = 3
+            $0.attachments.uploadsPerMinute = 2
+            $0.rateLimitPerDevice = 0.01
+            $0.rateLimitBurst = 2
+        }) { client in
+            let first = try await client.register("alice")
+            let conversation = try await client.createConversation(first, members: ["bob"])
+            var uploads = 0
+            var sends = 0
+            var refusedDevice = false
+            // Register a device, use up its budgets, revoke it; again and again.
+            for _ in 0..<8 {
+                let answer = try await client.request(.POST, "/v1/devices", token: first.token, body: #"{"userId":"alice"}"#)
+                if answer.status == 403 {
+                    refusedDevice = true
+                    break
+                }
+                #expect(answer.status == 201, "\(answer.text)")
+                let registration = try answer.decode(DeviceRegistration.self)
+                let device = TestDevice(userId: registration.userId, deviceId: registration.deviceId, token: registration.token)
+                for _ in 0..<3 {
+                    if try await AttachmentTests.upload(client, device, name: "f.bin", [1, 2, 3]).status == 201 { uploads += 1 }
+                    if try await client.send(device, to: conversation.id, body: "x").status == 202 { sends += 1 }
+                }
+                #expect(try await DeviceRevocationTests.revoke(client, first, device.deviceId).status == 204)
+            }
+            #expect(refusedDevice, "the device cap counts the devices revoked in the last hour")
+            // Four devices' worth per user at most, however many devices came and went (the cap of 3 with alice's
+            // first device lets two come and go before the third is refused).
+            #expect(uploads <= 8, "\(uploads) uploads")
+            #expect(sends <= 8, "\(sends) sends")
+        }
+    }
+
     /// A burst, then a steady rate per address; over it `429` with `Retry-After`, while another address (a
     /// trusted proxy's client) still registers. Invalid attempts count too (they cost the server work).
     @Test func registrationsPerAddressAreRateLimited() async throws {
