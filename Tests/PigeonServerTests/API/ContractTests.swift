@@ -143,11 +143,15 @@ import Testing
         let ok = try #require((events["responses"] as? [String: Any])?["200"] as? [String: Any])
         let stream = try #require((ok["content"] as? [String: Any])?["text/event-stream"] as? [String: Any])
         let schema = try #require(stream["schema"] as? [String: Any])
-        #expect((schema["x-pigeon-item-schema"] as? [String: String])?["$ref"] == "#/components/schemas/ServerSentEvent")
+        // The schema of each event (how tools read a 3.1 document's text/event-stream schema).
+        #expect(schema["$ref"] as? String == "#/components/schemas/ServerSentEvent")
         let schemas = try #require((try Self.parsed(.openapi)["components"] as? [String: Any])?["schemas"] as? [String: [String: Any]])
         let item = try #require(schemas["ServerSentEvent"])
         let properties = try #require(item["properties"] as? [String: [String: Any]])
-        #expect(properties["data"]?["$ref"] as? String == "#/components/schemas/Event")
+        // `data` is the event's JSON as text: a string whose content is an Event.
+        #expect(properties["data"]?["type"] as? String == "string")
+        #expect(properties["data"]?["contentMediaType"] as? String == "application/json")
+        #expect((properties["data"]?["contentSchema"] as? [String: Any])?["$ref"] as? String == "#/components/schemas/Event")
         #expect(Set(properties["event"]?["enum"] as? [String] ?? []) == Set(ServerEvent.Kind.allCases.map(\.rawValue)))
     }
 
