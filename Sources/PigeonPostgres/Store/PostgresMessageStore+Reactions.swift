@@ -101,11 +101,15 @@ extension PostgresMessageStore {
         let (conversationId, serverId) = (reactions[0].conversationId, reactions[0].serverId)
         var joined: [String: Int64] = [:]
         var members: [String] = []
-        for try await (member, seq) in try await connection.query(
-            "SELECT user_id, joined_seq FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id FOR KEY SHARE", logger: logger
-        ).decode((String, Int64).self) {
+        // An invited member gets only its invitation until it accepts: no reactions.
+        var invited = Set<String>()
+        for try await (member, seq, membership) in try await connection.query(
+            "SELECT user_id, joined_seq, membership FROM members WHERE conversation_id = \(conversationId) ORDER BY user_id FOR KEY SHARE",
+            logger: logger
+        ).decode((String, Int64, String).self) {
             joined[member] = seq
             members.append(member)
+            if membership == MembershipState.invited.rawValue { invited.insert(member) }
         }
         guard !members.isEmpty else { return reactions.map { _ in .failure(PigeonError.conversationNotFound) } }
         let target = try await lockedTarget(conversationId: conversationId, serverId: serverId, connection)
@@ -172,7 +176,7 @@ extension PostgresMessageStore {
             }
             events.webhooks.record(
                 webhooks.reaction(conversationId: conversationId, serverId: serverId, key: key, userId: userId, action: reaction.action, at: reaction.at))
-            let withheld = hiddenFrom.union(blockers[userId] ?? [])
+            let withheld = hiddenFrom.union(blockers[userId] ?? []).union(invited)
             for view in ReactionRules.views(of: rows, members: withheld.isEmpty ? members : members.filter { !withheld.contains($0) }) {
                 let payload = payloads.reaction(
                     ReactionEvent(

@@ -120,22 +120,27 @@ extension PostgresMessageStore {
         package var lastSeqs: [String: Int64] = [:]
         package var floors: [WatermarkKey: WatermarkFloors] = [:]
         package var invited = Set<WatermarkKey>()
+        /// The invited members of each conversation: they get no `receipt` events until they accept.
+        package var invitedMembers: [String: Set<String>] = [:]
     }
 
     package func receiptContext(_ keys: [WatermarkKey]) async throws -> ReceiptContext {
         var context = ReceiptContext()
-        for try await (conversationId, userId, lastSeq, membership, sender, first) in try await client.query(
+        for try await (conversationId, userId, lastSeq, membership, sender, first, invitedMembers) in try await client.query(
             """
-            SELECT k.c, k.u, c.last_seq, mb.membership, h.s, h.f
+            SELECT k.c, k.u, c.last_seq, mb.membership, h.s, h.f, i.invited
             FROM unnest(\(keys.map(\.conversationId))::text[], \(keys.map(\.userId))::text[]) AS k(c, u)
             JOIN conversations c ON c.id = k.c
             JOIN members mb ON mb.conversation_id = k.c AND mb.user_id = k.u
             LEFT JOIN LATERAL (
                 SELECT sender_id AS s, MIN(seq) AS f FROM hidden_messages WHERE conversation_id = k.c AND user_id = k.u GROUP BY sender_id) h ON TRUE
+            LEFT JOIN LATERAL (
+                SELECT array_agg(user_id) AS invited FROM members WHERE conversation_id = k.c AND membership = 'invited') i ON TRUE
             """, logger: logger
-        ).decode((String, String, Int64, String, String?, Int64?).self) {
+        ).decode((String, String, Int64, String, String?, Int64?, [String]?).self) {
             let key = WatermarkKey(conversationId: conversationId, userId: userId)
             context.lastSeqs[conversationId] = lastSeq
+            if let invitedMembers, !invitedMembers.isEmpty { context.invitedMembers[conversationId] = Set(invitedMembers) }
             if membership == MembershipState.invited.rawValue { context.invited.insert(key) }
             if let sender, let first { context.floors[key, default: WatermarkFloors()].firstHidden[sender] = first }
         }
@@ -229,7 +234,9 @@ extension PostgresMessageStore {
                     events.webhooks.record(webhooks.receiptRead(conversationId: receipt.conversationId, userId: receipt.userId, upToSeq: seq, at: now))
                 }
                 let before = movedKind == .read ? oldRead : oldDelivered
-                for (shown, members) in floors.receiptRecipients(members: receipt.members, old: before, new: seq) {
+                let invited = context.invitedMembers[receipt.conversationId] ?? []
+                let recipients = invited.isEmpty ? receipt.members : receipt.members.filter { !invited.contains($0) }
+                for (shown, members) in floors.receiptRecipients(members: recipients, old: before, new: seq) {
                     let payload = try payloads.receipt(
                         ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: shown, at: now))
                     events.append(

@@ -177,6 +177,8 @@ extension SQLiteMessageStore {
                     if hiddenFrom.contains(userId) { throw PigeonError(.notFound, "message not found") }
                     withheld = hiddenFrom.union(try Self.blockers(db, of: userId, among: members))
                 }
+                // An invited member gets only its invitation until it accepts: no reactions.
+                if consent.withLockedValue({ $0.invitesExist }) { withheld.formUnion(try Self.invited(db, conversationId)) }
                 var rows = try Self.reactionRows(db, conversationId: conversationId, seq: seq)
                 let held = rows.firstIndex { $0.key == key && $0.userId == userId }
                 switch (action, held) {

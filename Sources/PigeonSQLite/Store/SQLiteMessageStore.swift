@@ -758,6 +758,8 @@ public final class SQLiteMessageStore: MessageStore {
             let moved = new.moves(from: old)
             guard !moved.isEmpty else { return result }
             let floors = try mayHide ? Self.floors(db, conversationId: conversationId, userId: userId) : WatermarkFloors()
+            // An invited member gets only its invitation until it accepts: no receipts.
+            let invitedMembers = consent.withLockedValue({ $0.invitesExist }) ? try Self.invited(db, conversationId) : []
             try db.cachedStatement(sql: "UPDATE members SET delivered_seq = ?, read_seq = ? WHERE conversation_id = ? AND user_id = ?")
                 .execute(arguments: [delivered, read, conversationId, userId])
             let now = WallClock.nowMillis()
@@ -772,7 +774,7 @@ public final class SQLiteMessageStore: MessageStore {
                     let payload = try payloads.receipt(
                         ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: shown, at: now))
                     let payloadId = try Self.insertSharedPayload(db, payload)
-                    for member in recipients {
+                    for member in recipients where !invitedMembers.contains(member) {
                         result.events.append(
                             try Self.insertEvent(
                                 db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now,

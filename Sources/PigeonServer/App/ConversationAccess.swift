@@ -95,6 +95,7 @@ struct ConversationAccess: Sendable {
                 "a reaction key is one emoji or a token of 1-\(ReactionLimits.tokenLength) characters of [a-z0-9_:+-], at most \(ReactionLimits.keyBytes) bytes")
         }
         try abuse.checkStorage(of: device.userId)
+        try abuse.admitReaction(by: device)
         let reactions = try await store.react(
             conversationId: conversation.id, serverId: serverId, userId: device.userId, key: key, action: action, at: WallClock.nowMillis())
         abuse.chargeStorage(of: device.userId, bytes: abuse.storageCost(bytes: 192 + key.utf8.count, members: conversation.members.count))
@@ -110,7 +111,12 @@ struct ConversationAccess: Sendable {
         let conversation = try await joinedConversation(conversationId, device: device)
         // A member who blocks the typist sees none of it (the block set is cached, forgotten on every node when it changes).
         let blockers = try await store.blockers(of: device.userId)
-        let members = blockers.isEmpty ? conversation.members : conversation.members.filter { !blockers.contains($0) }
+        var members = blockers.isEmpty ? conversation.members : conversation.members.filter { !blockers.contains($0) }
+        // An invited member gets only its invitation until it accepts: no typing.
+        if invitesExist, let full = try await store.conversation(id: conversation.id) {
+            let invited = Set(full.members.filter { $0.membership == .invited }.map(\.userId))
+            if !invited.isEmpty { members = members.filter { !invited.contains($0) } }
+        }
         typing.update(conversationId: conversation.id, device: device, active: active, members: members)
     }
 }

@@ -9,6 +9,7 @@ final class AbuseGuard: Sendable {
     private let registrations: RateLimiter?
     private let conversations: RateLimiter?
     private let storedBytes: RateLimiter?
+    private let reactions: RateLimiter?
 
     init(limits: AbuseLimits, metrics: PigeonMetrics) {
         self.limits = limits
@@ -20,6 +21,14 @@ final class AbuseGuard: Sendable {
         self.storedBytes =
             limits.storedBytesPerMinute > 0
             ? RateLimiter(rate: Double(limits.storedBytesPerMinute) / 60, burst: Double(limits.storedBytesPerMinute)) : nil
+        self.reactions = limits.reactionsPerSecond > 0 ? RateLimiter(rate: limits.reactionsPerSecond, burst: limits.reactionBurst) : nil
+    }
+
+    /// Takes one reaction (an add or a remove) of `device`.
+    func admitReaction(by device: DeviceIdentity) throws {
+        if let wait = reactions?.take(device.userId + "\u{0}" + device.deviceId) {
+            throw refusal("reactions_per_device", "too many reactions from this device; retry in \(wait) s", wait)
+        }
     }
 
     /// The rule a registration is written under: the caller proved to be the user (`authenticated`) or not.

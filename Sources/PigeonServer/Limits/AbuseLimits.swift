@@ -15,6 +15,10 @@ public struct AbuseLimits: Sendable {
     public var storedBytesPerMinute = 64 << 20
     /// The cost this budget counts per row a request writes for each member (an event row and its index entries).
     public var storedRowBytes = 64
+    /// Reactions (adds and removes) one device may make at once (`429` with `Retry-After` past it) …
+    public var reactionBurst: Double = 50
+    /// … and per second after the burst (0: no limit). Each one writes an event for every member.
+    public var reactionsPerSecond: Double = 5
 
     public init() {}
 

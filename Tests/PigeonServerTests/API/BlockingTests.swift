@@ -283,4 +283,50 @@ import Testing
             expectError(try await client.request(.POST, "/v1/conversations/\(group.id)/accept", token: carol.token), 404, .notFound, "after declining")
         }
     }
+
+    /// An invited member gets only its invitation until it accepts: none of a stranger's live reactions, typing or
+    /// receipts reach it (they did: 100 reaction events for 100 toggles); once it accepts, they do. A device's
+    /// reactions are rate-limited.
+    @Test func anInvitedMemberGetsOnlyItsInvitation() async throws {
+        try await withTestServer(configure: { configuration in
+            configuration.appBackend.consent = .invites
+            configuration.abuseLimits.reactionBurst = 20
+            configuration.abuseLimits.reactionsPerSecond = 0.01
+        }) { client in
+            let mallory = try await client.register("mallory")
+            let alice = try await client.register("alice")
+            let aliceSocket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            defer { Task { await aliceSocket.close() } }
+            let conversation = try await client.createConversation(mallory, members: ["alice"])
+            #expect(conversation.members.first { $0.userId == "alice" }?.membership == .invited)
+            _ = await aliceSocket.firstEvent { if case .conversationCreated = $0 { true } else { false } }
+            let sent = try await client.sendAccepted(mallory, to: conversation.id, body: "hi")
+            _ = try await client.waitForCount(mallory, conversation.id, 1)
+            var limited = 0
+            for index in 0..<30 {
+                let answer = try await ReactionsAndThreadsTests.react(client, mallory, conversation.id, sent.serverId, "👍", remove: index % 2 == 1)
+                if answer.status == 429 { limited += 1 } else { #expect(answer.status == 200, "\(answer.text)") }
+            }
+            #expect(limited == 10, "a device's reactions past its burst of 20 are refused 429 (\(limited))")
+            _ = try await client.typing(mallory, conversation.id, active: true)
+            _ = try await client.receipt(mallory, conversation.id, kind: .read, upToSeq: 1)
+            // The probe's answer comes after anything queued for alice before it.
+            try await aliceSocket.waitUntilLive()
+            let seen = await aliceSocket.inbox.drain(for: .milliseconds(500))
+            let leaked = seen.compactMap(\.event).filter {
+                switch $0 {
+                case .reaction, .receipt, .typing: true
+                default: false
+                }
+            }
+            #expect(leaked.isEmpty, "an invited member got \(leaked.count) live events: \(leaked.prefix(3))")
+
+            // Accepted: a member like any.
+            #expect(try await client.request(.POST, "/v1/conversations/\(conversation.id)/accept", token: alice.token).status == 200)
+            let socket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            defer { Task { await socket.close() } }
+            _ = try await client.typing(mallory, conversation.id, active: true)
+            #expect(await socket.firstEvent { $0.typing?.userId == "mallory" } != nil, "typing reaches a joined member")
+        }
+    }
 }
