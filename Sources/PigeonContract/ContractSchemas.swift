@@ -351,7 +351,7 @@ package enum ContractSchemas {
                     required: ["serverId", "clientMessageId", "status", "acceptedAt"],
                     [
                         ("serverId", uuid), ("clientMessageId", uuid), ("status", Schema.ref("MessageStatus")), ("acceptedAt", millis),
-                        ("seq", Schema.described(seq, "Present once stored, on a resend's answer.")), ("bodyReplaced", bodyReplaced),
+                        ("seq", Schema.described(seq, "Present once stored, on a resend's answer.")), ("bodyReplaced", bodyReplaced), ("body", replacedBody),
                     ])
             ),
             (
@@ -713,9 +713,13 @@ package enum ContractSchemas {
             required: ["type", "clientMessageId", "serverId", "status", "acceptedAt"],
             [
                 ("type", Schema.constant("ack")), ("clientMessageId", uuid), ("serverId", uuid), ("status", Schema.ref("MessageStatus")),
-                ("acceptedAt", millis), ("seq", Schema.described(seq, "Present once stored (a resend).")), ("bodyReplaced", bodyReplaced),
+                ("acceptedAt", millis), ("seq", Schema.described(seq, "Present once stored (a resend).")), ("bodyReplaced", bodyReplaced), ("body", replacedBody),
             ])
     }
+
+    /// `body` of an accept answer whose body the hook replaced.
+    private static let replacedBody = Schema.string(
+        "With bodyReplaced: the body as stored (for an edit, the new text as stored), which the sender's device shows instead of what it sent.")
 
     /// `bodyReplaced` of an accept answer (API.md 1.2).
     private static let bodyReplaced = Schema.described(

@@ -50,9 +50,13 @@ public struct SendMessageResponse: Codable, Sendable, Equatable {
     /// `true` when the app's before-send hook replaced the body (API.md 1.2): the message is stored with the hook's
     /// body, not the one sent. Absent otherwise (and on a resend's `200`).
     public var bodyReplaced: Bool?
+    /// With ``bodyReplaced``: the body as stored (for an edit, the new text as stored), so that the sender's device
+    /// shows what everyone else reads.
+    public var body: String?
 
     public init(
-        serverId: String, clientMessageId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil, bodyReplaced: Bool? = nil
+        serverId: String, clientMessageId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil, bodyReplaced: Bool? = nil,
+        body: String? = nil
     ) {
         self.serverId = serverId
         self.clientMessageId = clientMessageId
@@ -60,6 +64,7 @@ public struct SendMessageResponse: Codable, Sendable, Equatable {
         self.acceptedAt = acceptedAt
         self.seq = seq
         self.bodyReplaced = bodyReplaced
+        self.body = body
     }
 }
 

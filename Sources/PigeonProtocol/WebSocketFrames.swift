@@ -100,9 +100,12 @@ public struct AckFrame: Codable, Sendable, Equatable {
     public var seq: Int64?
     /// `true` when the app's before-send hook replaced the body (as ``SendMessageResponse/bodyReplaced``).
     public var bodyReplaced: Bool?
+    /// With ``bodyReplaced``: the body as stored (as ``SendMessageResponse/body``).
+    public var body: String?
 
     public init(
-        clientMessageId: String, serverId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil, bodyReplaced: Bool? = nil
+        clientMessageId: String, serverId: String, status: ServerMessageStatus, acceptedAt: Int64, seq: Int64? = nil, bodyReplaced: Bool? = nil,
+        body: String? = nil
     ) {
         self.clientMessageId = clientMessageId
         self.serverId = serverId
@@ -110,12 +113,13 @@ public struct AckFrame: Codable, Sendable, Equatable {
         self.acceptedAt = acceptedAt
         self.seq = seq
         self.bodyReplaced = bodyReplaced
+        self.body = body
     }
 
     public init(_ response: SendMessageResponse) {
         self.init(
             clientMessageId: response.clientMessageId, serverId: response.serverId, status: response.status, acceptedAt: response.acceptedAt,
-            seq: response.seq, bodyReplaced: response.bodyReplaced)
+            seq: response.seq, bodyReplaced: response.bodyReplaced, body: response.body)
     }
 }
 

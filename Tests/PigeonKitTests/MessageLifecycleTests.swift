@@ -141,3 +141,38 @@ struct MessageLifecycleTests {
         }
     }
 }
+
+/// The app's before-send hook answered `replace`: the sender's own copy reads as stored once the answer says
+/// `bodyReplaced` (a send and an edit, over HTTP and over the WebSocket), as every other member reads it.
+@Suite(.timeLimit(.minutes(3)))
+struct ReplacedBodyTests {
+    @Test(arguments: [PigeonClient.StreamTransport.webSocket, .serverSentEvents])
+    func theSendersCopyReadsAsStored(stream: PigeonClient.StreamTransport) async throws {
+        let hook = try await WebhookReceiver.start()
+        defer { Task { await hook.stop() } }
+        hook.answer { request in
+            let body = ((request.json?["message"] as? [String: Any])?["body"] as? String) ?? ""
+            return body.contains("secret") ? .json(#"{"action":"replace","body":"[redacted]"}"#) : .json(#"{"action":"allow"}"#)
+        }
+        try await withKitTestServer(configure: { configuration in
+            configuration.appBackend.beforeSendHookURL = hook.url
+            configuration.appBackend.webhookSecret = "hook-secret-for-tests-0123456789"
+        }) { server in
+            let alice = try await TestDevice.register("alice", on: server.url) { $0.streamTransport = stream }
+            let bob = try await TestDevice.register("bob", on: server.url)
+            try await startAll(alice, bob)
+            let conversation = try await makeConversation([alice, bob])
+            let sent = try alice.client.send("my secret is 1234", to: conversation)
+            try await alice.waitForStatus(sent.localId, atLeast: .stored)
+            try await waitUntil("alice's copy reads as stored") { try alice.message(sent.localId).body == "[redacted]" }
+            let plain = try alice.client.send("hello", to: conversation)
+            try await alice.waitForStatus(plain.localId, atLeast: .stored)
+            let edit = try alice.client.edit(localId: plain.localId, body: "hello, secret")
+            try await alice.waitForStatus(edit.localId, atLeast: .stored)
+            try await waitUntil("the edited message reads as stored") { try alice.message(plain.localId).body == "[redacted]" }
+            #expect(try alice.client.search("secret").isEmpty, "the search finds what is stored, not what was typed")
+            let history = try await server.history(conversationId: conversation, token: bob.credentials.token)
+            #expect(history.first?.body == "[redacted]")
+        }
+    }
+}

@@ -13,6 +13,8 @@ public final class WebhookReceiver: Sendable {
         case accept
         case status(Int)
         case hang
+        /// `200` with this JSON body (a before-send hook's answer).
+        case json(String)
     }
 
     /// One request as received.
@@ -91,6 +93,19 @@ public final class WebhookReceiver: Sendable {
         state.withLockedValue { $0.received = [] }
     }
 
+    /// The status and body to answer `request` with (`nil`: never).
+    fileprivate func reply(_ request: Request) -> (status: Int, body: String, json: Bool)? {
+        let mode = state.withLockedValue { state in state.rule?(request) ?? state.mode }
+        if case .json(let body) = mode {
+            var recorded = request
+            recorded.answered = 200
+            state.withLockedValue { $0.received.append(recorded) }
+            return (200, body, true)
+        }
+        guard let status = answer(request) else { return nil }
+        return (status, status < 300 ? "ok" : "test endpoint failure", false)
+    }
+
     fileprivate func answer(_ request: Request) -> Int? {
         state.withLockedValue { state -> Int? in
             var request = request
@@ -99,6 +114,7 @@ public final class WebhookReceiver: Sendable {
             case .accept: request.answered = 200
             case .status(let code): request.answered = code
             case .hang: request.answered = nil
+            case .json: request.answered = 200
             }
             state.received.append(request)
             return request.answered
@@ -129,10 +145,9 @@ public final class WebhookReceiver: Sendable {
                 var headers: [String: String] = [:]
                 for (name, value) in head.headers { headers[name.lowercased()] = value }
                 let request = Request(method: "\(head.method)", uri: head.uri, headers: headers, body: body, answered: nil)
-                guard let status = receiver.answer(request) else { return }  // hang
-                let text = status < 300 ? "ok" : "test endpoint failure"
+                guard let (status, text, json) = receiver.reply(request) else { return }  // hang
                 var responseHeaders = HTTPHeaders()
-                responseHeaders.add(name: "Content-Type", value: "text/plain")
+                responseHeaders.add(name: "Content-Type", value: json ? "application/json" : "text/plain")
                 responseHeaders.add(name: "Content-Length", value: String(text.utf8.count))
                 context.write(
                     wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .init(statusCode: status), headers: responseHeaders))), promise: nil)

@@ -64,6 +64,32 @@ extension LocalStore {
         }
     }
 
+    /// The app's before-send hook stored another body than this device sent (the answer says `bodyReplaced` and
+    /// carries it): the sender's copy reads as stored. A message takes it as its confirmed body (what it shows is
+    /// recomputed, with this device's pending edits on top); an edit takes it as its new text, and its target shows it.
+    func applyReplacedBody(_ db: Database, localId: Int64, body stored: String, outcome: inout ApplyOutcome) throws {
+        guard let row = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT type, body, targetLocalId FROM messages WHERE localId = ?"), arguments: [localId])
+        else { return }
+        let (type, body, targetLocalId): (String, String, Int64?) = (row[0], row[1], row[2])
+        if type == ServerMessageType.edit {
+            guard var edit = try? JSONDecoder().decode(EditBody.self, from: Data(body.utf8)) else { return }
+            edit.body = stored
+            try db.cachedStatement(sql: "UPDATE messages SET body = ? WHERE localId = ?").execute(arguments: [Self.json(edit), localId])
+            if let targetLocalId { try refreshShown(db, localId: targetLocalId, outcome: &outcome) }
+            return
+        }
+        guard type != ServerMessageType.delete else { return }
+        // The confirmed body is `body` while `confirmedBody` is NULL (nothing pending on top), else `confirmedBody`.
+        try db.cachedStatement(sql: """
+            UPDATE messages SET body = CASE WHEN confirmedBody IS NULL THEN ? ELSE body END,
+                confirmedBody = CASE WHEN confirmedBody IS NULL THEN NULL ELSE ? END
+            WHERE localId = ?
+            """).execute(arguments: [stored, stored, localId])
+        outcome.noteShown(localId, .edited)
+        try refreshShown(db, localId: localId, outcome: &outcome)
+    }
+
     /// Recomputes what a message shows: its confirmed revision with this device's pending (not stored, not failed)
     /// edits and deletions on top, oldest first. Notes a change of what is shown.
     func refreshShown(_ db: Database, localId: Int64, outcome: inout ApplyOutcome) throws {

@@ -187,6 +187,9 @@ final class LocalStore: Sendable {
             try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?), acceptedAt = coalesce(acceptedAt, ?) WHERE localId = ?")
                 .execute(arguments: [response.serverId, response.acceptedAt, localId])
             outcome.noteStatus(try self.applyEvidence(db, .accepted, localId: localId))
+            if response.bodyReplaced == true, let stored = response.body {
+                try self.applyReplacedBody(db, localId: localId, body: stored, outcome: &outcome)
+            }
             if response.status == .stored, let seq = response.seq {
                 try self.recordStored(db, localId: localId, seq: seq, storedAt: nil, recipientsOnline: nil, outcome: &outcome)
             }

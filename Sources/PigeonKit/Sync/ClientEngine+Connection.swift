@@ -85,7 +85,8 @@ extension ClientEngine {
                 switch frame {
                 case .ack(let ack):
                     await accepted(clientMessageId: ack.clientMessageId, response: SendMessageResponse(
-                        serverId: ack.serverId, clientMessageId: ack.clientMessageId, status: ack.status, acceptedAt: ack.acceptedAt, seq: ack.seq))
+                        serverId: ack.serverId, clientMessageId: ack.clientMessageId, status: ack.status, acceptedAt: ack.acceptedAt, seq: ack.seq,
+                        bodyReplaced: ack.bodyReplaced, body: ack.body))
                 case .error(let error):
                     if let clientMessageId = error.clientMessageId {
                         await refusedOrTransient(clientMessageId: clientMessageId, error: PigeonClientError(

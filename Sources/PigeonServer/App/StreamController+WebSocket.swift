@@ -288,6 +288,7 @@ extension StreamController {
         json.member("acceptedAt", response.acceptedAt)
         if let seq = response.seq { json.member("seq", seq) }
         if response.bodyReplaced == true { json.member("bodyReplaced", true) }
+        if let body = response.body { json.member("body", body) }
         json.endObject()
         return json.string
     }

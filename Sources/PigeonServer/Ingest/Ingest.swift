@@ -62,6 +62,8 @@ final class Ingest: Sendable {
         var refusal: PigeonError?
         /// The before-send hook replaced the body (the answer says `bodyReplaced`).
         var bodyReplaced = false
+        /// The hook's body (for an edit, the new text), which the answer carries with `bodyReplaced`.
+        var replacedBody: String?
         /// Sent through the server API: the app's backend is trusted with rates and storage (no per-device rate, no
         /// stored-bytes budget) and is not asked its own before-send hook.
         var fromService = false
@@ -119,7 +121,7 @@ final class Ingest: Sendable {
                 if !prepared.fromService { abuse.chargeStorage(of: message.senderId, bytes: prepared.storageCost) }
                 let response = SendMessageResponse(
                     serverId: message.serverId, clientMessageId: message.clientMessageId, status: .queued, acceptedAt: message.acceptedAt,
-                    bodyReplaced: prepared.bodyReplaced ? true : nil)
+                    bodyReplaced: prepared.bodyReplaced ? true : nil, body: prepared.bodyReplaced ? prepared.replacedBody : nil)
                 completion(.success(Accepted(response: response, created: true)))
             case .success(.duplicate(let serverId, let acceptedAt)):
                 metrics.duplicates.increment()
@@ -204,6 +206,7 @@ final class Ingest: Sendable {
             case .replace(let body):
                 prepared.message.body = edit.map { MessageLifecycle.editText(serverId: $0.serverId, body: body) } ?? body
                 prepared.bodyReplaced = true
+                prepared.replacedBody = body
             }
         } catch let error as PigeonError where error.code == .rejected || error.code == .rateLimited {
             // The refusal of this message, unless it is a resend of one accepted already (the append decides).

@@ -605,6 +605,29 @@ export class PigeonClient extends EventTarget {
         if (shown) this.#announce("updated", { message: shown, change });
     }
 
+    /**
+     * The app's before-send hook stored another body than this device sent: the sender's copy reads as stored (a
+     * message takes the body; an edit its new text, which its message shows while the edit is its pending change).
+     */
+    async #bodyReplaced(record, body) {
+        let shown = null;
+        if (record.type === "pigeon.edit") {
+            await this.#store.update("messages", record.localId, (r) => (r ? { ...r, newBody: body } : null));
+            await this.#store.update("messages", record.target, (target) => {
+                if (!target || target.pendingChange !== record.localId) return null;
+                shown = Object.assign(target, { body });
+                return shown;
+            });
+        } else if (!CHANGE_TYPES.has(record.type)) {
+            await this.#store.update("messages", record.localId, (r) => {
+                if (!r) return null;
+                shown = Object.assign(r, { body });
+                return shown;
+            });
+        }
+        if (shown) this.#announce("updated", { message: shown });
+    }
+
     /** This device's change is stored: its message no longer waits for it (a later change from the server applies). */
     async #changeStored(change) {
         await this.#store.update("messages", change.target, (target) => {
@@ -1346,6 +1369,7 @@ export class PigeonClient extends EventTarget {
                 return;
             }
             await this.#evidence({ localId: record.localId }, "accepted", { fields: { serverId: answer.serverId, acceptedAt: answer.acceptedAt } });
+            if (answer.bodyReplaced === true && typeof answer.body === "string") await this.#bodyReplaced(record, answer.body);
             if (answer.status === "stored" && answer.seq != null) {
                 await this.#evidence({ localId: record.localId }, "stored", { fields: { seq: answer.seq } });
                 this.#enqueue(() => this.#advance(record.conversationId));
