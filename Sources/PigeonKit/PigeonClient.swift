@@ -252,12 +252,27 @@ public final class PigeonClient: Sendable {
         return message
     }
 
-    /// Marks the conversation read up to `upToSeq` (default: every message on the device; never past the
-    /// contiguous seq), committed before it returns; the read receipt goes out when online and turns the senders'
-    /// ticks blue. The watermark only moves up: a lower `upToSeq` changes nothing. Throws
-    /// ``PigeonClientError/Code-swift.struct/unknownConversation`` for a conversation not on this device.
-    public func markRead(conversationId: String, upToSeq: Int64? = nil) throws {
-        if let conversation = try store.markRead(conversationId: Validation.canonicalUUID(conversationId) ?? conversationId, upToSeq: upToSeq) {
+    /// Marks the conversation's main chat read up to `upToSeq` (default: every message on the device; never past the
+    /// contiguous seq), committed before it returns: call it for what the screen shows. A read receipt means "shown
+    /// to the user": thread replies count only once their thread was shown (``markThreadRead(conversationId:threadRoot:upToSeq:)``)
+    /// or with `includingThreadReplies`, and the watermark the server gets stops below the first incoming message not
+    /// shown. The read receipt goes out when online and turns the senders' ticks blue. The watermark only moves up.
+    /// Throws ``PigeonClientError/Code-swift.struct/unknownConversation`` for a conversation not on this device.
+    public func markRead(conversationId: String, upToSeq: Int64? = nil, includingThreadReplies: Bool = false) throws {
+        if let conversation = try store.markRead(
+            conversationId: Validation.canonicalUUID(conversationId) ?? conversationId, upToSeq: upToSeq, includingThreadReplies: includingThreadReplies)
+        {
+            hub.emit(.conversationUpdated(conversation))
+            engine.receiptsChanged()
+        }
+    }
+
+    /// Marks the replies of the thread of `threadRoot` (the root's serverId) read up to `upToSeq` (default: every one on
+    /// the device): call it while the thread is shown. See ``markRead(conversationId:upToSeq:includingThreadReplies:)``.
+    public func markThreadRead(conversationId: String, threadRoot: String, upToSeq: Int64? = nil) throws {
+        if let conversation = try store.markRead(
+            conversationId: Validation.canonicalUUID(conversationId) ?? conversationId, upToSeq: upToSeq, threadRoot: threadRoot)
+        {
             hub.emit(.conversationUpdated(conversation))
             engine.receiptsChanged()
         }

@@ -205,3 +205,51 @@ struct ThreadTests {
         }
     }
 }
+
+/// Read means shown (API.md, "Receipts"): an open main chat marks the main chat's messages read, not the thread
+/// replies among them, so the read watermark the server gets stops below the first reply the user never opened (a
+/// main chat used to turn such a reply blue); opening the thread moves it on; an explicit "mark everything read"
+/// includes thread replies.
+@Suite(.timeLimit(.minutes(3)))
+struct ThreadReadTests {
+    @Test func aThreadReplyIsReadOnlyOnceItsThreadIsShown() async throws {
+        try await withKitTestServer { server in
+            let alice = try await TestDevice.register("alice", on: server.url)
+            let bob = try await TestDevice.register("bob", on: server.url)
+            try await startAll(alice, bob)
+            let conversation = try await makeConversation([alice, bob])
+            let root = try bob.client.send("the plan", to: conversation)
+            try await bob.waitForStatus(root.localId, atLeast: .stored)
+            let reply = try bob.client.send("a detail, in the thread", to: conversation, threadRoot: try bob.message(root.localId))
+            let after = try bob.client.send("back in the main chat", to: conversation)
+            try await bob.waitForStatus(after.localId, atLeast: .stored)
+            try await waitUntil("alice has the three") { try alice.client.conversation(id: conversation)?.contiguousSeq == 3 }
+
+            // The main chat is shown: the root and the later main message, not the reply.
+            try alice.client.markRead(conversationId: conversation)
+            #expect(try alice.client.conversation(id: conversation)?.readSeq == 1)
+            #expect(try alice.client.conversation(id: conversation)?.unreadCount == 1, "the thread reply is still unread")
+            try await waitUntil("bob sees alice's read stop below the reply") {
+                try bob.message(root.localId).status == .read
+            }
+            #expect(try bob.message(reply.localId).status != .read, "never blue for a reply alice did not open")
+            #expect(try bob.message(after.localId).status != .read)
+
+            // The thread is shown: the watermark moves on past both.
+            let rootId = try #require(alice.allMessages(in: conversation).first { $0.body == "the plan" }?.serverId)
+            try alice.client.markThreadRead(conversationId: conversation, threadRoot: rootId)
+            #expect(try alice.client.conversation(id: conversation)?.readSeq == 3)
+            #expect(try alice.client.conversation(id: conversation)?.unreadCount == 0)
+            try await waitUntil("bob's reply and later message turn blue") {
+                try bob.message(reply.localId).status == .read && bob.message(after.localId).status == .read
+            }
+
+            // Marking everything read (the app says so) includes thread replies.
+            let second = try bob.client.send("another detail", to: conversation, threadRoot: try bob.message(root.localId))
+            try await bob.waitForStatus(second.localId, atLeast: .stored)
+            try await waitUntil("alice has it") { try alice.client.conversation(id: conversation)?.contiguousSeq == 4 }
+            try alice.client.markRead(conversationId: conversation, includingThreadReplies: true)
+            #expect(try alice.client.conversation(id: conversation)?.readSeq == 4)
+        }
+    }
+}

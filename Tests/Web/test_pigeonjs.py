@@ -843,12 +843,39 @@ def test_two_tabs_of_one_device():
             b.check_clean()
 
 
+def test_a_thread_reply_is_read_only_once_its_thread_is_shown():
+    """Read means shown: markRead (the main chat on the screen) stops the watermark below a thread reply bob never
+    opened (her reply stays delivered, and so does her later main message); markThreadRead moves it on."""
+    with two_users("pigeonjs-thread-read") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            a, _, b, _ = online_pair(browser, origin, server, alice, bob)
+            root = delivered(a, b, cid, "the plan")
+            root_id = a.js("(id) => window.client.message(id).then((m) => m.serverId)", root["localId"])
+            reply = a.send(cid, "a detail, in the thread", threadRoot=root_id)
+            b.wait_received(["a detail, in the thread"])
+            main = delivered(a, b, cid, "back in the main chat")
+            b.wait("bob has all three", "(id) => window.client.conversation(id).then((c) => c.contiguousSeq >= 3)", cid)
+            marks = b.js("(id) => window.client.markRead(id)", cid)
+            check(marks["readSeq"] == 1, f"the main chat's read stops below the unopened reply: {marks}")
+            a.wait_status(root["localId"], "read")
+            time.sleep(1.0)
+            check(a.js("(id) => window.client.message(id).then((m) => m.status)", reply["localId"]) == "delivered",
+                  "never read for a reply bob did not open")
+            marks = b.js("([id, root]) => window.client.markThreadRead(id, root)", [cid, root_id])
+            check(marks["readSeq"] == 3, f"the thread shown: {marks}")
+            a.wait_status(reply["localId"], "read")
+            a.wait_status(main["localId"], "read")
+            a.check_clean()
+            b.check_clean()
+
+
 if __name__ == "__main__":
     pigeonweb.main([
         test_module_is_served_and_imports_from_another_origin,
         test_send_and_receive_between_two_users,
         test_offline_sends_survive_a_closed_tab_and_go_once_in_order,
         test_a_read_marked_offline_goes_out_after_a_reload,
+        test_a_thread_reply_is_read_only_once_its_thread_is_shown,
         test_reactions_made_offline_net_out_and_go_after_a_reload,
         test_edits_and_deletes_are_local_first_and_a_refused_one_is_undone,
         test_server_restart_and_a_reload_while_it_is_down,

@@ -452,7 +452,9 @@ final class LocalStore: Sendable {
         let membership = members.first { $0.userId == userId }?.membership ?? .joined
         let name: String? = row[1]
         let kind = (row[6] as String?).flatMap(ConversationKind.init(rawValue:)) ?? Conversation.kind(name: name, memberCount: members.count)
-        let unread = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversationId = ? AND seq > ? AND isOutgoing = 0 AND type NOT LIKE 'pigeon.%'"), arguments: [id, readSeq]) ?? 0
+        // Unread: past the read watermark and not shown (a main chat read on the screen is not unread while the
+        // watermark waits below a thread reply the user has not opened).
+        let unread = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM messages WHERE conversationId = ? AND seq > ? AND isOutgoing = 0 AND status != 'read' AND type NOT LIKE 'pigeon.%'"), arguments: [id, readSeq]) ?? 0
         let last = try Row.fetchOne(db.cachedStatement(sql: """
                 SELECT \(Self.messageColumns) FROM messages WHERE conversationId = ? AND \(Self.listed)
                 ORDER BY seq IS NULL DESC, localId DESC LIMIT 1
@@ -474,19 +476,39 @@ final class LocalStore: Sendable {
 
     // MARK: Read receipts and sync state
 
-    /// Moves this user's read watermark up to `upToSeq` (default: everything on the device); returns the
-    /// conversation when it moved.
-    func markRead(conversationId: String, upToSeq: Int64?) throws -> PigeonConversation? {
+    /// Marks the incoming messages up to `upToSeq` (default: everything on the device) as shown to the user: those of
+    /// the main chat (with `includingThreadReplies`, thread replies too), or, with `threadRoot` (a root's serverId),
+    /// that thread's replies. The read watermark then moves up to just below the first incoming message not shown:
+    /// a read receipt means "shown to the user", so a main chat open on the screen never turns a thread reply blue
+    /// that the user never opened. Returns the conversation when something changed.
+    func markRead(conversationId: String, upToSeq: Int64?, threadRoot: String? = nil, includingThreadReplies: Bool = false) throws
+        -> PigeonConversation?
+    {
         try pool.write { db in
             guard let contiguous = try Int64.fetchOne(db, sql: "SELECT contiguousSeq FROM conversations WHERE id = ?", arguments: [conversationId]) else {
                 throw PigeonClientError(.unknownConversation, "conversation \(conversationId) is not on this device")
             }
             let target = min(upToSeq ?? contiguous, contiguous)
-            try db.execute(sql: "UPDATE conversations SET readSeq = ? WHERE id = ? AND readSeq < ?", arguments: [target, conversationId, target])
-            guard db.changesCount > 0 else { return nil }
+            let scope: String
+            var arguments: StatementArguments = [conversationId, target]
+            if let threadRoot {
+                scope = "threadRoot = ?"
+                arguments += [threadRoot]
+            } else {
+                scope = includingThreadReplies ? "1" : "threadRoot IS NULL"
+            }
             try db.execute(
-                sql: "UPDATE messages SET status = 'read' WHERE conversationId = ? AND isOutgoing = 0 AND seq <= ? AND status != 'read'",
-                arguments: [conversationId, target])
+                sql: "UPDATE messages SET status = 'read' WHERE conversationId = ? AND isOutgoing = 0 AND seq <= ? AND status != 'read' AND \(scope)",
+                arguments: arguments)
+            var changed = db.changesCount > 0
+            let firstUnshown = try Int64.fetchOne(
+                db,
+                sql: "SELECT MIN(seq) FROM messages WHERE conversationId = ? AND isOutgoing = 0 AND seq IS NOT NULL AND seq <= ? AND status != 'read'",
+                arguments: [conversationId, contiguous])
+            let watermark = min(contiguous, (firstUnshown ?? contiguous + 1) - 1)
+            try db.execute(sql: "UPDATE conversations SET readSeq = ? WHERE id = ? AND readSeq < ?", arguments: [watermark, conversationId, watermark])
+            changed = changed || db.changesCount > 0
+            guard changed else { return nil }
             return try self.conversation(db, id: conversationId)
         }
     }

@@ -557,7 +557,8 @@
       if (upToSeq <= Math.max(this.myRead, this.readAsked)) return;
       this.readAsked = upToSeq;
       this.wireLog("→", `receipt read up to ${upToSeq}`);
-      this.client.markRead(conversationId, upToSeq).then(
+      // The demo lists every message, thread replies too: all of them are shown.
+      this.client.markRead(conversationId, upToSeq, { includingThreadReplies: true }).then(
         (marks) => {
           this.myRead = Math.max(this.myRead, marks.readSeq);
           this.renderIncoming();

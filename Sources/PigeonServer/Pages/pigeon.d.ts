@@ -163,7 +163,12 @@ export declare class PigeonClient extends EventTarget {
     createConversation(members: string[], options?: { name?: string | null }): Promise<Conversation>;
     refreshConversations(): Promise<Conversation[]>;
     /** Marks read at once on the device (offline too); the receipt goes out from the leader when online. */
-    markRead(conversationId: string, upToSeq?: number): Promise<{ deliveredSeq: number; readSeq: number } | undefined>;
+    /** Marks the main chat read (read means shown: thread replies only with includingThreadReplies, or through markThreadRead). */
+    markRead(
+        conversationId: string, upToSeq?: number, options?: { includingThreadReplies?: boolean; threadRoot?: string },
+    ): Promise<{ deliveredSeq: number; readSeq: number } | undefined>;
+    /** Marks the replies of a thread read (`threadRoot`: the root's serverId), while the thread is shown. */
+    markThreadRead(conversationId: string, threadRoot: string, upToSeq?: number): Promise<{ deliveredSeq: number; readSeq: number } | undefined>;
     typing(conversationId: string, active?: boolean): Promise<void>;
     /**
      * Local-first, like `send`: shown at once (offline too), sent by the leader when online, in order with the

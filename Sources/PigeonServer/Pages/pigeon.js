@@ -685,23 +685,52 @@ export class PigeonClient extends EventTarget {
     }
 
     /**
-     * Marks the conversation read up to `upToSeq` (default: every message this device has): at once on the device, and
-     * offline too. The read watermark is saved with the conversation and its receipt goes out from the leader tab when
+     * Marks the conversation's main chat read up to `upToSeq` (default: every message this device has): call it for what
+     * the screen shows. A read receipt means "shown to the user": thread replies count once their thread is shown
+     * (`markThreadRead`) or with `{includingThreadReplies: true}`, and the watermark stops below the first incoming
+     * message not shown. At once on the device, and offline too. The read watermark is saved with the conversation and its receipt goes out from the leader tab when
      * online (after a reload too), like a send; the server's answer then confirms it. Resolves with this user's
      * watermarks as the device has them. Throws `not_found` for a conversation the device does not have and
      * `invalid_request` for a seq that is not a whole number.
      */
-    async markRead(conversationId, upToSeq) {
+    async markRead(conversationId, upToSeq, { includingThreadReplies = false, threadRoot = null } = {}) {
         const conversation = await this.conversation(conversationId);
         if (!conversation) throw new PigeonError("not_found", `the device has no conversation ${conversationId}`);
-        const seq = upToSeq ?? conversation.contiguousSeq ?? 0;
-        if (!Number.isSafeInteger(seq) || seq < 0) throw new PigeonError("invalid_request", "upToSeq must be a whole number ≥ 0");
-        if (seq < 1) return undefined;
+        const contiguous = conversation.contiguousSeq ?? 0;
+        const target = upToSeq ?? contiguous;
+        if (!Number.isSafeInteger(target) || target < 0) throw new PigeonError("invalid_request", "upToSeq must be a whole number ≥ 0");
+        // Read means shown: the main chat's messages (with includingThreadReplies, thread replies too) or, with
+        // threadRoot, that thread's replies are marked shown; the watermark stops below the first incoming one not shown.
+        const mine = conversation.members?.find((m) => m.userId === this.userId);
+        const current = Math.max(mine?.readSeq ?? 0, conversation.readToSend ?? 0);
+        let firstUnshown = Infinity;
+        if (contiguous > current) {
+            const pending = await this.#store.range("messages", "bySeq", IDBKeyRange.bound([conversationId, current + 1], [conversationId, contiguous]));
+            for (const record of pending) {
+                if (record.direction === "out" || record.shown) continue;
+                const inScope = threadRoot ? record.threadRoot === threadRoot : includingThreadReplies || !record.threadRoot;
+                if (inScope && record.seq <= target) {
+                    await this.#store.update("messages", record.localId, (r) => r && { ...r, shown: true });
+                } else {
+                    firstUnshown = Math.min(firstUnshown, record.seq);
+                }
+            }
+        }
+        const seq = Math.min(contiguous, firstUnshown - 1);
+        if (seq < 1 || seq <= current) {
+            const known = (await this.conversation(conversationId))?.members?.find((m) => m.userId === this.userId);
+            return { deliveredSeq: known?.deliveredSeq ?? 0, readSeq: known?.readSeq ?? 0 };
+        }
         await this.#store.update("conversations", conversationId, (c) => c && { ...c, readToSend: Math.max(c.readToSend ?? 0, seq) });
         await this.#applyWatermark(conversationId, this.userId, "read", seq);
         this.#outboxChanged();
         const me = (await this.conversation(conversationId))?.members?.find((m) => m.userId === this.userId);
         return { deliveredSeq: me?.deliveredSeq ?? seq, readSeq: me?.readSeq ?? seq };
+    }
+
+    /** Marks the replies of the thread of `threadRoot` (the root's serverId) read: call it while the thread is shown. */
+    async markThreadRead(conversationId, threadRoot, upToSeq) {
+        return this.markRead(conversationId, upToSeq, { threadRoot });
     }
 
     /** Shows (or stops showing) this user typing in a conversation; the server ends it by itself after 10 s. */

@@ -184,7 +184,7 @@ actor ChatSession {
         case "/search":
             if argument.isEmpty { state.search = ChatScreenState.Search() } else { runSearch(argument) }
         case "/read":
-            try? client.markRead(conversationId: conversationId)
+            try? client.markRead(conversationId: conversationId, includingThreadReplies: true)
         case "/edit":
             guard !argument.trimmingCharacters(in: .whitespaces).isEmpty else {
                 notify("/edit <new text> replaces the text of the selected message (↑ selects)", isError: true)
@@ -620,10 +620,15 @@ actor ChatSession {
                 state.messages = page.messages
                 state.hasOlder = page.hasMore
             }
-            if state.scrollOffset == 0, state.search == nil,
-                let conversation = try client.conversation(id: conversationId), conversation.unreadCount > 0
-            {
-                try client.markRead(conversationId: conversationId)
+            // Read means shown: the main chat marks the main chat's messages, an open thread its replies.
+            if state.scrollOffset == 0, state.search == nil {
+                if let rootId = state.threadRoot {
+                    if let serverId = try client.message(localId: rootId)?.serverId {
+                        try client.markThreadRead(conversationId: conversationId, threadRoot: serverId)
+                    }
+                } else if let conversation = try client.conversation(id: conversationId), conversation.unreadCount > 0 {
+                    try client.markRead(conversationId: conversationId)
+                }
             }
         } catch {
             notify("local database: \((error as? PigeonClientError)?.message ?? "\(error)")", isError: true)

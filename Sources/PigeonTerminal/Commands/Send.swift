@@ -145,11 +145,11 @@ extension PigeonCommand {
                 try await session.online {
                     let start = ContinuousClock.now
                     _ = try await session.sync(timeout: seconds(wait))
-                    try session.client.markRead(conversationId: found.id)
+                    try session.client.markRead(conversationId: found.id, includingThreadReplies: true)
                     _ = try await session.client.sync(timeout: max(.milliseconds(100), seconds(wait) - (ContinuousClock.now - start)))
                 }
             } catch {
-                try session.client.markRead(conversationId: found.id)
+                try session.client.markRead(conversationId: found.id, includingThreadReplies: true)
                 throw CLIError(
                     "marked read on this device only: \(CLIError.from(error, server: session.server).message); the receipt goes with the next sync",
                     status: .notYet)
