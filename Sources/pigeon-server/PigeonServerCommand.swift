@@ -17,64 +17,14 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the server. Without --store/--buffer it runs the embedded default (SQLite under --data-dir).",
         discussion: "PIGEON_HOST, PIGEON_PORT, PIGEON_DATA_DIR, PIGEON_STORE, PIGEON_BUFFER, PIGEON_NODE_ID, PIGEON_LOG_LEVEL, PIGEON_JWT_SECRET, PIGEON_ADMIN_TOKEN, PIGEON_CORS_ORIGINS and PIGEON_WEB set the same; flags win.")
 
-    @Option(help: "Address to listen on (default 127.0.0.1).")
-    var host: String?
+    @OptionGroup(title: "Where it listens and keeps its data")
+    var listen: ListenOptions
 
-    @Option(help: "Port to listen on (default 8080; 0 picks a free one).")
-    var port: Int?
+    @OptionGroup(title: "Store, buffer and processing")
+    var storage: StorageOptions
 
-    @Option(name: .customLong("data-dir"), help: "Directory of the embedded store and buffer (default ./pigeon-data).")
-    var dataDir: String?
-
-    @Option(help: "Store: 'embedded' (SQLite, default) or a postgres:// URL.")
-    var store: String?
-
-    @Option(help: "Ingest buffer: 'embedded' (default) or a redis:// URL. With the embedded store, 'embedded' writes a send straight into the store (one durable write per message).")
-    var buffer: String?
-
-    @Flag(
-        name: .customLong("separate-buffer"),
-        help: "With the embedded store and buffer: keep accepted messages in a separate SQLite buffer and store them in batches (two durable writes per message).")
-    var separateBuffer = false
-
-    @Option(name: .customLong("node-id"), help: "This node's name among several sharing Redis and PostgreSQL, claimed in Redis while it runs (default: a random one per start; embedded: kept in <data-dir>/node-id).")
-    var nodeId: String?
-
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default info).")
-    var logLevel: String?
-
-    @Flag(name: .customLong("no-fsync"), help: "Do not fsync commits: a ✓ survives a crash of the process but not of the machine.")
-    var noFsync = false
-
-    @Option(name: .customLong("rate-limit"), help: "Sends per second per device; 0 turns the limit off.")
-    var rateLimit: Double = 0
-
-    @Option(name: .customLong("rate-limit-burst"), help: "Burst size of the per-device rate limit.")
-    var rateLimitBurst: Double = 100
-
-    @Option(name: .customLong("max-buffered"), help: "Unprocessed messages beyond which sends answer 503 overloaded.")
-    var maxBuffered: Int = 100_000
-
-    @Option(name: .customLong("batch-size"), help: "Messages stored per processing transaction at most.")
-    var batchSize: Int = 1_000
-
-    @Option(name: .customLong("processing-concurrency"), help: "Store batches in flight at once, each of another buffer partition (Redis buffer).")
-    var processingConcurrency: Int = 8
-
-    @Option(name: .customLong("max-attempts"), help: "Processing attempts before a message is dead-lettered.")
-    var maxAttempts: Int = 3
-
-    @Option(name: .customLong("event-retention-hours"), help: "How long events stay resumable by cursor (168 = 7 days).")
-    var eventRetentionHours: Int = 168
-
-    @Flag(name: .customLong("no-open-registration"), help: "Refuse POST /v1/devices (the default with a JWT key).")
-    var noOpenRegistration = false
-
-    @Flag(name: .customLong("open-registration"), help: "Allow POST /v1/devices even with a JWT key.")
-    var openRegistration = false
-
-    @Option(name: .customLong("admin-token"), help: "Bearer token of the admin routes (dead letters, stats, conversations); also serves the operator's page at /admin (better: PIGEON_ADMIN_TOKEN).")
-    var adminToken: String?
+    @OptionGroup(title: "Registration and the operator")
+    var access: AccessOptions
 
     @OptionGroup(title: "Device tokens")
     var auth: AuthOptions
@@ -101,42 +51,42 @@ struct Serve: AsyncParsableCommand {
     var atRest: AtRestOptions
 
     func validate() throws {
-        if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
-        guard maxBuffered > 0, batchSize > 0, processingConcurrency > 0, maxAttempts > 0, eventRetentionHours > 0 else {
+        if let port = listen.port, !(0...65535).contains(port) { throw ValidationError("--port must be 0-65535") }
+        guard storage.maxBuffered > 0, storage.batchSize > 0, storage.processingConcurrency > 0, storage.maxAttempts > 0, storage.eventRetentionHours > 0 else {
             throw ValidationError(
                 "--max-buffered, --batch-size, --processing-concurrency, --max-attempts and --event-retention-hours must be positive")
         }
-        if noOpenRegistration && openRegistration { throw ValidationError("--open-registration and --no-open-registration exclude each other") }
-        guard rateLimit >= 0, rateLimitBurst >= 1 else { throw ValidationError("--rate-limit must be ≥ 0 and --rate-limit-burst ≥ 1") }
+        if access.noOpenRegistration && access.openRegistration { throw ValidationError("--open-registration and --no-open-registration exclude each other") }
+        guard storage.rateLimit >= 0, storage.rateLimitBurst >= 1 else { throw ValidationError("--rate-limit must be ≥ 0 and --rate-limit-burst ≥ 1") }
     }
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         var configuration = ServerConfiguration()
-        configuration.host = host ?? environment["PIGEON_HOST"] ?? configuration.host
-        if let port = try port ?? environment["PIGEON_PORT"].map(Self.parsePort) { configuration.port = port }
-        configuration.dataDirectory = dataDir ?? environment["PIGEON_DATA_DIR"] ?? configuration.dataDirectory
-        configuration.store = try Self.parseStore(store ?? environment["PIGEON_STORE"])
-        configuration.buffer = try Self.parseBuffer(buffer ?? environment["PIGEON_BUFFER"])
-        let levelName = logLevel ?? environment["PIGEON_LOG_LEVEL"] ?? "info"
+        configuration.host = listen.host ?? environment["PIGEON_HOST"] ?? configuration.host
+        if let port = try listen.port ?? environment["PIGEON_PORT"].map(Self.parsePort) { configuration.port = port }
+        configuration.dataDirectory = listen.dataDir ?? environment["PIGEON_DATA_DIR"] ?? configuration.dataDirectory
+        configuration.store = try Self.parseStore(storage.store ?? environment["PIGEON_STORE"])
+        configuration.buffer = try Self.parseBuffer(storage.buffer ?? environment["PIGEON_BUFFER"])
+        let levelName = listen.logLevel ?? environment["PIGEON_LOG_LEVEL"] ?? "info"
         guard let level = Logger.Level(rawValue: levelName.lowercased()) else {
             throw ValidationError("unknown log level '\(levelName)'")
         }
         configuration.logLevel = level
-        configuration.durable = !noFsync
-        configuration.separateEmbeddedBuffer = separateBuffer
-        configuration.rateLimitPerDevice = rateLimit
-        configuration.rateLimitBurst = rateLimitBurst
-        configuration.maxBufferedMessages = maxBuffered
-        configuration.batchSize = batchSize
-        configuration.processingConcurrency = processingConcurrency
-        configuration.maxAttempts = maxAttempts
-        configuration.eventRetention = .seconds(eventRetentionHours * 3600)
-        configuration.nodeId = nodeId ?? environment["PIGEON_NODE_ID"]
+        configuration.durable = !storage.noFsync
+        configuration.separateEmbeddedBuffer = storage.separateBuffer
+        configuration.rateLimitPerDevice = storage.rateLimit
+        configuration.rateLimitBurst = storage.rateLimitBurst
+        configuration.maxBufferedMessages = storage.maxBuffered
+        configuration.batchSize = storage.batchSize
+        configuration.processingConcurrency = storage.processingConcurrency
+        configuration.maxAttempts = storage.maxAttempts
+        configuration.eventRetention = .seconds(storage.eventRetentionHours * 3600)
+        configuration.nodeId = storage.nodeId ?? environment["PIGEON_NODE_ID"]
         if let id = configuration.nodeId, !ServerConfiguration.isValidNodeId(id) {
             throw ValidationError("the node id must be 1-64 characters of [A-Za-z0-9._-]")
         }
-        configuration.adminToken = adminToken ?? environment["PIGEON_ADMIN_TOKEN"]
+        configuration.adminToken = access.adminToken ?? environment["PIGEON_ADMIN_TOKEN"]
         if configuration.adminToken?.isEmpty == true { throw ValidationError("the admin token must not be empty") }
         try auth.apply(to: &configuration, environment: environment)
         try connections.apply(to: &configuration, environment: environment)
@@ -146,8 +96,8 @@ struct Serve: AsyncParsableCommand {
         try web.apply(to: &configuration, environment: environment)
         try appBackend.apply(to: &configuration, environment: environment)
         try atRest.apply(to: &configuration, environment: environment)
-        if openRegistration { configuration.openRegistration = true }
-        if noOpenRegistration { configuration.openRegistration = false }
+        if access.openRegistration { configuration.openRegistration = true }
+        if access.noOpenRegistration { configuration.openRegistration = false }
 
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -213,4 +163,72 @@ struct Serve: AsyncParsableCommand {
         guard text.hasPrefix("redis://") else { throw ValidationError("--buffer must be 'embedded' or a redis:// URL") }
         return .redis(text)
     }
+}
+
+/// `serve`'s options of where it listens and keeps its data, shown first in `--help`.
+struct ListenOptions: ParsableArguments {
+    @Option(help: "Address to listen on (default 127.0.0.1).")
+    var host: String?
+
+    @Option(help: "Port to listen on (default 8080; 0 picks a free one).")
+    var port: Int?
+
+    @Option(name: .customLong("data-dir"), help: "Directory of the embedded store and buffer (default ./pigeon-data).")
+    var dataDir: String?
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default info).")
+    var logLevel: String?
+}
+
+/// `serve`'s options of the store, the ingest buffer and processing.
+struct StorageOptions: ParsableArguments {
+    @Option(help: "Store: 'embedded' (SQLite, default) or a postgres:// URL.")
+    var store: String?
+
+    @Option(help: "Ingest buffer: 'embedded' (default) or a redis:// URL. With the embedded store, 'embedded' writes a send straight into the store (one durable write per message).")
+    var buffer: String?
+
+    @Flag(
+        name: .customLong("separate-buffer"),
+        help: "With the embedded store and buffer: keep accepted messages in a separate SQLite buffer and store them in batches (two durable writes per message).")
+    var separateBuffer = false
+
+    @Option(name: .customLong("node-id"), help: "This node's name among several sharing Redis and PostgreSQL, claimed in Redis while it runs (default: a random one per start; embedded: kept in <data-dir>/node-id).")
+    var nodeId: String?
+
+    @Flag(name: .customLong("no-fsync"), help: "Do not fsync commits: a ✓ survives a crash of the process but not of the machine.")
+    var noFsync = false
+
+    @Option(name: .customLong("rate-limit"), help: "Sends per second per device; 0 turns the limit off.")
+    var rateLimit: Double = 0
+
+    @Option(name: .customLong("rate-limit-burst"), help: "Burst size of the per-device rate limit.")
+    var rateLimitBurst: Double = 100
+
+    @Option(name: .customLong("max-buffered"), help: "Unprocessed messages beyond which sends answer 503 overloaded.")
+    var maxBuffered: Int = 100_000
+
+    @Option(name: .customLong("batch-size"), help: "Messages stored per processing transaction at most.")
+    var batchSize: Int = 1_000
+
+    @Option(name: .customLong("processing-concurrency"), help: "Store batches in flight at once, each of another buffer partition (Redis buffer).")
+    var processingConcurrency: Int = 8
+
+    @Option(name: .customLong("max-attempts"), help: "Processing attempts before a message is dead-lettered.")
+    var maxAttempts: Int = 3
+
+    @Option(name: .customLong("event-retention-hours"), help: "How long events stay resumable by cursor (168 = 7 days).")
+    var eventRetentionHours: Int = 168
+}
+
+/// `serve`'s options of who may register and the operator's token.
+struct AccessOptions: ParsableArguments {
+    @Flag(name: .customLong("no-open-registration"), help: "Refuse POST /v1/devices (the default with a JWT key).")
+    var noOpenRegistration = false
+
+    @Flag(name: .customLong("open-registration"), help: "Allow POST /v1/devices even with a JWT key.")
+    var openRegistration = false
+
+    @Option(name: .customLong("admin-token"), help: "Bearer token of the admin routes (dead letters, stats, conversations); also serves the operator's page at /admin (better: PIGEON_ADMIN_TOKEN).")
+    var adminToken: String?
 }

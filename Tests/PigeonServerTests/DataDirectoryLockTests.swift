@@ -112,4 +112,21 @@ import Testing
         #expect(try await server.stop(signal: SIGTERM) == 0)
         #expect(server.log().contains("SIGTERM received"), "\(server.log())")
     }
+
+    /// `serve --help` lists --host, --port and --data-dir first, then the options grouped by topic.
+    @Test func theHelpListsWhereItListensFirst() async throws {
+        let help = try await ServerProcess.run(["serve", "--help"])
+        #expect(help.status == 0, "\(help.output)")
+        let options = help.output.split(separator: "\n").compactMap { line -> String? in
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            return trimmed.hasPrefix("--") ? String(trimmed.split(separator: " ")[0]) : nil
+        }
+        #expect(Array(options.prefix(3)) == ["--host", "--port", "--data-dir"], "\(options.prefix(5))")
+        let titles = help.output.split(separator: "\n").filter { !$0.hasPrefix(" ") && $0.hasSuffix(":") }.map(String.init)
+        #expect(titles.first == "WHERE IT LISTENS AND KEEPS ITS DATA:", "\(titles)")
+        #expect(Array(titles.prefix(3)) == ["WHERE IT LISTENS AND KEEPS ITS DATA:", "STORE, BUFFER AND PROCESSING:", "REGISTRATION AND THE OPERATOR:"])
+        // Ungrouped: only --help.
+        let ungrouped = help.output.components(separatedBy: "\nOPTIONS:\n").dropFirst().first ?? ""
+        #expect(!ungrouped.contains("--") || ungrouped.split(separator: "\n").allSatisfy { !$0.contains("--") || $0.contains("--help") }, "\(ungrouped)")
+    }
 }
