@@ -30,7 +30,10 @@ struct GroupChatTests {
             let afterAdd = try await alice.client.addMembers(["carol"], to: group.id)
             let joined = try #require(afterAdd.members.first { $0.userId == "carol" }?.joinedSeq)
             #expect(joined == 4)
-            #expect(afterAdd.members.first { $0.userId == "carol" }.map { [$0.deliveredSeq, $0.readSeq] } == [3, 3], "nothing before her join counts")
+            // Nothing before her join counts (3); her phone is online and may have acknowledged the add (4) already
+            // when the answer is read.
+            let carolMarks = afterAdd.members.first { $0.userId == "carol" }.map { [$0.deliveredSeq, $0.readSeq] }
+            #expect(carolMarks == [3, 3] || carolMarks == [4, 3], "nothing before her join counts: \(String(describing: carolMarks))")
             let after = [try alice.client.send("four", to: group.id), try bob.client.send("five", to: group.id), try alice.client.send("six", to: group.id)]
             for message in [after[0], after[2]] { try await alice.waitForStatus(message.localId, atLeast: .stored) }
 
