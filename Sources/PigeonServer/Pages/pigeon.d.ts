@@ -130,6 +130,10 @@ export interface PigeonClientOptions {
 }
 
 export declare class PigeonClient extends EventTarget {
+    /** Registers a device on a server with open registration: where a token comes from when the app's backend mints none. */
+    static registerDevice(
+        server: string, userId: string, options?: { deviceName?: string; existingToken?: string },
+    ): Promise<{ userId: string; deviceId: string; token: string }>;
     constructor(options: PigeonClientOptions);
     readonly userId: string;
     readonly state: ConnectionState;

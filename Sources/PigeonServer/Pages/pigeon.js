@@ -372,6 +372,32 @@ export class PigeonClient extends EventTarget {
         if (!this.userId) throw new PigeonError("invalid_request", "userId is required with an opaque (pgn_) token");
     }
 
+    /**
+     * Registers a device of `userId` on a server with open registration (`POST /v1/devices`) and resolves with
+     * `{userId, deviceId, token}`: where a token comes from when the app's backend mints none. A further device of a
+     * user needs a token of one of its devices (`existingToken`). With JWTs from the app's backend, use those instead.
+     */
+    static async registerDevice(server, userId, { deviceName, existingToken } = {}) {
+        if (typeof server !== "string" || !/^https?:\/\/[^/]+\/?$/.test(server)) {
+            throw new PigeonError("invalid_request", "server must be an origin such as https://chat.example.com");
+        }
+        const headers = { "Content-Type": "application/json" };
+        if (existingToken) headers.Authorization = `Bearer ${existingToken}`;
+        let response;
+        try {
+            response = await fetch(`${server.replace(/\/$/, "")}/v1/devices`, {
+                method: "POST", headers, body: JSON.stringify(deviceName ? { userId, deviceName } : { userId }),
+            });
+        } catch (error) {
+            throw new PigeonError("network", `the server could not be reached: ${error.message}`);
+        }
+        const answer = await response.json().catch(() => null);
+        if (!response.ok) {
+            throw new PigeonError(answer?.error?.code ?? "server", answer?.error?.message ?? `the server answered ${response.status}`);
+        }
+        return { userId: answer.userId, deviceId: answer.deviceId, token: answer.token };
+    }
+
     /** `sub` of a JWT, or null for anything else. */
     static #userOfJWT(token) {
         const parts = token.split(".");
