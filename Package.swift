@@ -346,6 +346,7 @@ let package = Package(
             dependencies: [
                 "PigeonKit",
                 "PigeonServer",
+                "PigeonSQLite",
                 "PigeonProtocol",
                 "PigeonTestSupport",
                 "pigeonkit-test-helper",

@@ -163,4 +163,38 @@ import Testing
         #expect(try await restarted.client.allMessages(alice, conversation.id).map(\.body) == ["kept"])
         try await restarted.stop(signal: SIGTERM)
     }
+
+    /// After `restore --replace`, the restored server's next message in a conversation takes a seq the server before
+    /// the restore never gave (it gave seq 18 to a second message); a device that has a message the backup lacks
+    /// keeps it, and the history after it brings the new one.
+    @Test func aRestoredServerNeverGivesASeqTwice() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let live = directory + "/live"
+        try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: true)
+        let server = try await ServerProcess(dataDirectory: live)
+        let alice = try await server.client.register("alice")
+        let bob = try await server.client.register("bob")
+        let conversation = try await server.client.createConversation(alice, members: ["bob"])
+        try await server.client.sendAccepted(alice, to: conversation.id, body: "before the backup")
+        _ = try await server.client.waitForCount(bob, conversation.id, 1)
+        let archive = directory + "/backup.tar"
+        #expect(try await ServerProcess.run(["backup", "--data-dir", live, "--to", archive]).status == 0)
+        try await server.client.sendAccepted(alice, to: conversation.id, body: "M1")
+        let m1 = try #require(try await server.client.waitForCount(bob, conversation.id, 2).last)
+        try await server.stop(signal: SIGTERM)
+
+        let restore = try await ServerProcess.run(["restore", "--from", archive, "--data-dir", live, "--replace"])
+        #expect(restore.status == 0, "\(restore.output)")
+        let restored = try await ServerProcess(dataDirectory: live)
+        try await restored.client.sendAccepted(alice, to: conversation.id, body: "M2")
+        let all = try await restored.client.waitForCount(bob, conversation.id, 2)
+        #expect(all.map(\.body) == ["before the backup", "M2"])
+        let m2 = try #require(all.last)
+        #expect(m2.seq > m1.seq, "M2 at \(m2.seq), M1 was at \(m1.seq)")
+        // Bob's device, which has M1 at its seq, asks for what follows it and gets M2.
+        let after = try await restored.client.request(.GET, "/v1/conversations/\(conversation.id)/messages?after=\(m1.seq)", token: bob.token)
+        #expect(try after.decode(MessagePage.self).messages.map(\.body) == ["M2"])
+        try await restored.stop(signal: SIGTERM)
+    }
 }

@@ -804,6 +804,11 @@ public final class SQLiteMessageStore: MessageStore {
         let queue = try DatabaseQueue(path: path)
         defer { try? queue.close() }
         try queue.write { db in
+            // Every conversation's seqs go on past anything the server before the restore can have given out, so no
+            // seq is given twice: a device that has a message the backup lacks keeps it at its seq, and the restored
+            // server's next message comes at a seq of its own (clients pass over seqs no message holds, as they do
+            // over a blocked user's).
+            try db.execute(sql: "UPDATE conversations SET last_seq = last_seq + ?", arguments: [Self.restoredSeqGap])
             guard let epoch = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'epoch'") else { return }
             let head = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'events'") ?? 0
             try db.execute(
@@ -813,6 +818,11 @@ public final class SQLiteMessageStore: MessageStore {
                 arguments: [Identifiers.randomHex(bytes: 4), epoch, String(head)])
         }
     }
+
+    /// How far a restore moves every conversation's seqs on: more messages than one conversation can have been given
+    /// between a backup and its restore (a thousand a second for eleven days), and room for millions of restores within
+    /// the seqs a JavaScript number holds exactly (2^53).
+    package static let restoredSeqGap: Int64 = 1_000_000_000
 
     /// One partition: the embedded store has a single writer, so one log in commit order shares nothing it could contend on.
     public var eventPartitions: Int { 1 }
