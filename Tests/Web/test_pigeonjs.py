@@ -312,13 +312,6 @@ def test_module_is_served_and_imports_from_another_origin():
                                             ("👍\u202e", None), ("\u200d👍", None), ("👍\U000e0041", None)]:
                         got = app.js("(k) => window.sdk.canonicalReactionKey(k)", given)
                         check(got == expected, f"canonicalReactionKey({given!r}) = {got!r}, not {expected!r}")
-                    # Where a token comes from under open registration.
-                    registered = app.js("([server, user]) => window.sdk.PigeonClient.registerDevice(server, user, { deviceName: 'browser' })",
-                                        [server.url(""), "reg-" + suffix()])
-                    check(registered["token"].startswith("pgn_") and registered["deviceId"], f"registerDevice: {registered}")
-                    refused = app.js("([server, user]) => window.sdk.PigeonClient.registerDevice(server, user).then(() => 'resolved', (e) => e.code)",
-                                     [server.url(""), registered["userId"]])
-                    check(refused == "unauthorized", f"a second device without a token of the user's: {refused}")
                     imported = app.js("() => window.sdk.VERSION")
                     check(imported == version.group(1).decode(), f"the imported VERSION is {imported!r}")
                     check(not app.problems, f"problems: {app.problems}")
@@ -856,6 +849,13 @@ def test_a_thread_reply_is_read_only_once_its_thread_is_shown():
     with two_users("pigeonjs-thread-read") as (directory, origin, server, alice, bob, cid):
         with pigeonweb.browser() as browser:
             a, _, b, _ = online_pair(browser, origin, server, alice, bob)
+            # Where a token comes from under open registration (the app's origin is allowed by --cors-origin).
+            registered = a.js("([server, user]) => window.sdk.PigeonClient.registerDevice(server, user, { deviceName: 'browser' })",
+                              [server.url(""), "reg-" + suffix()])
+            check(registered["token"].startswith("pgn_") and registered["deviceId"], f"registerDevice: {registered}")
+            refused = a.js("([server, user]) => window.sdk.PigeonClient.registerDevice(server, user).then(() => 'resolved', (e) => e.code)",
+                           [server.url(""), registered["userId"]])
+            check(refused == "unauthorized", f"a second device without a token of the user's: {refused}")
             root = delivered(a, b, cid, "the plan")
             root_id = a.js("(id) => window.client.message(id).then((m) => m.serverId)", root["localId"])
             reply = a.send(cid, "a detail, in the thread", threadRoot=root_id)
