@@ -26,6 +26,11 @@ struct ConnectionOptions: ParsableArguments {
     var maxHeaderCount: Int?
 
     @Option(
+        name: .customLong("socket-send-buffer-bytes"),
+        help: "Each connection's kernel send buffer (SO_SNDBUF); 0 leaves it to the kernel's autotuning, which lets a client that never reads pin megabytes (default 262144).")
+    var socketSendBufferBytes: Int?
+
+    @Option(
         name: .customLong("trusted-proxy"),
         help: "A reverse proxy in front of the server, as an address or CIDR block (repeatable; or PIGEON_TRUSTED_PROXIES, comma-separated): from it the client address is read from X-Forwarded-For, and it is exempt from the per-address connection limit.")
     var trustedProxies: [String] = []
@@ -55,6 +60,10 @@ struct ConnectionOptions: ParsableArguments {
         if let maxHeaderCount {
             guard maxHeaderCount >= 1 else { throw ValidationError("--max-header-count must be at least 1") }
             configuration.connectionLimits.maxHeaderCount = maxHeaderCount
+        }
+        if let socketSendBufferBytes {
+            guard socketSendBufferBytes >= 0 else { throw ValidationError("--socket-send-buffer-bytes must be 0 or more") }
+            configuration.connectionLimits.socketSendBufferBytes = socketSendBufferBytes
         }
         let fromEnvironment = environment["PIGEON_TRUSTED_PROXIES"].map { $0.split(separator: ",").map(String.init) } ?? []
         let blocks = trustedProxies.isEmpty ? fromEnvironment : trustedProxies

@@ -33,6 +33,10 @@ struct ConnectionGuard<Base: ServerChildChannel>: ServerChildChannel {
         let refusal = connections.admit(channel) ? nil : ConnectionRefusal.tooManyConnections
         let connectionGuard = ConnectionGuardHandler(limits: limits, metrics: metrics, refusal: refusal)
         do {
+            if limits.socketSendBufferBytes > 0 {
+                // A fixed send buffer: the kernel's autotuning would let a client that never reads pin megabytes of it.
+                try channel.syncOptions?.setOption(ChannelOptions.socketOption(.so_sndbuf), value: SocketOptionValue(limits.socketSendBufferBytes))
+            }
             try channel.pipeline.syncOperations.addHandler(connectionGuard, position: .first)
             try channel.pipeline.syncOperations.addHandler(FlushCoalescingHandler(), position: .first)
         } catch {

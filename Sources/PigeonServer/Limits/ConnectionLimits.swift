@@ -27,6 +27,12 @@ public struct ConnectionLimits: Sendable {
     /// (HTTP keep-alive, WebSocket, SSE). The next one is answered `503 overloaded` with `Retry-After: 1` and
     /// closed. Peers in ``ServerConfiguration/trustedProxies`` are exempt; 0 turns the limit off.
     public var maxConnectionsPerAddress = 256
+    /// The kernel's send buffer of each connection, in bytes (`SO_SNDBUF`; Linux doubles it for its bookkeeping); 0
+    /// leaves it to the kernel's autotuning. Bounded by default: a client that never reads otherwise makes the kernel
+    /// grow the buffer to megabytes (measured: 2.2 MB queued for one stalled WebSocket, and growing), all of it written
+    /// by the server (a reply per operation it sent) before the stream's own budget pauses reading. 256 KiB still
+    /// carries 5 MB/s to a client 100 ms away.
+    public var socketSendBufferBytes = 256 << 10
 
     public init() {}
 }
