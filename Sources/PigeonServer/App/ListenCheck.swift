@@ -18,15 +18,31 @@ public struct ListenRefusal: Error, CustomStringConvertible {
 public enum ListenCheck {
     public static func checkFree(host: String, port: Int) async throws {
         guard port != 0 else { return }
-        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
-        let channel: any Channel
-        do {
-            channel = try await bootstrap.bind(host: host, port: port).get()
-        } catch {
-            throw refusal(for: error, host: host, port: port) ?? error
+        // bind(2) without listen(2): nothing can connect to the check itself (a client, or a test waiting for the port,
+        // would otherwise reach a listener that goes away at once).
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        #if canImport(Glibc)
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        #else
+        hints.ai_socktype = SOCK_STREAM
+        #endif
+        hints.ai_flags = AI_PASSIVE
+        var found: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &found) == 0, let address = found else {
+            throw ListenRefusal(description: "cannot listen on \(host): no such address on this machine")
         }
-        try? await channel.close()
+        defer { freeaddrinfo(found) }
+        let descriptor = socket(address.pointee.ai_family, address.pointee.ai_socktype, address.pointee.ai_protocol)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        var one: Int32 = 1
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        guard bind(descriptor, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 else {
+            let code = errno
+            throw refusal(errno: code, host: host, port: port)
+                ?? ListenRefusal(description: "cannot listen on \(host):\(port): \(String(cString: strerror(code)))")
+        }
     }
 
     /// The clear refusal for a failed bind (an address in use, a port that needs privileges, an address this machine
@@ -36,7 +52,11 @@ public enum ListenCheck {
             if error is SocketAddressError { return ListenRefusal(description: "cannot listen on \(host): no such address on this machine") }
             return nil
         }
-        switch io.errnoCode {
+        return refusal(errno: io.errnoCode, host: host, port: port)
+    }
+
+    static func refusal(errno code: Int32, host: String, port: Int) -> ListenRefusal? {
+        switch code {
         case EADDRINUSE: return ListenRefusal(description: "port \(port) on \(host) is in use (another pigeon-server?)")
         case EACCES: return ListenRefusal(description: "port \(port) on \(host) needs privileges this process does not have (choose a port above 1023)")
         case EADDRNOTAVAIL: return ListenRefusal(description: "cannot listen on \(host): no such address on this machine")
