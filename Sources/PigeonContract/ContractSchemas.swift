@@ -212,8 +212,15 @@ package enum ContractSchemas {
                     required: ["serverId", "senderId", "type", "body", "deleted"],
                     [
                         ("serverId", uuid), ("senderId", userId), ("type", messageType),
-                        ("body", Schema.string("At most the first 100 characters (extended grapheme clusters) of its body; \"\" once deleted.")),
+                        ("body", Schema.string("At most the first 100 characters (extended grapheme clusters) of its body; \"\" once deleted, and when unavailable.")),
                         ("deleted", Schema.boolean),
+                        (
+                            "unavailable",
+                            Schema.described(
+                                Schema.boolean,
+                                "Present (true) when the reader may not read the quoted message: hidden from it by a block, or older than its membership. Its body is then \"\"."
+                            )
+                        ),
                     ])
             ),
             (

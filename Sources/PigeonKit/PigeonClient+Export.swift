@@ -157,7 +157,7 @@ private struct ExportedMessage: Encodable {
         }
         status = message.isOutgoing && !isMemberChange ? message.status.rawValue : nil
         if let preview = message.replyPreview {
-            replyTo = Quote(serverId: preview.serverId, senderId: preview.senderId, text: preview.deleted ? "message deleted" : preview.body)
+            replyTo = Quote(serverId: preview.serverId, senderId: preview.senderId, text: preview.unavailable ? "message unavailable" : preview.deleted ? "message deleted" : preview.body)
         } else if let reference = message.replyTo {
             replyTo = Quote(serverId: reference.serverId, senderId: nil, text: nil)
         }

@@ -7,6 +7,9 @@ public struct ReplyPreview: Codable, Sendable, Equatable {
     /// At most the first ``ReplyPreview/bodyLimit`` characters of the target's body; `""` once it was deleted.
     public var body: String
     public var deleted: Bool
+    /// The reader may not read the quoted message (it is hidden from the reader by a block, or older than the
+    /// reader's membership): `body` is then `""` and `deleted` false. Encoded only when true.
+    public var unavailable: Bool
 
     /// How many characters (extended grapheme clusters) of the target's body a preview keeps.
     public static let bodyLimit = 100
@@ -17,6 +20,38 @@ public struct ReplyPreview: Codable, Sendable, Equatable {
         self.type = type
         self.body = deleted ? "" : String(body.prefix(Self.bodyLimit))
         self.deleted = deleted
+        self.unavailable = false
+    }
+
+    /// This quote as a reader who may not read the quoted message gets it: who sent it and its type, not its text.
+    public var unavailableForm: ReplyPreview {
+        var preview = ReplyPreview(serverId: serverId, senderId: senderId, type: type, body: "", deleted: false)
+        preview.unavailable = true
+        return preview
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case serverId, senderId, type, body, deleted, unavailable
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        serverId = try c.decode(String.self, forKey: .serverId)
+        senderId = try c.decode(String.self, forKey: .senderId)
+        type = try c.decode(String.self, forKey: .type)
+        body = try c.decode(String.self, forKey: .body)
+        deleted = try c.decode(Bool.self, forKey: .deleted)
+        unavailable = try c.decodeIfPresent(Bool.self, forKey: .unavailable) ?? false
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(serverId, forKey: .serverId)
+        try c.encode(senderId, forKey: .senderId)
+        try c.encode(type, forKey: .type)
+        try c.encode(body, forKey: .body)
+        try c.encode(deleted, forKey: .deleted)
+        if unavailable { try c.encode(true, forKey: .unavailable) }
     }
 }
 

@@ -19,7 +19,10 @@ import Testing
             "reactions": reactions.map { ["key": $0.key, "count": $0.count, "me": $0.me] },
         ]
         if let preview {
-            fields["replyPreview"] = ["serverId": preview.serverId, "senderId": preview.senderId, "type": preview.type, "body": preview.body, "deleted": preview.deleted]
+            fields["replyPreview"] = [
+                "serverId": preview.serverId, "senderId": preview.senderId, "type": preview.type, "body": preview.body, "deleted": preview.deleted,
+                "unavailable": preview.unavailable,
+            ]
             fields["replyTo"] = ["serverId": preview.serverId]
         }
         if let threadRoot { fields["threadRoot"] = ["serverId": threadRoot] }
@@ -64,6 +67,8 @@ import Testing
         let mine = ReplyPreview(serverId: "s-1", senderId: "alice", type: "text", body: "", deleted: true)
         let deleted = render([message(2, "what did you say?", preview: mine)])
         #expect(deleted.text.contains { $0.contains("↪ you: message deleted") })
+        let unavailable = render([message(2, "what was that?", preview: quote.unavailableForm)])
+        #expect(unavailable.text.contains { $0.contains("↪ bob: message unavailable") }, "\(unavailable.text.joined(separator: "\n"))")
         var small = ChatScreenState(userId: "alice", title: "bob")
         small.messages = [message(2, "ok", from: "alice", preview: quote)]
         let narrow = ChatScreen.render(small, width: 30, height: 8)

@@ -75,6 +75,16 @@ package enum MessageEvents {
         package var newPayload: String
         package var newRecipients: [(userId: String, excludedDeviceId: String?)]
         package var storedPayload: String
+        /// The recipients who may not read the message the new one quotes, and the `message.new` they get instead
+        /// (its quote in ``ReplyPreview/unavailableForm``).
+        package var blindRecipients: Set<String> = []
+        package var blindPayload: String?
+
+        /// The `message.new` payload `userId` gets.
+        package func newPayload(for userId: String) -> String {
+            guard let blindPayload, blindRecipients.contains(userId) else { return newPayload }
+            return blindPayload
+        }
     }
 
     /// The members of `message`'s conversation as the store read them in its transaction (`nil`: the conversation is
@@ -87,13 +97,23 @@ package enum MessageEvents {
 
     /// The events of `message` stored as `stored` in a conversation of `members`; the `withheld` members (who block
     /// the sender, or are invited and not joined yet) get no `message.new` and do not count in `recipientsOnline`.
+    /// The members `blindToQuote` may not read the message `stored` quotes (it is hidden from them, or older than
+    /// their membership): their `message.new` carries the quote's unavailable form.
     package static func writes(
-        of message: BufferedMessage, stored: Message, members: [String], withheld: Set<String> = [], presence: any Presence, payloads: EventPayload
+        of message: BufferedMessage, stored: Message, members: [String], withheld: Set<String> = [], blindToQuote: Set<String> = [],
+        presence: any Presence, payloads: EventPayload
     ) -> Writes {
         let receiving = withheld.isEmpty ? members : members.filter { !withheld.contains($0) }
-        return Writes(
+        var writes = Writes(
             newPayload: payloads.messageNew(stored), newRecipients: newMessageRecipients(of: message, members: receiving),
             storedPayload: payloads.messageStored(Self.stored(message, seq: stored.seq, storedAt: stored.storedAt, members: receiving, presence: presence)))
+        if let preview = stored.replyPreview, !blindToQuote.isEmpty, receiving.contains(where: blindToQuote.contains) {
+            var blind = stored
+            blind.replyPreview = preview.unavailableForm
+            writes.blindRecipients = blindToQuote
+            writes.blindPayload = payloads.messageNew(blind)
+        }
+        return writes
     }
 
     /// Of the members who block a message's sender (`blockers`), those it is hidden from: all of them, except for the

@@ -62,6 +62,7 @@ package struct EventPayload {
             json.member("type", preview.type)
             json.member("body", preview.body)
             json.member("deleted", preview.deleted)
+            if preview.unavailable { json.member("unavailable", true) }
             json.endObject()
         } else {
             json.null()

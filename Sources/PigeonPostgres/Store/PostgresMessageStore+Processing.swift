@@ -152,6 +152,19 @@ extension PostgresMessageStore {
                     targets[message.serverId] = StoredTarget(message)
                 }
             }
+            let quoted = Set(messages.compactMap(\.replyTo)).filter { targets[$0] != nil }
+            if !quoted.isEmpty {
+                // Who may not read a quoted message: the members who joined after it, and those it is hidden from.
+                for try await (serverId, userId) in try await connection.query(
+                    """
+                    SELECT t.server_id, me.user_id FROM messages t JOIN members me ON me.conversation_id = t.conversation_id
+                    WHERE t.server_id = ANY(\(quoted.sorted())) AND (me.joined_seq > t.seq OR EXISTS (
+                        SELECT 1 FROM hidden_messages h WHERE h.conversation_id = t.conversation_id AND h.seq = t.seq AND h.user_id = me.user_id))
+                    """, logger: logger
+                ).decode((String, String).self) {
+                    targets[serverId]?.blindToQuote.insert(userId)
+                }
+            }
             // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
             // buffer de-duplication record expired): by serverId or by (sender, device, clientMessageId).
             var storedBefore = StoredBefore()
@@ -192,6 +205,8 @@ extension PostgresMessageStore {
         package var thread: ThreadSummary?
         /// The whole message as stored (what `message.edited` starts from).
         package var message: Message
+        /// For a message a reply quotes: the members who may not read it (joined after it, or hidden from them).
+        package var blindToQuote: Set<String> = []
 
         package init(_ message: Message) {
             self.message = message
@@ -277,6 +292,8 @@ extension PostgresMessageStore {
         let now = WallClock.nowMillis()
         var plan = BatchPlan(capacity: items.count)
         var batch = BatchWrite(now: now)
+        /// serverId → the members each message of this batch is hidden from (a reply later in the batch may quote it).
+        var hiddenInBatch: [String: Set<String>] = [:]
         for item in items {
             let message = item.entry.message
             guard plan.shouldAttempt(item) else { continue }
@@ -316,12 +333,14 @@ extension PostgresMessageStore {
                 var withheld = Set(hidden)
                 withheld.formUnion(consent.invited[message.conversationId] ?? [])
                 for user in hidden { batch.hidden.append(conversationId: message.conversationId, seq: seq, userId: user, senderId: message.senderId) }
+                if !hidden.isEmpty { hiddenInBatch[message.serverId] = Set(hidden) }
+                let blind = message.replyTo.map { targets[$0]?.blindToQuote ?? hiddenInBatch[$0] ?? [] } ?? []
                 let writes = MessageEvents.writes(
-                    of: message, stored: stored, members: members, withheld: withheld, presence: fanout, payloads: payloads)
+                    of: message, stored: stored, members: members, withheld: withheld, blindToQuote: blind, presence: fanout, payloads: payloads)
                 for recipient in writes.newRecipients {
                     batch.events.append(
                         type: "message.new", userId: recipient.userId, excludedDeviceId: recipient.excludedDeviceId, payload: nil, at: now,
-                        partition: part, message: (message.conversationId, seq, writes.newPayload))
+                        partition: part, message: (message.conversationId, seq, writes.newPayload(for: recipient.userId)))
                 }
                 batch.events.append(
                     type: "message.stored", userId: message.senderId, deviceId: message.senderDeviceId, payload: writes.storedPayload,

@@ -422,14 +422,44 @@ public final class PostgresMessageStore: MessageStore, Service {
         let previews = try await previews(
             of: messages.compactMap { message in message.replyTo.map { (message.conversationId, $0) } }, client: client, cipher: cipher,
             logger: logger)
+        let blind = try await blindQuotes(
+            messages.indices.compactMap { index in
+                guard let replyTo = messages[index].replyTo, let reader = readers[index] else { return nil }
+                return (messages[index].conversationId, replyTo, reader)
+            }, client: client, logger: logger)
         for index in messages.indices {
             if let rows = reactions[MessageKey(conversationId: messages[index].conversationId, seq: messages[index].seq)] {
                 messages[index].reactions = ReactionRules.aggregate(rows, reader: readers[index])
             }
             if let replyTo = messages[index].replyTo {
-                messages[index].replyPreview = previews[MessageKey(conversationId: messages[index].conversationId, serverId: replyTo)]
+                let preview = previews[MessageKey(conversationId: messages[index].conversationId, serverId: replyTo)]
+                let unavailable = readers[index].map { blind.contains([messages[index].conversationId, replyTo, $0]) } ?? false
+                messages[index].replyPreview = unavailable ? preview?.unavailableForm : preview
             }
         }
+    }
+
+    /// Of the quotes named (conversation, quoted serverId, reader), those the reader may not read, as [conversation,
+    /// serverId, reader]: the quoted message is older than the reader's membership (or the reader is no member), or
+    /// it is hidden from the reader by a block.
+    private static func blindQuotes(
+        _ quotes: [(conversationId: String, serverId: String, reader: String)], client: PostgresClient, logger: Logger
+    ) async throws -> Set<[String]> {
+        guard !quotes.isEmpty else { return [] }
+        var blind = Set<[String]>()
+        for try await (conversationId, serverId, reader) in try await client.query(
+            """
+            SELECT DISTINCT k.c, k.i, k.r FROM unnest(\(quotes.map(\.conversationId))::text[], \(quotes.map(\.serverId))::text[],
+                \(quotes.map(\.reader))::text[]) AS k(c, i, r)
+            JOIN messages t ON t.server_id = k.i AND t.conversation_id = k.c
+            LEFT JOIN members me ON me.conversation_id = k.c AND me.user_id = k.r
+            WHERE me.user_id IS NULL OR me.joined_seq > t.seq
+                OR EXISTS (SELECT 1 FROM hidden_messages h WHERE h.conversation_id = k.c AND h.seq = t.seq AND h.user_id = k.r)
+            """, logger: logger
+        ).decode((String, String, String).self) {
+            blind.insert([conversationId, serverId, reader])
+        }
+        return blind
     }
 
     /// A message by its conversation and seq, or by its conversation and serverId.

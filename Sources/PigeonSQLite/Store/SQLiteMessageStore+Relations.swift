@@ -38,24 +38,60 @@ extension SQLiteMessageStore {
         let quoted = Set(messages.compactMap(\.replyTo))
         guard !quoted.isEmpty else { return }
         let previews = try previews(db, of: Array(quoted))
+        var joinedSeqs: [String: Int64] = [:]
         for index in messages.indices {
-            if let replyTo = messages[index].replyTo, let preview = previews[replyTo], preview.conversationId == messages[index].conversationId {
-                messages[index].replyPreview = preview.preview
+            guard let replyTo = messages[index].replyTo, let found = previews[replyTo], found.conversationId == messages[index].conversationId
+            else { continue }
+            messages[index].replyPreview = found.preview
+            guard let reader else { continue }
+            let conversationId = found.conversationId
+            if joinedSeqs[conversationId] == nil {
+                joinedSeqs[conversationId] = try Int64.fetchOne(
+                    db.cachedStatement(sql: "SELECT joined_seq FROM members WHERE conversation_id = ? AND user_id = ?"),
+                    arguments: [conversationId, reader]) ?? Int64.max
+            }
+            let hidden = try isHidden(db, conversationId: conversationId, seq: found.seq, from: reader)
+            if found.seq < joinedSeqs[conversationId]! || hidden {
+                messages[index].replyPreview = found.preview.unavailableForm
             }
         }
     }
 
+    /// Whether the message at `seq` is hidden from `userId` by a block.
+    static func isHidden(_ db: Database, conversationId: String, seq: Int64, from userId: String) throws -> Bool {
+        try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT 1 FROM hidden_messages WHERE conversation_id = ? AND seq = ? AND user_id = ?"),
+            arguments: [conversationId, seq, userId]) ?? false
+    }
+
     /// The quotes of the messages `serverIds`, by serverId.
-    private static func previews(_ db: Database, of serverIds: [String]) throws -> [String: (conversationId: String, preview: ReplyPreview)] {
-        var result: [String: (conversationId: String, preview: ReplyPreview)] = [:]
+    private static func previews(_ db: Database, of serverIds: [String]) throws -> [String: (conversationId: String, seq: Int64, preview: ReplyPreview)] {
+        var result: [String: (conversationId: String, seq: Int64, preview: ReplyPreview)] = [:]
         let placeholders = databaseQuestionMarks(count: serverIds.count)
         for row in try Row.fetchAll(
-            db, sql: "SELECT server_id, conversation_id, sender_id, type, at_rest_open(body), deleted_at IS NOT NULL FROM messages WHERE server_id IN (\(placeholders))",
+            db,
+            sql: """
+                SELECT server_id, conversation_id, sender_id, type, at_rest_open(body), deleted_at IS NOT NULL, seq FROM messages
+                WHERE server_id IN (\(placeholders))
+                """,
             arguments: StatementArguments(serverIds))
         {
-            result[row[0]] = (row[1], ReplyPreview(serverId: row[0], senderId: row[2], type: row[3], body: row[4], deleted: row[5]))
+            result[row[0]] = (row[1], row[6], ReplyPreview(serverId: row[0], senderId: row[2], type: row[3], body: row[4], deleted: row[5]))
         }
         return result
+    }
+
+    /// The members of a conversation who may not read the message at `seq` a new reply quotes: those who joined after
+    /// it, and those it is hidden from. Their `message.new` carries the quote's unavailable form.
+    static func blindToQuote(_ db: Database, conversationId: String, seq: Int64) throws -> Set<String> {
+        Set(
+            try String.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT user_id FROM members WHERE conversation_id = ? AND joined_seq > ?
+                        UNION SELECT user_id FROM hidden_messages WHERE conversation_id = ? AND seq = ?
+                        """),
+                arguments: [conversationId, seq, conversationId, seq]))
     }
 
     public func threadMessages(
@@ -83,13 +119,13 @@ extension SQLiteMessageStore {
 
     /// Checks a new message's `replyTo` and `threadRoot` once more in the transaction that stores it (accept checked
     /// them; a target that vanished is a permanent failure) and answers the quote its `message.new` carries.
-    static func checkRelations(_ db: Database, _ message: BufferedMessage) throws -> ReplyPreview? {
-        var preview: ReplyPreview?
+    static func checkRelations(_ db: Database, _ message: BufferedMessage) throws -> (preview: ReplyPreview, seq: Int64)? {
+        var preview: (preview: ReplyPreview, seq: Int64)?
         if let replyTo = message.replyTo {
             guard let quoted = try previews(db, of: [replyTo])[replyTo], quoted.conversationId == message.conversationId else {
                 throw PigeonError(.notFound, "replyTo \(replyTo) is not a message of this conversation")
             }
-            preview = quoted.preview
+            preview = (quoted.preview, quoted.seq)
         }
         if let root = message.threadRoot {
             guard let target = try target(db, conversationId: message.conversationId, serverId: root) else {

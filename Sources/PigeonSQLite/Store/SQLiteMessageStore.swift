@@ -495,7 +495,8 @@ public final class SQLiteMessageStore: MessageStore {
             if let refusal = MessageLifecycle.refusal(message, target: target) { throw refusal }
         }
         var stored = MessageEvents.stored(message, seq: seq, storedAt: now)
-        stored.replyPreview = try Self.checkRelations(db, message)
+        let quoted = try Self.checkRelations(db, message)
+        stored.replyPreview = quoted?.preview
         try Self.insertMessage(db, stored, targetId: lifecycle?.serverId)
         if db.changesCount == 0 {
             // Stored by an earlier attempt whose buffer acknowledgement was lost (crash between the two), or the
@@ -514,12 +515,14 @@ public final class SQLiteMessageStore: MessageStore {
         try recordStoredWebhooks(db, message: message, stored: stored, lifecycle: lifecycle, at: now)
         let (hidden, withheld) = try self.withheld(db, message, members: members)
         try Self.insertHidden(db, conversationId: message.conversationId, seq: seq, senderId: message.senderId, from: hidden)
-        let writes = MessageEvents.writes(of: message, stored: stored, members: members, withheld: withheld, presence: fanout, payloads: payloads)
+        let blind = try quoted.map { try Self.blindToQuote(db, conversationId: message.conversationId, seq: $0.seq) } ?? []
+        let writes = MessageEvents.writes(
+            of: message, stored: stored, members: members, withheld: withheld, blindToQuote: blind, presence: fanout, payloads: payloads)
         for recipient in writes.newRecipients {
             events.append(
                 try Self.insertEvent(
                     db, type: "message.new", userId: recipient.userId, deviceId: nil, excludedDeviceId: recipient.excludedDeviceId,
-                    payload: writes.newPayload, at: now, message: (message.conversationId, seq)))
+                    payload: writes.newPayload(for: recipient.userId), at: now, message: (message.conversationId, seq)))
         }
         events.append(
             try Self.insertEvent(

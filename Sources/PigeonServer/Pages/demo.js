@@ -927,7 +927,9 @@
   // it quotes): "↪ alice-k3m9: the first words…"; a message without text (a file sent alone) is quoted as 📎.
   function quoteOf(preview) {
     const characters = Array.from(preview.body);
-    const text = preview.deleted
+    const text = preview.unavailable
+      ? "(message unavailable)"
+      : preview.deleted
       ? "(deleted)"
       : characters.length === 0
         ? "📎"

@@ -73,7 +73,8 @@ export interface LocalMessage {
     target?: string;
     newBody?: string | null;
     replyTo: string | null;
-    replyPreview?: { serverId: string; senderId: string; type: string; body: string; deleted: boolean } | null;
+    /** `unavailable` (present, true): the reader may not read the quoted message; its `body` is "". */
+    replyPreview?: { serverId: string; senderId: string; type: string; body: string; deleted: boolean; unavailable?: boolean } | null;
     threadRoot: string | null;
     thread?: { replyCount: number; lastReplyAt: number; lastReplySenders: string[] } | null;
     attachments: Array<Attachment | { id: string; width?: number; height?: number; durationMs?: number }>;

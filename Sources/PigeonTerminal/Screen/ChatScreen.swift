@@ -293,7 +293,10 @@ public enum ChatScreen {
     static func quoteLine(_ message: PigeonMessage, me: String, indent: Int, width: Int) -> StyledLine? {
         guard let preview = message.replyPreview else { return nil }
         let who = preview.senderId == me ? "you" : preview.senderId
-        let text = preview.deleted ? MessageFormat.deletedText : TextWidth.sanitized(preview.body).replacingOccurrences(of: "\n", with: " ")
+        let text =
+            preview.unavailable
+            ? MessageFormat.unavailableText
+            : preview.deleted ? MessageFormat.deletedText : TextWidth.sanitized(preview.body).replacingOccurrences(of: "\n", with: " ")
         let quote = TextWidth.truncated("↪ \(TextWidth.sanitized(who)): \(text)", to: max(8, width - indent))
         return StyledLine(String(repeating: " ", count: indent) + quote, TextStyle(foreground: .gray))
     }

@@ -98,6 +98,8 @@ public enum MessageFormat {
 
     /// What a deleted message shows in its place.
     public static let deletedText = "message deleted"
+    /// What a quote of a message the reader may not read shows (API.md: its `replyPreview` is `unavailable`).
+    public static let unavailableText = "message unavailable"
     /// What follows an edited message's text.
     public static let editedMark = "(edited)"
 

@@ -143,6 +143,88 @@ import Testing
         }
     }
 
+    /// A reply quotes only what its reader may read: a third member's reply to a message hidden from alice by her block
+    /// reaches her live, replayed and in history with its quote unavailable (no text), as does a reply to a message
+    /// from before carol joined; bob, who saw both, gets the quotes whole. A later message alice may read is quoted
+    /// whole to her.
+    @Test func aReplyPreviewShowsOnlyWhatItsReaderMayRead() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let mallory = try await client.register("mallory")
+            let carol = try await client.register("carol")
+            let group = try await client.createConversation(bob, members: ["alice", "mallory"], name: "team")
+            let early = try await client.sendAccepted(bob, to: group.id, body: "before carol came")
+            #expect(try await Self.block(client, alice, "mallory").status == 204)
+            let hidden = try await client.sendAccepted(mallory, to: group.id, body: "secret text of mallory")
+            _ = try await client.waitForCount(bob, group.id, 2)
+            let added = try await client.request(.POST, "/v1/conversations/\(group.id)/members", token: bob.token, body: #"{"userIds":["carol"]}"#)
+            #expect(added.status == 200 || added.status == 204, "\(added.status) \(added.text)")
+            let aliceCursor = try await client.headCursor(alice)
+            let aliceSocket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            defer { Task { await aliceSocket.close() } }
+            let carolSocket = try await TestWebSocket.connect(port: client.port, token: carol.token)
+            defer { Task { await carolSocket.close() } }
+            let bobSocket = try await TestWebSocket.connect(port: client.port, token: bob.token)
+            defer { Task { await bobSocket.close() } }
+
+            let quotingHidden = try await ReactionsAndThreadsTests.sendReply(client, bob, group.id, body: "re: that", replyTo: hidden.serverId)
+            #expect(quotingHidden.status == 202, "\(quotingHidden.text)")
+            let quotingEarly = try await ReactionsAndThreadsTests.sendReply(client, bob, group.id, body: "re: early", replyTo: early.serverId)
+            #expect(quotingEarly.status == 202, "\(quotingEarly.text)")
+            let quotingHiddenId = try quotingHidden.decode(SendMessageResponse.self).serverId
+            let quotingEarlyId = try quotingEarly.decode(SendMessageResponse.self).serverId
+            let visible = try await client.sendAccepted(bob, to: group.id, body: "visible")
+            try await waitUntil("bob's message is stored") {
+                try await client.allMessages(mallory, group.id).contains { $0.serverId == visible.serverId }
+            }
+            let quotingVisible = try await ReactionsAndThreadsTests.sendReply(client, mallory, group.id, body: "re: visible", replyTo: visible.serverId)
+            #expect(quotingVisible.status == 202)
+
+            func previews(_ messages: [Message]) -> [String: ReplyPreview] {
+                Dictionary(messages.compactMap { message in message.replyPreview.map { (message.serverId, $0) } }, uniquingKeysWith: { a, _ in a })
+            }
+            func expectUnavailable(_ preview: ReplyPreview?, _ what: Comment) {
+                #expect(preview?.unavailable == true && preview?.body == "" && preview?.deleted == false, what)
+            }
+            // Live.
+            let aliceLive = await aliceSocket.frames { frame in
+                if case .messageNew(_, let message)? = frame.event { message.serverId == visible.serverId } else { false }
+            }
+            let aliceLivePreviews = previews(Self.newMessages(aliceLive.compactMap(\.event), in: group.id))
+            expectUnavailable(aliceLivePreviews[quotingHiddenId], "alice's live quote of mallory's hidden message")
+            #expect(aliceLivePreviews[quotingEarlyId]?.body == "before carol came", "alice joined before it")
+            let carolLive = await carolSocket.frames { frame in
+                if case .messageNew(_, let message)? = frame.event { message.replyTo == visible.serverId } else { false }
+            }
+            let carolLivePreviews = previews(Self.newMessages(carolLive.compactMap(\.event), in: group.id))
+            expectUnavailable(carolLivePreviews[quotingEarlyId], "carol's live quote of a message from before she joined")
+            expectUnavailable(carolLivePreviews[quotingHiddenId], "carol's live quote of a message from before she joined")
+            #expect(carolLivePreviews.values.contains { $0.serverId == visible.serverId && $0.body == "visible" && !$0.unavailable })
+            let bobLive = await bobSocket.frames { frame in
+                if case .messageNew(_, let message)? = frame.event { message.replyTo == visible.serverId } else { false }
+            }
+            #expect(previews(Self.newMessages(bobLive.compactMap(\.event), in: group.id)).values.allSatisfy { !$0.unavailable })
+            // Replayed and in history.
+            let synced = previews(Self.newMessages(try await client.sync(alice, cursor: aliceCursor).events, in: group.id))
+            expectUnavailable(synced[quotingHiddenId], "alice's synced quote")
+            let aliceHistory = previews(try await client.allMessages(alice, group.id))
+            expectUnavailable(aliceHistory[quotingHiddenId], "alice's history")
+            #expect(aliceHistory[quotingEarlyId]?.body == "before carol came")
+            let carolHistory = previews(try await client.allMessages(carol, group.id))
+            expectUnavailable(carolHistory[quotingEarlyId], "carol's history")
+            expectUnavailable(carolHistory[quotingHiddenId], "carol's history")
+            let bobHistory = previews(try await client.allMessages(bob, group.id))
+            #expect(bobHistory[quotingHiddenId]?.body == "secret text of mallory" && bobHistory[quotingEarlyId]?.body == "before carol came")
+            // Nothing of the hidden text in any of alice's or carol's answers.
+            let aliceRaw = try await client.history(alice, group.id)
+            #expect(!"\(aliceRaw)".contains("secret text"))
+            let carolRaw = try await client.request(.GET, "/v1/conversations/\(group.id)/messages?after=0&limit=500", token: carol.token)
+            #expect(!carolRaw.text.contains("secret text") && !carolRaw.text.contains("before carol came"), "\(carolRaw.text)")
+            #expect(carolRaw.text.contains(#""unavailable":true"#))
+        }
+    }
+
     /// A blocked user's message sends the blocker no push; another member's does.
     @Test func aBlockedUsersMessageSendsTheBlockerNoPush() async throws {
         let gateway = try await MatrixPushGateway.start()
