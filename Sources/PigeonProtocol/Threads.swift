@@ -1,6 +1,6 @@
 /// The quote a reply carries of the message it answers, so that a client draws it without fetching the target
 /// (API.md 1.2).
-public struct ReplyPreview: Codable, Sendable, Equatable {
+public struct ReplyPreview: Codable, Sendable, Hashable {
     public var serverId: String
     public var senderId: String
     public var type: String

@@ -67,6 +67,29 @@ package struct BatchPlan {
     }
 }
 
+/// Who is shown a quoted message otherwise than as it is stored: the members who may not read it (it is hidden from
+/// them by a block, or older than their membership) get its ``ReplyPreview/unavailableForm``; the members from whom an
+/// edit of it was hidden get the text they were last shown (`message_views`).
+package struct QuoteViews: Sendable, Equatable {
+    package var blind: Set<String> = []
+    /// userId → the body that member is shown.
+    package var bodies: [String: String] = [:]
+
+    package init(blind: Set<String> = [], bodies: [String: String] = [:]) {
+        self.blind = blind
+        self.bodies = bodies
+    }
+
+    package var isEmpty: Bool { blind.isEmpty && bodies.isEmpty }
+
+    /// `preview` as `userId` is shown it; nil when as stored.
+    package func preview(of preview: ReplyPreview, for userId: String) -> ReplyPreview? {
+        if blind.contains(userId) { return preview.unavailableForm }
+        guard let body = bodies[userId] else { return nil }
+        return ReplyPreview(serverId: preview.serverId, senderId: preview.senderId, type: preview.type, body: body, deleted: preview.deleted)
+    }
+}
+
 /// The events a processed message produces, the same in every store (which only writes them).
 package enum MessageEvents {
     /// What storing a message writes besides its row, the same in every store: one `message.new` payload for every
@@ -75,15 +98,13 @@ package enum MessageEvents {
         package var newPayload: String
         package var newRecipients: [(userId: String, excludedDeviceId: String?)]
         package var storedPayload: String
-        /// The recipients who may not read the message the new one quotes, and the `message.new` they get instead
-        /// (its quote in ``ReplyPreview/unavailableForm``).
-        package var blindRecipients: Set<String> = []
-        package var blindPayload: String?
+        /// The recipients who are shown the quoted message otherwise than the others (``QuoteViews``), and the
+        /// `message.new` each of them gets instead.
+        package var quotePayloads: [String: String] = [:]
 
         /// The `message.new` payload `userId` gets.
         package func newPayload(for userId: String) -> String {
-            guard let blindPayload, blindRecipients.contains(userId) else { return newPayload }
-            return blindPayload
+            quotePayloads[userId] ?? newPayload
         }
     }
 
@@ -97,21 +118,26 @@ package enum MessageEvents {
 
     /// The events of `message` stored as `stored` in a conversation of `members`; the `withheld` members (who block
     /// the sender, or are invited and not joined yet) get no `message.new` and do not count in `recipientsOnline`.
-    /// The members `blindToQuote` may not read the message `stored` quotes (it is hidden from them, or older than
-    /// their membership): their `message.new` carries the quote's unavailable form.
+    /// The members `quotes` names are shown the message `stored` quotes otherwise (``QuoteViews``): their
+    /// `message.new` carries their own quote.
     package static func writes(
-        of message: BufferedMessage, stored: Message, members: [String], withheld: Set<String> = [], blindToQuote: Set<String> = [],
+        of message: BufferedMessage, stored: Message, members: [String], withheld: Set<String> = [], quotes: QuoteViews = QuoteViews(),
         presence: any Presence, payloads: EventPayload
     ) -> Writes {
         let receiving = withheld.isEmpty ? members : members.filter { !withheld.contains($0) }
         var writes = Writes(
             newPayload: payloads.messageNew(stored), newRecipients: newMessageRecipients(of: message, members: receiving),
             storedPayload: payloads.messageStored(Self.stored(message, seq: stored.seq, storedAt: stored.storedAt, members: receiving, presence: presence)))
-        if let preview = stored.replyPreview, !blindToQuote.isEmpty, receiving.contains(where: blindToQuote.contains) {
-            var blind = stored
-            blind.replyPreview = preview.unavailableForm
-            writes.blindRecipients = blindToQuote
-            writes.blindPayload = payloads.messageNew(blind)
+        guard let preview = stored.replyPreview, !quotes.isEmpty else { return writes }
+        var rendered: [ReplyPreview: String] = [:]
+        for userId in receiving {
+            guard let own = quotes.preview(of: preview, for: userId) else { continue }
+            if rendered[own] == nil {
+                var copy = stored
+                copy.replyPreview = own
+                rendered[own] = payloads.messageNew(copy)
+            }
+            writes.quotePayloads[userId] = rendered[own]
         }
         return writes
     }

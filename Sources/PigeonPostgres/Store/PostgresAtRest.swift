@@ -53,6 +53,8 @@ public struct PostgresRekey: Sendable {
         SealedColumn(table: "event_payloads", column: "payload", keys: [("part", "integer"), ("id", "bigint")]),
         SealedColumn(table: "webhook_events", column: "body", keys: [("position", "bigint")]),
         SealedColumn(table: "push_registrations", column: "data", keys: [("user_id", "text"), ("device_id", "text")]),
+        SealedColumn(
+            table: "message_views", column: "body", keys: [("conversation_id", "text"), ("seq", "bigint"), ("user_id", "text")]),
     ]
 
     /// Connects to the store at `url`, checks the ring opens it (recording the newest key's check value) and rekeys it

@@ -401,9 +401,42 @@ package struct BatchWrite {
     package var now: Int64 = 0
     /// Messages the batch hides from members who block their senders (``BlockStore``).
     package var hidden = HiddenRows()
+    /// What its edits and deletes do to the versions members keep of edited messages (after this write).
+    package var views = ViewChanges()
     /// [sender, conversation] pairs of a batch planned as if no member blocked its sender or were invited (the
     /// one-statement path): the write fails unless that still holds. Empty: not checked.
     package var consentCheck: [[String]] = []
+}
+
+/// What a batch's edits and deletes do to `message_views`, in order: each change drops the kept versions of its
+/// target but those of the members `keeping`, and gives those members the version before the edit unless they keep an
+/// older one. Changes of distinct targets go in one round (one statement each for the drops and the inserts, which
+/// touch distinct rows); a target changed again starts the next round.
+package struct ViewChanges {
+    package struct Target: Hashable {
+        package var conversationId: String
+        package var seq: Int64
+    }
+
+    package struct Change {
+        package var target: Target
+        package var keeping: [String]
+        package var body: String
+        package var editedAt: Int64?
+    }
+
+    package private(set) var rounds: [[Change]] = []
+
+    package init() {}
+
+    package mutating func change(conversationId: String, seq: Int64, keeping: [String], body: String, editedAt: Int64?) {
+        let change = Change(target: Target(conversationId: conversationId, seq: seq), keeping: keeping, body: body, editedAt: editedAt)
+        if let last = rounds.indices.last, !rounds[last].contains(where: { $0.target == change.target }) {
+            rounds[last].append(change)
+        } else {
+            rounds.append([change])
+        }
+    }
 }
 
 /// Hidden messages to record, column by column.

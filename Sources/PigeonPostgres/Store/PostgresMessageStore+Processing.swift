@@ -154,15 +154,25 @@ extension PostgresMessageStore {
             }
             let quoted = Set(messages.compactMap(\.replyTo)).filter { targets[$0] != nil }
             if !quoted.isEmpty {
-                // Who may not read a quoted message: the members who joined after it, and those it is hidden from.
-                for try await (serverId, userId) in try await connection.query(
+                // Who is shown a quoted message otherwise (``QuoteViews``): the members who joined after it and those it
+                // is hidden from may not read it; those an edit of it was hidden from read their own version.
+                for try await (serverId, userId, body) in try await connection.query(
                     """
-                    SELECT t.server_id, me.user_id FROM messages t JOIN members me ON me.conversation_id = t.conversation_id
+                    SELECT t.server_id, me.user_id, NULL::text FROM messages t JOIN members me ON me.conversation_id = t.conversation_id
                     WHERE t.server_id = ANY(\(quoted.sorted())) AND (me.joined_seq > t.seq OR EXISTS (
                         SELECT 1 FROM hidden_messages h WHERE h.conversation_id = t.conversation_id AND h.seq = t.seq AND h.user_id = me.user_id))
+                    UNION ALL
+                    SELECT t.server_id, v.user_id, v.body FROM messages t
+                    JOIN message_views v ON v.conversation_id = t.conversation_id AND v.seq = t.seq
+                    WHERE t.server_id = ANY(\(quoted.sorted())) AND t.edited_at IS NOT NULL
                     """, logger: logger
-                ).decode((String, String).self) {
-                    targets[serverId]?.blindToQuote.insert(userId)
+                ).decode((String, String, String?).self) {
+                    if let body {
+                        let opened: String = try cipher.open(body)
+                        targets[serverId]?.quoteViews.bodies[userId] = opened
+                    } else {
+                        targets[serverId]?.quoteViews.blind.insert(userId)
+                    }
                 }
             }
             // Stored before (a redelivery after a crash between commit and acknowledgement, or a resend whose
@@ -188,6 +198,7 @@ extension PostgresMessageStore {
             let writing = clock.now
             let committed = try await write(batch, connection)
             try await writeThreads(batch.threads, connection)
+            try await writeViews(batch.views, connection)
             stageTimer.record(.write, clock.now - writing)
             return (results, committed, lastSeqs.merging(batch.lastSeqs) { _, new in new })
         }
@@ -205,8 +216,8 @@ extension PostgresMessageStore {
         package var thread: ThreadSummary?
         /// The whole message as stored (what `message.edited` starts from).
         package var message: Message
-        /// For a message a reply quotes: the members who may not read it (joined after it, or hidden from them).
-        package var blindToQuote: Set<String> = []
+        /// For a message a reply quotes: who is shown it otherwise than as stored.
+        package var quoteViews = QuoteViews()
 
         package init(_ message: Message) {
             self.message = message
@@ -221,6 +232,29 @@ extension PostgresMessageStore {
     /// Writes the summaries of the thread roots a batch changed, after its messages (so that a recomputed summary
     /// counts the batch's own replies and deletes): new replies only, the summary planned on the locked root's; a
     /// deleted reply, recomputed from the replies left (count, the newest one's store time, its newest distinct senders).
+    /// Writes what a batch's edits and deletes do to the members' kept versions (``ViewChanges``), round by round.
+    package func writeViews(_ views: ViewChanges, _ connection: PostgresConnection) async throws {
+        for round in views.rounds {
+            let cleared = round.map(\.target)
+            try await connection.query(
+                """
+                DELETE FROM message_views v USING unnest(\(cleared.map(\.conversationId))::text[], \(cleared.map(\.seq))::bigint[],
+                    \(round.map { $0.keeping.joined(separator: "\n") })::text[]) AS k(c, s, keep)
+                WHERE v.conversation_id = k.c AND v.seq = k.s AND v.user_id <> ALL(string_to_array(k.keep, E'\\n'))
+                """, logger: logger)
+            let kept = round.flatMap { change in change.keeping.map { (change, $0) } }
+            guard !kept.isEmpty else { continue }
+            try await connection.query(
+                """
+                INSERT INTO message_views(conversation_id, seq, user_id, body, edited_at)
+                SELECT k.c, k.s, k.u, k.b, NULLIF(k.e, 0) FROM unnest(\(kept.map(\.0.target.conversationId))::text[], \(kept.map(\.0.target.seq))::bigint[],
+                    \(kept.map(\.1))::text[], \(cipher.seal(all: kept.map(\.0.body)))::text[], \(kept.map { $0.0.editedAt ?? 0 })::bigint[])
+                    AS k(c, s, u, b, e)
+                ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+    }
+
     package func writeThreads(_ threads: ThreadRows, _ connection: PostgresConnection) async throws {
         guard !threads.isEmpty else { return }
         let roots = threads.summaries.keys.sorted()
@@ -293,7 +327,7 @@ extension PostgresMessageStore {
         var plan = BatchPlan(capacity: items.count)
         var batch = BatchWrite(now: now)
         /// serverId → the members each message of this batch is hidden from (a reply later in the batch may quote it).
-        var hiddenInBatch: [String: Set<String>] = [:]
+        var hiddenInBatch: [String: QuoteViews] = [:]
         for item in items {
             let message = item.entry.message
             guard plan.shouldAttempt(item) else { continue }
@@ -320,7 +354,16 @@ extension PostgresMessageStore {
                 batch.lastSeqs[message.conversationId] = seq
                 var stored = MessageEvents.stored(message, seq: seq, storedAt: now)
                 batch.messages.append(stored, targetId: lifecycle?.serverId)
-                if let lifecycle { batch.apply(targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now, stored: targets) }
+                if let lifecycle {
+                    if let before = batch.current(lifecycle.serverId, in: message.conversationId, stored: targets) {
+                        // The members this edit is hidden from keep the version they were shown; a delete erases them all.
+                        let hiddenFrom =
+                            lifecycle.newBody == nil
+                            ? [] : MessageEvents.hiddenFrom(message, blockers: consent.blockers[message.senderId] ?? [], members: members)
+                        batch.views.change(conversationId: message.conversationId, seq: before.seq, keeping: hiddenFrom, body: before.body, editedAt: before.editedAt)
+                    }
+                    batch.apply(targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now, stored: targets)
+                }
                 if let replyTo = message.replyTo { stored.replyPreview = batch.preview(of: replyTo, in: message.conversationId, stored: targets) }
                 recordStoredWebhooks(into: &batch, message: message, stored: stored, lifecycle: lifecycle, targets: targets, at: now)
                 if let threadRoot = message.threadRoot {
@@ -333,10 +376,10 @@ extension PostgresMessageStore {
                 var withheld = Set(hidden)
                 withheld.formUnion(consent.invited[message.conversationId] ?? [])
                 for user in hidden { batch.hidden.append(conversationId: message.conversationId, seq: seq, userId: user, senderId: message.senderId) }
-                if !hidden.isEmpty { hiddenInBatch[message.serverId] = Set(hidden) }
-                let blind = message.replyTo.map { targets[$0]?.blindToQuote ?? hiddenInBatch[$0] ?? [] } ?? []
+                if !hidden.isEmpty { hiddenInBatch[message.serverId] = QuoteViews(blind: Set(hidden)) }
+                let quotes = message.replyTo.map { targets[$0]?.quoteViews ?? hiddenInBatch[$0] ?? QuoteViews() } ?? QuoteViews()
                 let writes = MessageEvents.writes(
-                    of: message, stored: stored, members: members, withheld: withheld, blindToQuote: blind, presence: fanout, payloads: payloads)
+                    of: message, stored: stored, members: members, withheld: withheld, quotes: quotes, presence: fanout, payloads: payloads)
                 for recipient in writes.newRecipients {
                     batch.events.append(
                         type: "message.new", userId: recipient.userId, excludedDeviceId: recipient.excludedDeviceId, payload: nil, at: now,

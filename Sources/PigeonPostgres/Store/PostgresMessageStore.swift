@@ -427,16 +427,59 @@ public final class PostgresMessageStore: MessageStore, Service {
                 guard let replyTo = messages[index].replyTo, let reader = readers[index] else { return nil }
                 return (messages[index].conversationId, replyTo, reader)
             }, client: client, logger: logger)
+        // The versions the readers keep of edited messages, and of edited quoted ones (an edit hidden from them).
+        var viewKeys: [(conversationId: String, seq: Int64, reader: String)] = []
+        for index in messages.indices {
+            guard let reader = readers[index] else { continue }
+            if messages[index].editedAt != nil { viewKeys.append((messages[index].conversationId, messages[index].seq, reader)) }
+            if let replyTo = messages[index].replyTo, let quoted = previews[MessageKey(conversationId: messages[index].conversationId, serverId: replyTo)],
+                quoted.edited
+            {
+                viewKeys.append((messages[index].conversationId, quoted.seq, reader))
+            }
+        }
+        let views = try await views(viewKeys, client: client, cipher: cipher, logger: logger)
         for index in messages.indices {
             if let rows = reactions[MessageKey(conversationId: messages[index].conversationId, seq: messages[index].seq)] {
                 messages[index].reactions = ReactionRules.aggregate(rows, reader: readers[index])
             }
-            if let replyTo = messages[index].replyTo {
-                let preview = previews[MessageKey(conversationId: messages[index].conversationId, serverId: replyTo)]
-                let unavailable = readers[index].map { blind.contains([messages[index].conversationId, replyTo, $0]) } ?? false
-                messages[index].replyPreview = unavailable ? preview?.unavailableForm : preview
+            if let reader = readers[index], messages[index].editedAt != nil,
+                let view = views[[messages[index].conversationId, String(messages[index].seq), reader]]
+            {
+                messages[index].body = view.body
+                messages[index].editedAt = view.editedAt
+            }
+            if let replyTo = messages[index].replyTo, let quoted = previews[MessageKey(conversationId: messages[index].conversationId, serverId: replyTo)] {
+                var preview = quoted.preview
+                if let reader = readers[index] {
+                    if blind.contains([messages[index].conversationId, replyTo, reader]) {
+                        preview = preview.unavailableForm
+                    } else if let view = views[[messages[index].conversationId, String(quoted.seq), reader]] {
+                        preview = QuoteViews(bodies: [reader: view.body]).preview(of: preview, for: reader) ?? preview
+                    }
+                }
+                messages[index].replyPreview = preview
             }
         }
+    }
+
+    /// The versions readers keep of messages an edit of which was hidden from them, by [conversation, seq, reader].
+    private static func views(
+        _ keys: [(conversationId: String, seq: Int64, reader: String)], client: PostgresClient, cipher: AtRestCipher, logger: Logger
+    ) async throws -> [[String]: (body: String, editedAt: Int64?)] {
+        guard !keys.isEmpty else { return [:] }
+        var views: [[String]: (body: String, editedAt: Int64?)] = [:]
+        for try await (conversationId, seq, userId, body, editedAt) in try await client.query(
+            """
+            SELECT v.conversation_id, v.seq, v.user_id, v.body, v.edited_at FROM message_views v
+            JOIN unnest(\(keys.map(\.conversationId))::text[], \(keys.map(\.seq))::bigint[], \(keys.map(\.reader))::text[]) AS k(c, s, r)
+                ON v.conversation_id = k.c AND v.seq = k.s AND v.user_id = k.r
+            """, logger: logger
+        ).decode((String, Int64, String, String, Int64?).self) {
+            let opened: String = try cipher.open(body)
+            views[[conversationId, String(seq), userId]] = (opened, editedAt)
+        }
+        return views
     }
 
     /// Of the quotes named (conversation, quoted serverId, reader), those the reader may not read, as [conversation,
@@ -469,21 +512,24 @@ public final class PostgresMessageStore: MessageStore, Service {
         package var serverId = ""
     }
 
-    /// The reply previews of the messages named (conversation, serverId), as of now.
+    /// The reply previews of the messages named (conversation, serverId), as of now, with their seqs and whether
+    /// they were edited.
     private static func previews(
         of targets: [(conversationId: String, serverId: String)], client: PostgresClient, cipher: AtRestCipher, logger: Logger
-    ) async throws -> [MessageKey: ReplyPreview] {
+    ) async throws -> [MessageKey: (seq: Int64, edited: Bool, preview: ReplyPreview)] {
         guard !targets.isEmpty else { return [:] }
-        var previews: [MessageKey: ReplyPreview] = [:]
-        for try await (conversationId, serverId, senderId, type, body, deleted) in try await client.query(
+        var previews: [MessageKey: (seq: Int64, edited: Bool, preview: ReplyPreview)] = [:]
+        for try await (conversationId, serverId, senderId, type, body, deleted, seq, edited) in try await client.query(
             """
-            SELECT m.conversation_id, m.server_id, m.sender_id, m.type, m.body, m.deleted_at IS NOT NULL FROM messages m
+            SELECT m.conversation_id, m.server_id, m.sender_id, m.type, m.body, m.deleted_at IS NOT NULL, m.seq, m.edited_at IS NOT NULL
+            FROM messages m
             JOIN unnest(\(targets.map(\.conversationId))::text[], \(targets.map(\.serverId))::text[]) AS k(c, i)
                 ON m.server_id = k.i AND m.conversation_id = k.c
             """, logger: logger
-        ).decode((String, String, String, String, String, Bool).self) {
-            previews[MessageKey(conversationId: conversationId, serverId: serverId)] = ReplyPreview(
-                serverId: serverId, senderId: senderId, type: type, body: try cipher.open(body), deleted: deleted)
+        ).decode((String, String, String, String, String, Bool, Int64, Bool).self) {
+            previews[MessageKey(conversationId: conversationId, serverId: serverId)] = (
+                seq, edited, ReplyPreview(serverId: serverId, senderId: senderId, type: type, body: try cipher.open(body), deleted: deleted)
+            )
         }
         return previews
     }

@@ -441,6 +441,23 @@ package enum PostgresSchema {
                 "CREATE INDEX members_invited ON members(conversation_id, user_id) WHERE membership = 'invited'",
             ]
         ),
+        (
+            // What a member is shown of a message edited by an edit hidden from it (its sender is blocked by the
+            // member): the text (sealed like messages.body) and edit time it last saw. A later edit the member gets,
+            // or a delete, removes the row.
+            14,
+            [
+                """
+                CREATE TABLE message_views(
+                    conversation_id TEXT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    user_id TEXT NOT NULL,
+                    body TEXT NOT NULL,
+                    edited_at BIGINT,
+                    PRIMARY KEY (conversation_id, seq, user_id))
+                """
+            ]
+        ),
     ]
 
     package static var latestVersion: Int { migrations.last?.version ?? 0 }

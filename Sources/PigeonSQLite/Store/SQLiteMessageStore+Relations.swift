@@ -18,9 +18,18 @@ extension SQLiteMessageStore {
     }
 
     /// Adds to each message its reactions as `reader` sees them and its reply preview: one query per conversation for
-    /// the reactions of the seqs the messages span, one for the quoted messages.
+    /// the reactions of the seqs the messages span, one for the quoted messages. An edited message (and a quote of
+    /// one) reads as `reader` was last shown it when an edit of it was hidden from `reader` (``view(_:conversationId:seq:userId:)``).
     static func decorate(_ db: Database, _ messages: inout [Message], reader: String?) throws {
         guard !messages.isEmpty else { return }
+        if let reader {
+            for index in messages.indices where messages[index].editedAt != nil {
+                if let view = try view(db, conversationId: messages[index].conversationId, seq: messages[index].seq, userId: reader) {
+                    messages[index].body = view.body
+                    messages[index].editedAt = view.editedAt
+                }
+            }
+        }
         let byConversation = Dictionary(grouping: messages.indices, by: { messages[$0].conversationId })
         for (conversationId, indices) in byConversation {
             let seqs = indices.map { messages[$0].seq }
@@ -53,8 +62,38 @@ extension SQLiteMessageStore {
             let hidden = try isHidden(db, conversationId: conversationId, seq: found.seq, from: reader)
             if found.seq < joinedSeqs[conversationId]! || hidden {
                 messages[index].replyPreview = found.preview.unavailableForm
+            } else if found.edited, let view = try view(db, conversationId: conversationId, seq: found.seq, userId: reader) {
+                messages[index].replyPreview = QuoteViews(bodies: [reader: view.body]).preview(of: found.preview, for: reader)
             }
         }
+    }
+
+    /// What `userId` is shown of the edited message at `seq` when an edit of it was hidden from it: the text and edit
+    /// time it was last shown; nil when it is shown the message as stored.
+    static func view(_ db: Database, conversationId: String, seq: Int64, userId: String) throws -> (body: String, editedAt: Int64?)? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT at_rest_open(body), edited_at FROM message_views WHERE conversation_id = ? AND seq = ? AND user_id = ?"),
+            arguments: [conversationId, seq, userId]
+        ).map { ($0[0], $0[1]) }
+    }
+
+    /// Before an edit or a delete of the message `targetId` is applied: the members the edit is hidden from
+    /// (`hiddenFrom`, empty for a delete) keep the version they were shown (unless they keep an older one already);
+    /// every other member's kept version goes (the edit reaches them; a delete erases every version).
+    static func keepViews(_ db: Database, conversationId: String, targetId: String, hiddenFrom: [String]) throws {
+        guard let seq = try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM messages WHERE server_id = ?"), arguments: [targetId]) else { return }
+        for userId in hiddenFrom {
+            try db.cachedStatement(
+                sql: """
+                    INSERT OR IGNORE INTO message_views(conversation_id, seq, user_id, body, edited_at)
+                    SELECT conversation_id, seq, ?, body, edited_at FROM messages WHERE server_id = ?
+                    """
+            ).execute(arguments: [userId, targetId])
+        }
+        let keeping = databaseQuestionMarks(count: hiddenFrom.count)
+        try db.execute(
+            sql: "DELETE FROM message_views WHERE conversation_id = ? AND seq = ?" + (hiddenFrom.isEmpty ? "" : " AND user_id NOT IN (\(keeping))"),
+            arguments: StatementArguments([conversationId, seq] as [any DatabaseValueConvertible] + hiddenFrom))
     }
 
     /// Whether the message at `seq` is hidden from `userId` by a block.
@@ -65,33 +104,52 @@ extension SQLiteMessageStore {
     }
 
     /// The quotes of the messages `serverIds`, by serverId.
-    private static func previews(_ db: Database, of serverIds: [String]) throws -> [String: (conversationId: String, seq: Int64, preview: ReplyPreview)] {
-        var result: [String: (conversationId: String, seq: Int64, preview: ReplyPreview)] = [:]
+    private static func previews(_ db: Database, of serverIds: [String]) throws -> [String: QuotedMessage] {
+        var result: [String: QuotedMessage] = [:]
         let placeholders = databaseQuestionMarks(count: serverIds.count)
         for row in try Row.fetchAll(
             db,
             sql: """
-                SELECT server_id, conversation_id, sender_id, type, at_rest_open(body), deleted_at IS NOT NULL, seq FROM messages
-                WHERE server_id IN (\(placeholders))
+                SELECT server_id, conversation_id, sender_id, type, at_rest_open(body), deleted_at IS NOT NULL, seq, edited_at IS NOT NULL
+                FROM messages WHERE server_id IN (\(placeholders))
                 """,
             arguments: StatementArguments(serverIds))
         {
-            result[row[0]] = (row[1], row[6], ReplyPreview(serverId: row[0], senderId: row[2], type: row[3], body: row[4], deleted: row[5]))
+            result[row[0]] = QuotedMessage(
+                conversationId: row[1], seq: row[6], edited: row[7],
+                preview: ReplyPreview(serverId: row[0], senderId: row[2], type: row[3], body: row[4], deleted: row[5]))
         }
         return result
     }
 
-    /// The members of a conversation who may not read the message at `seq` a new reply quotes: those who joined after
-    /// it, and those it is hidden from. Their `message.new` carries the quote's unavailable form.
-    static func blindToQuote(_ db: Database, conversationId: String, seq: Int64) throws -> Set<String> {
-        Set(
+    /// A message a reply quotes, and its preview as stored.
+    struct QuotedMessage {
+        var conversationId: String
+        var seq: Int64
+        var edited: Bool
+        var preview: ReplyPreview
+    }
+
+    /// Who is shown the message a new reply quotes otherwise than as stored (``QuoteViews``): the members who joined
+    /// after it and those it is hidden from may not read it; those an edit of it was hidden from read their version.
+    static func quoteViews(_ db: Database, _ quoted: QuotedMessage) throws -> QuoteViews {
+        var views = QuoteViews()
+        views.blind = Set(
             try String.fetchAll(
                 db.cachedStatement(
                     sql: """
                         SELECT user_id FROM members WHERE conversation_id = ? AND joined_seq > ?
                         UNION SELECT user_id FROM hidden_messages WHERE conversation_id = ? AND seq = ?
                         """),
-                arguments: [conversationId, seq, conversationId, seq]))
+                arguments: [quoted.conversationId, quoted.seq, quoted.conversationId, quoted.seq]))
+        guard quoted.edited else { return views }
+        for row in try Row.fetchAll(
+            db.cachedStatement(sql: "SELECT user_id, at_rest_open(body) FROM message_views WHERE conversation_id = ? AND seq = ?"),
+            arguments: [quoted.conversationId, quoted.seq])
+        {
+            views.bodies[row[0]] = row[1]
+        }
+        return views
     }
 
     public func threadMessages(
@@ -119,13 +177,13 @@ extension SQLiteMessageStore {
 
     /// Checks a new message's `replyTo` and `threadRoot` once more in the transaction that stores it (accept checked
     /// them; a target that vanished is a permanent failure) and answers the quote its `message.new` carries.
-    static func checkRelations(_ db: Database, _ message: BufferedMessage) throws -> (preview: ReplyPreview, seq: Int64)? {
-        var preview: (preview: ReplyPreview, seq: Int64)?
+    static func checkRelations(_ db: Database, _ message: BufferedMessage) throws -> QuotedMessage? {
+        var preview: QuotedMessage?
         if let replyTo = message.replyTo {
             guard let quoted = try previews(db, of: [replyTo])[replyTo], quoted.conversationId == message.conversationId else {
                 throw PigeonError(.notFound, "replyTo \(replyTo) is not a message of this conversation")
             }
-            preview = (quoted.preview, quoted.seq)
+            preview = quoted
         }
         if let root = message.threadRoot {
             guard let target = try target(db, conversationId: message.conversationId, serverId: root) else {

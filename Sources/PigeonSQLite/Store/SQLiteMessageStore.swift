@@ -507,17 +507,21 @@ public final class SQLiteMessageStore: MessageStore {
             return .alreadyStored(seq: storedSeq)
         }
         try Self.linkAttachments(db, stored)
+        let (hidden, withheld) = try self.withheld(db, message, members: members)
         if let lifecycle {
+            if mayHide {
+                try Self.keepViews(
+                    db, conversationId: message.conversationId, targetId: lifecycle.serverId, hiddenFrom: lifecycle.newBody == nil ? [] : hidden)
+            }
             try Self.applyLifecycle(db, targetId: lifecycle.serverId, newBody: lifecycle.newBody, at: now)
             if lifecycle.newBody == nil { try Self.forgetDeleted(db, conversationId: message.conversationId, serverId: lifecycle.serverId) }
         }
         if let root = message.threadRoot { try Self.addReply(db, conversationId: message.conversationId, root: root, by: message.senderId, at: now) }
         try recordStoredWebhooks(db, message: message, stored: stored, lifecycle: lifecycle, at: now)
-        let (hidden, withheld) = try self.withheld(db, message, members: members)
         try Self.insertHidden(db, conversationId: message.conversationId, seq: seq, senderId: message.senderId, from: hidden)
-        let blind = try quoted.map { try Self.blindToQuote(db, conversationId: message.conversationId, seq: $0.seq) } ?? []
+        let quotes = try quoted.map { try Self.quoteViews(db, $0) } ?? QuoteViews()
         let writes = MessageEvents.writes(
-            of: message, stored: stored, members: members, withheld: withheld, blindToQuote: blind, presence: fanout, payloads: payloads)
+            of: message, stored: stored, members: members, withheld: withheld, quotes: quotes, presence: fanout, payloads: payloads)
         for recipient in writes.newRecipients {
             events.append(
                 try Self.insertEvent(

@@ -23,6 +23,7 @@ public enum SQLiteRekey {
         Column(table: "events", column: "payload"), Column(table: "event_payloads", column: "payload"),
         Column(table: "webhook_events", column: "body"),
         Column(table: "push_registrations", column: "data", keys: ["user_id", "device_id"]),
+        Column(table: "message_views", column: "body", keys: ["conversation_id", "seq", "user_id"]),
     ]
     static let bufferColumns = [Column(table: "entries", column: "body")]
 

@@ -33,6 +33,8 @@ import GRDB
 /// v10 (API.md 1.2, consent and blocking): who blocks whom (`blocks`), which messages are hidden from whom
 /// (`hidden_messages`, written with the message: ``BlockStore``), the strangers each user added in the last hour
 /// (`stranger_adds`), and members' `membership` (invited or joined).
+/// v11 (blocks and edits): `message_views`, the version of an edited message a member from whom the edit was hidden
+/// is shown (``SQLiteMessageStore`` reads it for that member wherever the message's text is read).
 package enum SQLiteSchema {
     package static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -290,6 +292,21 @@ package enum SQLiteSchema {
                         PRIMARY KEY(adder, added)) WITHOUT ROWID;
                     ALTER TABLE members ADD COLUMN membership TEXT NOT NULL DEFAULT 'joined';
                     CREATE INDEX members_invited ON members(conversation_id, user_id) WHERE membership = 'invited';
+                    """)
+        }
+        migrator.registerMigration("v11") { db in
+            // What a member is shown of a message that was edited by an edit hidden from it (its sender is blocked by
+            // the member): the text and edit time the member last saw, sealed like `messages.body`. A later edit the
+            // member gets, or a delete, removes the row.
+            try db.execute(
+                sql: """
+                    CREATE TABLE message_views(
+                        conversation_id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        user_id TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        edited_at INTEGER,
+                        PRIMARY KEY(conversation_id, seq, user_id)) WITHOUT ROWID;
                     """)
         }
         return migrator

@@ -225,6 +225,69 @@ import Testing
         }
     }
 
+    /// A blocked user's edit of a message the blocker could read never reaches her in any form: her history, her last
+    /// message, a replay of the original message and another member's quote of it keep the text she was shown (bob gets
+    /// the edit); after the unblock, the next edit reaches her; a delete erases every kept version.
+    @Test func aBlockedUsersEditOfAnOldMessageNeverReachesTheBlocker() async throws {
+        try await withTestServer { client in
+            let alice = try await client.register("alice")
+            let bob = try await client.register("bob")
+            let mallory = try await client.register("mallory")
+            let group = try await client.createConversation(bob, members: ["alice", "mallory"], name: "team")
+            let aliceCursor = try await client.headCursor(alice)
+            let old = try await client.sendAccepted(mallory, to: group.id, body: "the original words")
+            let other = try await client.sendAccepted(mallory, to: group.id, body: "another one")
+            _ = try await client.waitForCount(alice, group.id, 2)
+            #expect(try await Self.block(client, alice, "mallory").status == 204)
+            #expect(try await EditDeleteTests.edit(client, mallory, group.id, old.serverId, body: "rewritten secret").status == 202)
+            #expect(try await EditDeleteTests.edit(client, mallory, group.id, other.serverId, body: "rewritten too").status == 202)
+            try await waitUntil("bob reads both edits") {
+                let messages = try await client.allMessages(bob, group.id)
+                return messages.first { $0.serverId == old.serverId }?.body == "rewritten secret"
+                    && messages.first { $0.serverId == other.serverId }?.body == "rewritten too"
+            }
+            #expect(try await EditDeleteTests.edit(client, mallory, group.id, old.serverId, body: "rewritten twice").status == 202)
+            try await waitUntil("bob reads the second edit") {
+                try await client.allMessages(bob, group.id).first { $0.serverId == old.serverId }?.body == "rewritten twice"
+            }
+
+            let history = try await client.allMessages(alice, group.id)
+            let seen = history.first { $0.serverId == old.serverId }
+            #expect(seen?.body == "the original words" && seen?.editedAt == nil, "\(String(describing: seen))")
+            #expect(try await client.conversation(alice, group.id).lastMessage?.body == "another one")
+            #expect(try await client.conversations(alice).first?.lastMessage?.body == "another one")
+            let replayed = Self.newMessages(try await client.sync(alice, cursor: aliceCursor).events, in: group.id)
+            #expect(replayed.map(\.body) == ["the original words", "another one"], "\(replayed.map(\.body))")
+            // A quote of it by bob: alice reads her version, live and in history; bob the edited one.
+            let aliceSocket = try await TestWebSocket.connect(port: client.port, token: alice.token)
+            defer { Task { await aliceSocket.close() } }
+            let reply = try await ReactionsAndThreadsTests.sendReply(client, bob, group.id, body: "what?", replyTo: old.serverId)
+            let replyId = try reply.decode(SendMessageResponse.self).serverId
+            let live = await aliceSocket.firstEvent { Self.newMessages([$0], in: group.id).first?.serverId == replyId }
+            #expect(Self.newMessages(live.map { [$0] } ?? [], in: group.id).first?.replyPreview?.body == "the original words")
+            _ = try await client.waitForCount(bob, group.id, 3)
+            #expect(try await client.allMessages(alice, group.id).first { $0.serverId == replyId }?.replyPreview?.body == "the original words")
+            #expect(try await client.allMessages(bob, group.id).first { $0.serverId == replyId }?.replyPreview?.body == "rewritten twice")
+            let raw = try await client.request(.GET, "/v1/conversations/\(group.id)/messages?after=0&limit=500", token: alice.token)
+            #expect(!raw.text.contains("rewritten"), "\(raw.text)")
+
+            // A delete (hidden from alice too) erases what she kept: the message reads deleted, without text.
+            #expect(try await EditDeleteTests.delete(client, mallory, group.id, other.serverId).status == 202)
+            try await waitUntil("the delete is stored") {
+                try await client.allMessages(bob, group.id).first { $0.serverId == other.serverId }?.deletedAt != nil
+            }
+            let deleted = try await client.allMessages(alice, group.id).first { $0.serverId == other.serverId }
+            #expect(deleted?.deletedAt != nil && deleted?.body == "", "\(String(describing: deleted))")
+
+            // Unblocked: the next edit reaches alice, and her history reads it.
+            #expect(try await Self.block(client, alice, "mallory", remove: true).status == 204)
+            #expect(try await EditDeleteTests.edit(client, mallory, group.id, old.serverId, body: "said in the open").status == 202)
+            try await waitUntil("alice reads the open edit") {
+                try await client.allMessages(alice, group.id).first { $0.serverId == old.serverId }?.body == "said in the open"
+            }
+        }
+    }
+
     /// A blocked user's message sends the blocker no push; another member's does.
     @Test func aBlockedUsersMessageSendsTheBlockerNoPush() async throws {
         let gateway = try await MatrixPushGateway.start()
