@@ -289,6 +289,12 @@ package enum ContractSchemas {
                         ("threadRoot", Schema.nullable(Schema.string("The serverId of the message whose thread it is in; null when in none.", format: "uuid"))),
                         ("thread", Schema.nullable(Schema.ref("ThreadSummary"))),
                         ("attachments", Schema.array(Schema.ref("Attachment"), "In the sender's order; [] when none, and once deleted.")),
+                        (
+                            "withheldFrom",
+                            Schema.array(
+                                userId,
+                                "On the sender's own copies only, present when not empty: the members it is withheld from for good (they block the sender). Its ticks never count them as delivered or read.")
+                        ),
                     ])
             ),
             (
@@ -594,6 +600,10 @@ package enum ContractSchemas {
                 [
                     type, cursor, ("conversationId", uuid), ("serverId", uuid), ("clientMessageId", uuid), ("seq", seq), ("storedAt", millis),
                     ("recipientsOnline", Schema.integer("Devices of other members with a stream open when it was stored; 0: it waits in their mailbox.", minimum: 0)),
+                    (
+                        "withheldFrom",
+                        Schema.array(userId, "Present when not empty: the members it is withheld from for good (they block the sender); its ticks never count them.")
+                    ),
                 ])
         case .messageFailed:
             return Schema.object(

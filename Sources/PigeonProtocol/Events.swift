@@ -7,14 +7,20 @@ public struct MessageStoredEvent: Codable, Sendable, Equatable {
     public var storedAt: Int64
     /// Devices of other members connected when it was stored; 0 means it waits in their mailbox.
     public var recipientsOnline: Int
+    /// The members it is withheld from for good (they block the sender): its ticks never count them. Absent: none.
+    public var withheldFrom: [String]?
 
-    public init(conversationId: String, serverId: String, clientMessageId: String, seq: Int64, storedAt: Int64, recipientsOnline: Int) {
+    public init(
+        conversationId: String, serverId: String, clientMessageId: String, seq: Int64, storedAt: Int64, recipientsOnline: Int,
+        withheldFrom: [String]? = nil
+    ) {
         self.conversationId = conversationId
         self.serverId = serverId
         self.clientMessageId = clientMessageId
         self.seq = seq
         self.storedAt = storedAt
         self.recipientsOnline = recipientsOnline
+        self.withheldFrom = withheldFrom
     }
 }
 

@@ -97,14 +97,19 @@ public struct Message: Codable, Sendable, Equatable {
     public var thread: ThreadSummary?
     /// The attachments it carries, in the sender's order (API.md 1.2); empty when none or on an older server.
     public var attachments: [Attachment]
+    /// On the sender's own copies only: the members it is withheld from for good (they block the sender), so that
+    /// its ticks never count them as delivered or read; `nil` when none (and on everyone else's copies).
+    public var withheldFrom: [String]?
 
     public init(
         serverId: String, clientMessageId: String, conversationId: String, seq: Int64, senderId: String,
         senderDeviceId: String, type: String, body: String, clientTimestamp: Int64, acceptedAt: Int64, storedAt: Int64,
         editedAt: Int64? = nil, deletedAt: Int64? = nil, reactions: [Reaction] = [], replyTo: String? = nil,
-        replyPreview: ReplyPreview? = nil, threadRoot: String? = nil, thread: ThreadSummary? = nil, attachments: [Attachment] = []
+        replyPreview: ReplyPreview? = nil, threadRoot: String? = nil, thread: ThreadSummary? = nil, attachments: [Attachment] = [],
+        withheldFrom: [String]? = nil
     ) {
         self.attachments = attachments
+        self.withheldFrom = withheldFrom
         self.editedAt = editedAt
         self.deletedAt = deletedAt
         self.serverId = serverId
@@ -127,7 +132,7 @@ public struct Message: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case serverId, clientMessageId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
-            acceptedAt, storedAt, editedAt, deletedAt, reactions, replyTo, replyPreview, threadRoot, thread, attachments
+            acceptedAt, storedAt, editedAt, deletedAt, reactions, replyTo, replyPreview, threadRoot, thread, attachments, withheldFrom
     }
 
     /// The fields of API.md 1.2 may be absent (an older server): no reactions, no reply, no thread, no attachments.
@@ -152,6 +157,7 @@ public struct Message: Codable, Sendable, Equatable {
         threadRoot = try c.decodeIfPresent(String.self, forKey: .threadRoot)
         thread = try c.decodeIfPresent(ThreadSummary.self, forKey: .thread)
         attachments = try c.decodeIfPresent([Attachment].self, forKey: .attachments) ?? []
+        withheldFrom = try c.decodeIfPresent([String].self, forKey: .withheldFrom)
     }
 
     /// `editedAt` and `deletedAt` are left out when absent (as before API.md 1.2); the fields of 1.2 are always
@@ -177,6 +183,7 @@ public struct Message: Codable, Sendable, Equatable {
         try c.encode(NullEncoded(wrappedValue: threadRoot), forKey: .threadRoot)
         try c.encode(NullEncoded(wrappedValue: thread), forKey: .thread)
         try c.encode(attachments, forKey: .attachments)
+        if let withheldFrom, !withheldFrom.isEmpty { try c.encode(withheldFrom, forKey: .withheldFrom) }
     }
 }
 

@@ -63,12 +63,22 @@ struct ConsentTests {
             // Unblocked: what mallory sends now arrives; what was held back stays hidden.
             #expect(try await alice.client.unblock("mallory").isEmpty)
             #expect(try alice.client.blockedUsers().isEmpty)
-            _ = try mallory.client.send("after the unblock", to: group.id)
+            let afterward = try mallory.client.send("after the unblock", to: group.id)
             try await waitUntil("alice gets mallory's message after the unblock") {
                 try alice.allMessages(in: group.id).contains { $0.body == "after the unblock" }
             }
             try await alice.client.catchUp()
             #expect(try alice.allMessages(in: group.id).map(\.body) == ["before the block", "from bob", "after the unblock"])
+            // Ticks recover: once alice and bob read it, mallory's message after the unblock turns blue ✓✓, although
+            // alice's watermark passes the two held back, which stay at ✓ for good.
+            try alice.client.markRead(conversationId: group.id)
+            try await waitUntil("bob has it") { try bob.allMessages(in: group.id).contains { $0.body == "after the unblock" } }
+            try bob.client.markRead(conversationId: group.id)
+            try await mallory.waitForStatus(afterward.localId, atLeast: .read)
+            for message in [hidden, hiddenLast] {
+                #expect(try mallory.message(message.localId).status == .stored, "\(message.body)")
+                #expect(try mallory.message(message.localId).recipients == RecipientCounts(members: 2, delivered: 1, read: 1))
+            }
             for device in [alice, bob, mallory] { await device.client.stop() }
         }
     }

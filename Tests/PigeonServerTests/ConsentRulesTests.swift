@@ -1,8 +1,9 @@
 import PigeonDomain
+@testable import PigeonServer
 import PigeonProtocol
 import Testing
 
-/// The pure rules of consent (``ConsentCheck``) and of honest watermarks (``WatermarkFloors``), without a store.
+/// The pure rules of consent (``ConsentCheck``) and of the sender's copies of a hidden message (``MessageEvents``), without a store.
 @Suite struct ConsentRulesTests {
     static let limit3 = ConsentRules(invitations: false, strangerAddsPerHour: 3)
     static let hour = ConsentRules.window
@@ -48,16 +49,20 @@ import Testing
         #expect(try ConsentCheck.admit(["a", "b"], blockers: [], contacts: ["b"], recent: [], rules: invites, admission: .consentRules, now: 0).invited == ["a"])
     }
 
-    /// A member's watermark as shown to a user with a hidden message stops below its first hidden seq; receipt events
-    /// go out only when the shown value moves.
-    @Test func watermarkFloorsStopBelowTheFirstHiddenMessage() {
-        let floors = WatermarkFloors(firstHidden: ["mallory": 5])
-        #expect(floors.shown(3, to: "mallory") == 3 && floors.shown(9, to: "mallory") == 4 && floors.shown(9, to: "bob") == 9)
-        let moved = floors.receiptRecipients(members: ["alice", "bob", "mallory"], old: 2, new: 9)
-        #expect(moved.map(\.upToSeq) == [9, 4])
-        #expect(moved.map(\.members) == [["alice", "bob"], ["mallory"]])
-        let still = floors.receiptRecipients(members: ["alice", "bob", "mallory"], old: 6, new: 9)
-        #expect(still.map(\.upToSeq) == [9] && still[0].members == ["alice", "bob"], "nothing moved for mallory")
-        #expect(WatermarkFloors().receiptRecipients(members: ["a"], old: 0, new: 1).map(\.upToSeq) == [1])
+    /// A message hidden from some members: the sender's `message.stored` and its other devices' `message.new` name
+    /// them (`withheldFrom`); the other members' copies do not, and the hidden members get none.
+    @Test func theSendersCopiesOfAHiddenMessageNameWhomItIsWithheldFrom() throws {
+        let message = BatchPlanTests.message("g", sender: "mallory", device: "m")
+        let presence = LocalFanout(hub: StreamHub())
+        let stored = MessageEvents.stored(message, seq: 7, storedAt: 3)
+        let writes = MessageEvents.writes(
+            of: message, stored: stored, members: ["alice", "bob", "mallory"], withheld: ["alice"], hidden: ["alice"], presence: presence,
+            payloads: EventPayload())
+        #expect(writes.newRecipients.map(\.userId) == ["bob", "mallory"])
+        #expect(writes.storedPayload.contains(#""withheldFrom":["alice"]"#))
+        #expect(writes.newPayload(for: "mallory").contains(#""withheldFrom":["alice"]"#))
+        #expect(!writes.newPayload(for: "bob").contains("withheldFrom"))
+        let plain = MessageEvents.writes(of: message, stored: stored, members: ["bob", "mallory"], presence: presence, payloads: EventPayload())
+        #expect(!plain.storedPayload.contains("withheldFrom") && !plain.newPayload(for: "mallory").contains("withheldFrom"))
     }
 }

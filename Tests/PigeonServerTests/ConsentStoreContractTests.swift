@@ -68,16 +68,26 @@ import Testing
             #expect(seenByAlice.unreadCount == 2, "mallory's first and bob's")
             #expect(try await store.conversation(id: group.id, for: "bob")?.unreadCount == 2)
 
-            // alice's delivered watermark moves to 3: bob sees 3, mallory never past 1 (her seq 2 is hidden from alice).
+            // Mallory's own copies of seq 2 name alice as withheld (her ticks never count alice for it); no one else's do.
+            let stored = try await sinks[0].wait { events in events.contains { $0.type == "message.stored" && $0.payload.contains(#""seq":2"#) } }
+            #expect(stored.contains { $0.type == "message.stored" && $0.payload.contains(#""seq":2"#) && $0.payload.contains(#""withheldFrom":["alice"]"#) })
+            #expect(!stored.contains { $0.type == "message.stored" && $0.payload.contains(#""seq":3"#) && $0.payload.contains("withheldFrom") })
+            let mallorys = try await store.messages(conversationId: group.id, after: 0, before: nil, limit: 10, visibleFrom: 0, reader: "mallory").messages
+            #expect(mallorys.map(\.withheldFrom) == [nil, ["alice"], nil])
+            let bobs = try await store.messages(conversationId: group.id, after: 0, before: nil, limit: 10, visibleFrom: 0, reader: "bob").messages
+            #expect(bobs.allSatisfy { $0.withheldFrom == nil }, "only the sender's copies say it")
+
+            // alice's delivered watermark moves to 3: every member, mallory too, is shown 3 (mallory's seq 2 stays ✓ for
+            // alice's part through its withheldFrom, not through a watermark held below it).
             _ = try await store.recordReceipt(conversationId: group.id, userId: "alice", kind: .delivered, upToSeq: 3)
             let afterReceipt = try await sinks[0].wait { events in events.contains { $0.type == "receipt" && $0.userId == "mallory" } }
             #expect(try Self.receipts(afterReceipt, to: "bob", of: "alice").map(\.upToSeq) == [3])
-            #expect(try Self.receipts(afterReceipt, to: "mallory", of: "alice").map(\.upToSeq) == [1])
+            #expect(try Self.receipts(afterReceipt, to: "mallory", of: "alice").map(\.upToSeq) == [3])
             let seenByMallory = try #require(try await store.conversation(id: group.id, for: "mallory"))
-            #expect(seenByMallory.members.first { $0.userId == "alice" }?.deliveredSeq == 1)
+            #expect(seenByMallory.members.first { $0.userId == "alice" }?.deliveredSeq == 3)
             #expect(try await store.conversation(id: group.id, for: "bob")?.members.first { $0.userId == "alice" }?.deliveredSeq == 3)
 
-            // After the unblock: mallory's next message reaches alice; seq 2 stays hidden; the floor stays.
+            // After the unblock: mallory's next message reaches alice; seq 2 stays hidden (and withheld).
             try await store.unblock("mallory", by: "alice")
             try await store.unblock("mallory", by: "alice")
             #expect(try await store.blocks(of: "alice").isEmpty)
@@ -88,8 +98,10 @@ import Testing
             _ = try await store.recordReceipt(conversationId: group.id, userId: "alice", kind: .read, upToSeq: 4)
             let read = try await sinks[0].wait { events in (try? Self.receipts(events, to: "bob", of: "alice").count) == 3 }
             #expect(try Self.receipts(read, to: "bob", of: "alice").map(\.upToSeq) == [3, 4, 4])
-            #expect(try Self.receipts(read, to: "mallory", of: "alice").map(\.upToSeq) == [1, 1], "read moved to 1 for her, delivered stays at 1")
-            #expect(try await store.conversation(id: group.id, for: "mallory")?.members.first { $0.userId == "alice" }?.readSeq == 1)
+            #expect(try Self.receipts(read, to: "mallory", of: "alice").map(\.upToSeq) == [3, 4, 4], "her seq 4 reaches blue ✓✓")
+            #expect(try await store.conversation(id: group.id, for: "mallory")?.members.first { $0.userId == "alice" }?.readSeq == 4)
+            let afterUnblock = try await store.messages(conversationId: group.id, after: 0, before: nil, limit: 10, visibleFrom: 0, reader: "mallory")
+            #expect(afterUnblock.messages.map(\.withheldFrom) == [nil, ["alice"], nil, nil])
         }
     }
 

@@ -876,6 +876,32 @@ def test_a_thread_reply_is_read_only_once_its_thread_is_shown():
             b.check_clean()
 
 
+def test_ticks_recover_after_an_unblock_and_a_withheld_message_stays_sent():
+    """Bob blocks alice, alice sends (withheld from bob), bob unblocks, alice sends again, bob reads everything: the
+    message after the unblock turns read, the withheld one stays stored for good although bob's watermark passed it."""
+    with two_users("pigeonjs-unblock") as (directory, origin, server, alice, bob, cid):
+        with pigeonweb.browser() as browser:
+            a = App(browser.new_context(), origin, server, alice)
+            a.wait_state("online")
+            a.wait("alice has the conversation", "(id) => window.client.conversation(id).then((c) => !!c)", cid)
+            check(pigeonweb.request("PUT", server.url(f"/v1/blocks/{alice['userId']}"), token=bob["token"]).status == 204, "block")
+            withheld = a.send(cid, "while blocked")
+            a.wait_status(withheld["localId"], "stored")
+            record = a.js("(id) => window.client.message(id)", withheld["localId"])
+            check(record.get("withheldFrom") == [bob["userId"]], f"the stored event names bob: {record}")
+            check(pigeonweb.request("DELETE", server.url(f"/v1/blocks/{alice['userId']}"), token=bob["token"]).status == 204, "unblock")
+            after = a.send(cid, "after the unblock")
+            a.wait_status(after["localId"], "stored", "delivered")
+            seq = a.js("(id) => window.client.message(id).then((m) => m.seq)", after["localId"])
+            answer = pigeonweb.request("POST", server.url(f"/v1/conversations/{cid}/receipts"), {"kind": "read", "upToSeq": seq},
+                                       token=bob["token"])
+            check(answer.status == 200, f"bob's read answered {answer.status}")
+            a.wait_status(after["localId"], "read")
+            status = a.js("(id) => window.client.message(id).then((m) => m.status)", withheld["localId"])
+            check(status == "stored", f"the withheld message claims more than is true: {status}")
+            a.check_clean()
+
+
 if __name__ == "__main__":
     pigeonweb.main([
         test_module_is_served_and_imports_from_another_origin,
@@ -883,6 +909,7 @@ if __name__ == "__main__":
         test_offline_sends_survive_a_closed_tab_and_go_once_in_order,
         test_a_read_marked_offline_goes_out_after_a_reload,
         test_a_thread_reply_is_read_only_once_its_thread_is_shown,
+        test_ticks_recover_after_an_unblock_and_a_withheld_message_stays_sent,
         test_reactions_made_offline_net_out_and_go_after_a_reload,
         test_edits_and_deletes_are_local_first_and_a_refused_one_is_undone,
         test_server_restart_and_a_reload_while_it_is_down,

@@ -119,25 +119,36 @@ package enum MessageEvents {
     /// The events of `message` stored as `stored` in a conversation of `members`; the `withheld` members (who block
     /// the sender, or are invited and not joined yet) get no `message.new` and do not count in `recipientsOnline`.
     /// The members `quotes` names are shown the message `stored` quotes otherwise (``QuoteViews``): their
-    /// `message.new` carries their own quote.
+    /// `message.new` carries their own quote. The sender's copies (its `message.stored`, and the `message.new` of its
+    /// other devices) name the members it is `hidden` from (`withheldFrom`).
     package static func writes(
-        of message: BufferedMessage, stored: Message, members: [String], withheld: Set<String> = [], quotes: QuoteViews = QuoteViews(),
-        presence: any Presence, payloads: EventPayload
+        of message: BufferedMessage, stored: Message, members: [String], withheld: Set<String> = [], hidden: [String] = [],
+        quotes: QuoteViews = QuoteViews(), presence: any Presence, payloads: EventPayload
     ) -> Writes {
         let receiving = withheld.isEmpty ? members : members.filter { !withheld.contains($0) }
+        var storedEvent = Self.stored(message, seq: stored.seq, storedAt: stored.storedAt, members: receiving, presence: presence)
+        storedEvent.withheldFrom = hidden.isEmpty ? nil : hidden.sorted()
         var writes = Writes(
             newPayload: payloads.messageNew(stored), newRecipients: newMessageRecipients(of: message, members: receiving),
-            storedPayload: payloads.messageStored(Self.stored(message, seq: stored.seq, storedAt: stored.storedAt, members: receiving, presence: presence)))
-        guard let preview = stored.replyPreview, !quotes.isEmpty else { return writes }
-        var rendered: [ReplyPreview: String] = [:]
-        for userId in receiving {
-            guard let own = quotes.preview(of: preview, for: userId) else { continue }
-            if rendered[own] == nil {
-                var copy = stored
-                copy.replyPreview = own
-                rendered[own] = payloads.messageNew(copy)
+            storedPayload: payloads.messageStored(storedEvent))
+        if let preview = stored.replyPreview, !quotes.isEmpty {
+            var rendered: [ReplyPreview: String] = [:]
+            for userId in receiving where userId != message.senderId {
+                guard let own = quotes.preview(of: preview, for: userId) else { continue }
+                if rendered[own] == nil {
+                    var copy = stored
+                    copy.replyPreview = own
+                    rendered[own] = payloads.messageNew(copy)
+                }
+                writes.quotePayloads[userId] = rendered[own]
             }
-            writes.quotePayloads[userId] = rendered[own]
+        }
+        let senderQuote = stored.replyPreview.flatMap { quotes.preview(of: $0, for: message.senderId) }
+        if !hidden.isEmpty || senderQuote != nil {
+            var own = stored
+            own.withheldFrom = hidden.isEmpty ? nil : hidden.sorted()
+            if let senderQuote { own.replyPreview = senderQuote }
+            writes.quotePayloads[message.senderId] = payloads.messageNew(own)
         }
         return writes
     }

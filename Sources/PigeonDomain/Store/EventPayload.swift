@@ -83,6 +83,12 @@ package struct EventPayload {
         }
         json.key("attachments")
         Self.attachments(message.attachments, into: &json)
+        if let withheldFrom = message.withheldFrom, !withheldFrom.isEmpty {
+            json.key("withheldFrom")
+            json.beginArray()
+            for userId in withheldFrom { json.string(userId) }
+            json.endArray()
+        }
         json.endObject()
     }
 
@@ -143,6 +149,12 @@ package struct EventPayload {
         json.member("seq", event.seq)
         json.member("storedAt", event.storedAt)
         json.member("recipientsOnline", event.recipientsOnline)
+        if let withheldFrom = event.withheldFrom, !withheldFrom.isEmpty {
+            json.key("withheldFrom")
+            json.beginArray()
+            for userId in withheldFrom { json.string(userId) }
+            json.endArray()
+        }
         json.endObject()
         return json.string
     }

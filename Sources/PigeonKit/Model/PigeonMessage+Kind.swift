@@ -91,11 +91,14 @@ public struct RecipientCounts: Sendable, Equatable, Codable {
     /// Every counted member has read it (and there is at least one).
     public var readByAll: Bool { members > 0 && read == members }
 
-    /// The counts of a message at `seq` sent by `senderId`, from the members' watermarks and join seqs. Pure.
-    package static func counting(seq: Int64, senderId: String, members: [ConversationMember]) -> RecipientCounts {
+    /// The counts of a message at `seq` sent by `senderId`, from the members' watermarks and join seqs. Pure. A member
+    /// it is `withheldFrom` (it blocks the sender) counts, but never as delivered or read: a watermark of its passing
+    /// the seq says nothing of this message.
+    package static func counting(seq: Int64, senderId: String, members: [ConversationMember], withheldFrom: Set<String> = []) -> RecipientCounts {
         var counts = RecipientCounts(members: 0, delivered: 0, read: 0)
         for member in members where member.userId != senderId && member.joinedSeq <= seq {
             counts.members += 1
+            if withheldFrom.contains(member.userId) { continue }
             // Read implies delivered, even when a delivered receipt has not been seen yet.
             if max(member.deliveredSeq, member.readSeq) >= seq { counts.delivered += 1 }
             if member.readSeq >= seq { counts.read += 1 }

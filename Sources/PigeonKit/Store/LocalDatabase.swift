@@ -223,6 +223,11 @@ enum LocalDatabase {
                 ) WITHOUT ROWID;
                 """)
         }
+        // This user's messages withheld from members who block it (the server's `withheldFrom`, a JSON array): their
+        // counts never count those members as delivered or read.
+        migrator.registerMigration("v7") { db in
+            try db.execute(sql: "ALTER TABLE messages ADD COLUMN withheldFrom TEXT")
+        }
         return migrator
     }
 

@@ -169,6 +169,7 @@ extension LocalStore {
                 return
             }
             try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?) WHERE localId = ?").execute(arguments: [stored.serverId, localId])
+            try recordWithheld(db, localId: localId, stored.withheldFrom)
             try recordStored(db, localId: localId, seq: stored.seq, storedAt: stored.storedAt, recipientsOnline: stored.recipientsOnline, outcome: &outcome)
             outcome.outboxSettled.append((localId, stored.clientMessageId))
             outcome.noteConversation(stored.conversationId)
@@ -244,6 +245,7 @@ extension LocalStore {
                 try db.cachedStatement(sql: "UPDATE messages SET serverId = coalesce(serverId, ?), acceptedAt = coalesce(acceptedAt, ?) WHERE localId = ?")
                     .execute(arguments: [message.serverId, message.acceptedAt, localId])
                 outcome.noteStatus(try applyEvidence(db, .accepted, localId: localId))
+                try recordWithheld(db, localId: localId, message.withheldFrom)
                 try recordStored(db, localId: localId, seq: message.seq, storedAt: message.storedAt, recipientsOnline: nil, outcome: &outcome)
                 outcome.outboxSettled.append((localId, message.clientMessageId))
             }
@@ -257,7 +259,7 @@ extension LocalStore {
         var counts: RecipientCounts?
         if isOutgoing, !isServerType {
             let members = try members(db, conversationId: message.conversationId)
-            let counted = RecipientCounts.counting(seq: message.seq, senderId: userId, members: members)
+            let counted = RecipientCounts.counting(seq: message.seq, senderId: userId, members: members, withheldFrom: Set(message.withheldFrom ?? []))
             if counted.readByAll {
                 status = .read
             } else if counted.deliveredToAll {
@@ -276,9 +278,9 @@ extension LocalStore {
             INSERT INTO messages (conversationId, clientMessageId, serverId, seq, senderId, senderDeviceId, type, body, clientTimestamp,
                 acceptedAt, storedAt, isOutgoing, status, editedAt, deletedAt, confirmedEditedAt, confirmedDeletedAt, changeSeq, targetServerId,
                 recipientCount, deliveredCount, readCount, reactions, confirmedReactions, replyTo, replyToLocalId, replyPreview, threadRoot,
-                threadRootLocalId, thread, threadAt, attachments)
+                threadRootLocalId, thread, threadAt, attachments, withheldFrom)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT localId FROM messages WHERE serverId = ?), ?, ?,
-                (SELECT localId FROM messages WHERE serverId = ?), ?, ?, ?)
+                (SELECT localId FROM messages WHERE serverId = ?), ?, ?, ?, ?)
             ON CONFLICT DO NOTHING
             """).execute(arguments: [
                 message.conversationId, message.clientMessageId, message.serverId, message.seq, message.senderId, message.senderDeviceId,
@@ -287,6 +289,7 @@ extension LocalStore {
                 counts?.members, counts?.delivered, counts?.read, reactions, reactions, message.replyTo, message.replyTo,
                 Self.jsonColumn(message.replyPreview), message.threadRoot, message.threadRoot, Self.jsonColumn(message.thread),
                 message.thread?.lastReplyAt ?? 0, Self.attachmentsColumn(message.attachments.map(LocalAttachment.init)),
+                isOutgoing ? message.withheldFrom.flatMap { $0.isEmpty ? nil : Self.json($0.sorted()) } : nil,
             ])
         guard db.changesCount > 0 else {
             // Already here: a copy read from the server has its reactions, thread summary and quote as of the read (a

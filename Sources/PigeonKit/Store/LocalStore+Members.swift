@@ -205,7 +205,7 @@ extension LocalStore {
         let members = try members(db, conversationId: conversationId)
         let candidates = try Row.fetchAll(
             db.cachedStatement(sql: """
-                SELECT localId, seq, recipientCount, deliveredCount, readCount FROM messages
+                SELECT localId, seq, recipientCount, deliveredCount, readCount, withheldFrom FROM messages
                 WHERE conversationId = ? AND isOutgoing = 1 AND seq IS NOT NULL AND type NOT LIKE 'pigeon.%'
                     AND (status IN ('sent', 'stored', 'delivered') OR recipientCount IS NULL)
                 ORDER BY seq
@@ -213,15 +213,31 @@ extension LocalStore {
             arguments: [conversationId])
         for row in candidates {
             let stored: RecipientCounts? = (row[2] as Int?).map { RecipientCounts(members: $0, delivered: row[3] ?? 0, read: row[4] ?? 0) }
-            try recount(db, localId: row[0], seq: row[1], members: members, stored: stored, outcome: &outcome)
+            try recount(
+                db, localId: row[0], seq: row[1], members: members, stored: stored, withheldFrom: Self.withheldColumn(row[5]), outcome: &outcome)
         }
+    }
+
+    /// The members a `withheldFrom` column names.
+    static func withheldColumn(_ text: String?) -> Set<String> {
+        Set(decodeJSON([String].self, text) ?? [])
+    }
+
+    /// Records the members the server says this user's message at `localId` is withheld from (none: nothing to do).
+    func recordWithheld(_ db: Database, localId: Int64, _ withheldFrom: [String]?) throws {
+        guard let withheldFrom, !withheldFrom.isEmpty else { return }
+        try db.cachedStatement(sql: "UPDATE messages SET withheldFrom = ? WHERE localId = ?").execute(arguments: [Self.json(withheldFrom.sorted()), localId])
     }
 
     /// Counts one of this user's stored messages and applies the evidence the counts give.
     func recount(
-        _ db: Database, localId: Int64, seq: Int64, members: [ConversationMember], stored: RecipientCounts?, outcome: inout ApplyOutcome
+        _ db: Database, localId: Int64, seq: Int64, members: [ConversationMember], stored: RecipientCounts?, withheldFrom: Set<String>? = nil,
+        outcome: inout ApplyOutcome
     ) throws {
-        let counts = RecipientCounts.counting(seq: seq, senderId: userId, members: members)
+        let withheld =
+            try withheldFrom
+            ?? Self.withheldColumn(String.fetchOne(db.cachedStatement(sql: "SELECT withheldFrom FROM messages WHERE localId = ?"), arguments: [localId]))
+        let counts = RecipientCounts.counting(seq: seq, senderId: userId, members: members, withheldFrom: withheld)
         if counts != stored {
             try db.cachedStatement(sql: "UPDATE messages SET recipientCount = ?, deliveredCount = ?, readCount = ? WHERE localId = ?")
                 .execute(arguments: [counts.members, counts.delivered, counts.read, localId])

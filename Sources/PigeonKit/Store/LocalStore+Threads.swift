@@ -25,6 +25,10 @@ extension LocalStore {
         if let root = message.threadRoot {
             try db.cachedStatement(sql: "UPDATE messages SET threadRoot = coalesce(threadRoot, ?) WHERE localId = ?").execute(arguments: [root, localId])
         }
+        if message.senderId == userId, let withheld = message.withheldFrom, !withheld.isEmpty {
+            try recordWithheld(db, localId: localId, withheld)
+            try recount(db, localId: localId, seq: message.seq, members: members(db, conversationId: message.conversationId), stored: nil, outcome: &outcome)
+        }
     }
 
     /// A root's summary as the server gave it.

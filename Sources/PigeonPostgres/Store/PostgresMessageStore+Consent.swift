@@ -112,24 +112,6 @@ extension PostgresMessageStore {
         return admitted
     }
 
-    // MARK: Hidden messages and watermarks
-
-    /// The members' floors in `conversationIds` as `viewer` is shown them: for each conversation, each member from whom a
-    /// message of `viewer` is hidden, with the first one (``WatermarkFloors``).
-    package func viewerFloors(_ conversationIds: [String], viewer: String) async throws -> [String: [String: WatermarkFloors]] {
-        var floors: [String: [String: WatermarkFloors]] = [:]
-        guard !conversationIds.isEmpty else { return floors }
-        for try await (conversationId, userId, first) in try await client.query(
-            """
-            SELECT conversation_id, user_id, MIN(seq) FROM hidden_messages
-            WHERE sender_id = \(viewer) AND conversation_id = ANY(\(conversationIds)) GROUP BY conversation_id, user_id
-            """, logger: logger
-        ).decode((String, String, Int64).self) {
-            floors[conversationId, default: [:]][userId] = WatermarkFloors(firstHidden: [viewer: first])
-        }
-        return floors
-    }
-
     // MARK: Invitations
 
     public func acceptInvitation(conversationId: String, userId: String) async throws -> Conversation {
@@ -144,10 +126,9 @@ extension PostgresMessageStore {
             guard membership == MembershipState.invited.rawValue else { return [] }
             try await connection.query(
                 "UPDATE members SET membership = 'joined' WHERE conversation_id = \(conversationId) AND user_id = \(userId)", logger: logger)
-            guard var conversation = try await Self.conversationRows(connection, id: conversationId, logger: logger) else {
+            guard let conversation = try await Self.conversationRows(connection, id: conversationId, logger: logger) else {
                 throw PigeonError.conversationNotFound
             }
-            conversation.showWatermarks(to: userId, floors: try await Self.floors(connection, conversationId: conversationId, viewer: userId, logger: logger))
             var events = EventRows()
             events.append(
                 type: "conversation.created", userId: userId, payload: try EventPayload().conversationCreated(conversation), at: WallClock.nowMillis(),
@@ -176,21 +157,6 @@ extension PostgresMessageStore {
             conversation.members.append(member(row))
         }
         return conversation
-    }
-
-    /// The floors of a conversation's members as `viewer` is shown them, read on `connection`.
-    package static func floors(_ connection: PostgresConnection, conversationId: String, viewer: String, logger: Logger) async throws
-        -> [String: WatermarkFloors]
-    {
-        var floors: [String: WatermarkFloors] = [:]
-        for try await (userId, first) in try await connection.query(
-            """
-            SELECT user_id, MIN(seq) FROM hidden_messages WHERE sender_id = \(viewer) AND conversation_id = \(conversationId) GROUP BY user_id
-            """, logger: logger
-        ).decode((String, Int64).self) {
-            floors[userId] = WatermarkFloors(firstHidden: [viewer: first])
-        }
-        return floors
     }
 
     // MARK: Members' rows

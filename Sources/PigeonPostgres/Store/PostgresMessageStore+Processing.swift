@@ -379,7 +379,8 @@ extension PostgresMessageStore {
                 if !hidden.isEmpty { hiddenInBatch[message.serverId] = QuoteViews(blind: Set(hidden)) }
                 let quotes = message.replyTo.map { targets[$0]?.quoteViews ?? hiddenInBatch[$0] ?? QuoteViews() } ?? QuoteViews()
                 let writes = MessageEvents.writes(
-                    of: message, stored: stored, members: members, withheld: withheld, quotes: quotes, presence: fanout, payloads: payloads)
+                    of: message, stored: stored, members: members, withheld: withheld, hidden: hidden, quotes: quotes, presence: fanout,
+                    payloads: payloads)
                 for recipient in writes.newRecipients {
                     batch.events.append(
                         type: "message.new", userId: recipient.userId, excludedDeviceId: recipient.excludedDeviceId, payload: nil, at: now,

@@ -112,13 +112,10 @@ extension PostgresMessageStore {
         return try await writeReceiptsLocking(group, context: context)
     }
 
-    /// What a receipt group needs to know besides the watermarks (``BlockStore``): its conversations' last seqs, the
-    /// floors of its members' watermarks and which of them are invited, read in one statement (one snapshot). Every
-    /// message hidden at or below a conversation's last seq read here is in the floors read with it, and the group's
-    /// receipts are clamped to that last seq: a watermark shown never covers a hidden message.
+    /// What a receipt group needs to know besides the watermarks (``BlockStore``): its conversations' last seqs and
+    /// which of its members are invited, read in one statement (one snapshot).
     package struct ReceiptContext {
         package var lastSeqs: [String: Int64] = [:]
-        package var floors: [WatermarkKey: WatermarkFloors] = [:]
         package var invited = Set<WatermarkKey>()
         /// The invited members of each conversation: they get no `receipt` events until they accept.
         package var invitedMembers: [String: Set<String>] = [:]
@@ -126,23 +123,20 @@ extension PostgresMessageStore {
 
     package func receiptContext(_ keys: [WatermarkKey]) async throws -> ReceiptContext {
         var context = ReceiptContext()
-        for try await (conversationId, userId, lastSeq, membership, sender, first, invitedMembers) in try await client.query(
+        for try await (conversationId, userId, lastSeq, membership, invitedMembers) in try await client.query(
             """
-            SELECT k.c, k.u, c.last_seq, mb.membership, h.s, h.f, i.invited
+            SELECT k.c, k.u, c.last_seq, mb.membership, i.invited
             FROM unnest(\(keys.map(\.conversationId))::text[], \(keys.map(\.userId))::text[]) AS k(c, u)
             JOIN conversations c ON c.id = k.c
             JOIN members mb ON mb.conversation_id = k.c AND mb.user_id = k.u
             LEFT JOIN LATERAL (
-                SELECT sender_id AS s, MIN(seq) AS f FROM hidden_messages WHERE conversation_id = k.c AND user_id = k.u GROUP BY sender_id) h ON TRUE
-            LEFT JOIN LATERAL (
                 SELECT array_agg(user_id) AS invited FROM members WHERE conversation_id = k.c AND membership = 'invited') i ON TRUE
             """, logger: logger
-        ).decode((String, String, Int64, String, String?, Int64?, [String]?).self) {
+        ).decode((String, String, Int64, String, [String]?).self) {
             let key = WatermarkKey(conversationId: conversationId, userId: userId)
             context.lastSeqs[conversationId] = lastSeq
             if let invitedMembers, !invitedMembers.isEmpty { context.invitedMembers[conversationId] = Set(invitedMembers) }
             if membership == MembershipState.invited.rawValue { context.invited.insert(key) }
-            if let sender, let first { context.floors[key, default: WatermarkFloors()].firstHidden[sender] = first }
         }
         return context
     }
@@ -187,7 +181,6 @@ extension PostgresMessageStore {
                 ORDER BY m.conversation_id, m.user_id FOR UPDATE OF m
                 """, logger: logger
             ).decode((String, String, Int64, Int64, Int64).self) {
-                // Clamped to the last seq the floors were read with: no hidden message above it is covered unseen.
                 let key = WatermarkKey(conversationId: conversationId, userId: userId)
                 watermarks[key] = (delivered, read, min(lastSeq, context.lastSeqs[conversationId] ?? lastSeq))
             }
@@ -202,8 +195,8 @@ extension PostgresMessageStore {
     /// The receipts applied in arrival order to `watermarks` (a member missing there is no longer one: its receipt
     /// changes nothing): each one's outcome, the write (watermarks that moved and their `receipt` events), the
     /// delivered watermarks that moved, and every member's final watermarks.
-    /// An invited member's receipt moves nothing (its watermarks wait for its acceptance); a member whose messages are
-    /// hidden from the receipt's user gets its own `upToSeq`, below its first hidden message (``WatermarkFloors``).
+    /// An invited member's receipt moves nothing (its watermarks wait for its acceptance), and invited members get no
+    /// `receipt` events.
     package func planReceipts(
         _ group: [PendingReceipt], watermarks start: [WatermarkKey: KnownWatermarks], context: ReceiptContext = ReceiptContext()
     ) throws -> ([ReceiptOutcome], BatchWrite, [DeliveredMove], [WatermarkKey: (delivered: Int64, read: Int64)]) {
@@ -228,20 +221,15 @@ extension PostgresMessageStore {
             watermarks[key] = (new.delivered, new.read, lastSeq)
             changed.insert(key)
             if new.delivered != old.delivered { moves.append((outcomes.count - 1, key.conversationId, key.userId, new.delivered)) }
-            let floors = context.floors[key] ?? WatermarkFloors()
             for (movedKind, seq) in moved {
                 if movedKind == .read {
                     events.webhooks.record(webhooks.receiptRead(conversationId: receipt.conversationId, userId: receipt.userId, upToSeq: seq, at: now))
                 }
-                let before = movedKind == .read ? oldRead : oldDelivered
                 let invited = context.invitedMembers[receipt.conversationId] ?? []
                 let recipients = invited.isEmpty ? receipt.members : receipt.members.filter { !invited.contains($0) }
-                for (shown, members) in floors.receiptRecipients(members: recipients, old: before, new: seq) {
-                    let payload = try payloads.receipt(
-                        ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: shown, at: now))
-                    events.append(
-                        type: "receipt", userIds: members, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
-                }
+                let payload = try payloads.receipt(
+                    ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, kind: movedKind, upToSeq: seq, at: now))
+                events.append(type: "receipt", userIds: recipients, sharedPayload: payload, at: now, partition: partition(of: receipt.conversationId))
             }
         }
         let rows = changed.sorted { ($0.conversationId, $0.userId) < ($1.conversationId, $1.userId) }

@@ -307,14 +307,10 @@ public final class PostgresMessageStore: MessageStore, Service {
     ///
     /// A message hidden from the caller by a block is neither its last message nor unread (the newest one it may see is
     /// looked up only where the newest of all is hidden from it); an invited member has no unread count until it
-    /// accepts; the other members' watermarks are shown as ``WatermarkFloors`` say.
+    /// accepts; the other members' watermarks are shown as they are.
     private func addCallerView(_ conversations: inout [Conversation], ids: [String], userId: String) async throws {
         let ids = ids.filter { id in conversations.contains { $0.id == id && $0.members.contains { $0.userId == userId } } }
         guard !ids.isEmpty else { return }
-        let floors = try await viewerFloors(ids, viewer: userId)
-        for index in conversations.indices {
-            if let memberFloors = floors[conversations[index].id] { conversations[index].showWatermarks(to: userId, floors: memberFloors) }
-        }
         var last: [String: Message] = [:]
         for try await row in try await client.query(
             """
@@ -439,6 +435,11 @@ public final class PostgresMessageStore: MessageStore, Service {
             }
         }
         let views = try await views(viewKeys, client: client, cipher: cipher, logger: logger)
+        let own = messages.indices.filter { readers[$0] == messages[$0].senderId }
+        let withheld = try await withheld(own.map { (messages[$0].conversationId, messages[$0].seq) }, client: client, logger: logger)
+        for index in own {
+            messages[index].withheldFrom = withheld[MessageKey(conversationId: messages[index].conversationId, seq: messages[index].seq)]
+        }
         for index in messages.indices {
             if let rows = reactions[MessageKey(conversationId: messages[index].conversationId, seq: messages[index].seq)] {
                 messages[index].reactions = ReactionRules.aggregate(rows, reader: readers[index])
@@ -461,6 +462,24 @@ public final class PostgresMessageStore: MessageStore, Service {
                 messages[index].replyPreview = preview
             }
         }
+    }
+
+    /// The members each of the messages named (conversation, seq) is hidden from, by message (none: absent).
+    private static func withheld(_ keys: [(conversationId: String, seq: Int64)], client: PostgresClient, logger: Logger) async throws
+        -> [MessageKey: [String]]
+    {
+        guard !keys.isEmpty else { return [:] }
+        var withheld: [MessageKey: [String]] = [:]
+        for try await (conversationId, seq, userId) in try await client.query(
+            """
+            SELECT h.conversation_id, h.seq, h.user_id FROM hidden_messages h
+            JOIN unnest(\(keys.map(\.conversationId))::text[], \(keys.map(\.seq))::bigint[]) AS k(c, s) ON h.conversation_id = k.c AND h.seq = k.s
+            ORDER BY h.user_id
+            """, logger: logger
+        ).decode((String, Int64, String).self) {
+            withheld[MessageKey(conversationId: conversationId, seq: seq), default: []].append(userId)
+        }
+        return withheld
     }
 
     /// The versions readers keep of messages an edit of which was hidden from them, by [conversation, seq, reader].

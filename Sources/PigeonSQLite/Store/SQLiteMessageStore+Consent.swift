@@ -98,31 +98,6 @@ extension SQLiteMessageStore {
     /// Whether reads must leave out hidden messages (none was ever written otherwise).
     var mayHide: Bool { consent.withLockedValue { $0.blocksExist } }
 
-    /// The floors of `userId`'s watermarks in a conversation: each sender's first message hidden from it.
-    static func floors(_ db: Database, conversationId: String, userId: String) throws -> WatermarkFloors {
-        var floors = WatermarkFloors()
-        for row in try Row.fetchAll(
-            db.cachedStatement(sql: "SELECT sender_id, MIN(seq) FROM hidden_messages WHERE conversation_id = ? AND user_id = ? GROUP BY sender_id"),
-            arguments: [conversationId, userId])
-        {
-            floors.firstHidden[row[0]] = row[1]
-        }
-        return floors
-    }
-
-    /// The members' watermarks of `conversation` as `viewer` is shown them (``WatermarkFloors``).
-    static func showWatermarks(_ db: Database, _ conversation: inout Conversation, to viewer: String) throws {
-        var floors: [String: WatermarkFloors] = [:]
-        for row in try Row.fetchAll(
-            db.cachedStatement(
-                sql: "SELECT user_id, MIN(seq) FROM hidden_messages WHERE sender_id = ? AND conversation_id = ? GROUP BY user_id"),
-            arguments: [viewer, conversation.id])
-        {
-            floors[row[0]] = WatermarkFloors(firstHidden: [viewer: row[1]])
-        }
-        conversation.showWatermarks(to: viewer, floors: floors)
-    }
-
     // MARK: Adding members
 
     /// Decides and records an add of `added` by `adder` in this transaction (``ConsentCheck``): the blocks, contacts and

@@ -22,6 +22,7 @@ extension SQLiteMessageStore {
     /// one) reads as `reader` was last shown it when an edit of it was hidden from `reader` (``view(_:conversationId:seq:userId:)``).
     static func decorate(_ db: Database, _ messages: inout [Message], reader: String?) throws {
         guard !messages.isEmpty else { return }
+        if let reader { try addWithheld(db, &messages, sender: reader) }
         if let reader {
             for index in messages.indices where messages[index].editedAt != nil {
                 if let view = try view(db, conversationId: messages[index].conversationId, seq: messages[index].seq, userId: reader) {
@@ -94,6 +95,26 @@ extension SQLiteMessageStore {
         try db.execute(
             sql: "DELETE FROM message_views WHERE conversation_id = ? AND seq = ?" + (hiddenFrom.isEmpty ? "" : " AND user_id NOT IN (\(keeping))"),
             arguments: StatementArguments([conversationId, seq] as [any DatabaseValueConvertible] + hiddenFrom))
+    }
+
+    /// Names on each of `sender`'s own messages the members it is hidden from (`withheldFrom`): one range read per
+    /// conversation.
+    static func addWithheld(_ db: Database, _ messages: inout [Message], sender: String) throws {
+        let own = messages.indices.filter { messages[$0].senderId == sender }
+        guard !own.isEmpty else { return }
+        for (conversationId, indices) in Dictionary(grouping: own, by: { messages[$0].conversationId }) {
+            let seqs = indices.map { messages[$0].seq }
+            var hidden: [Int64: [String]] = [:]
+            for row in try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT seq, user_id FROM hidden_messages WHERE conversation_id = ? AND seq BETWEEN ? AND ? AND sender_id = ? ORDER BY seq, user_id"),
+                arguments: [conversationId, seqs.min()!, seqs.max()!, sender])
+            {
+                hidden[row[0], default: []].append(row[1])
+            }
+            guard !hidden.isEmpty else { continue }
+            for index in indices { messages[index].withheldFrom = hidden[messages[index].seq] }
+        }
     }
 
     /// Whether the message at `seq` is hidden from `userId` by a block.

@@ -182,10 +182,10 @@ public final class SQLiteMessageStore: MessageStore {
     /// non-member (who just left) sees neither.
     ///
     /// Messages hidden from the caller by a block are neither its last message nor unread; an invited member has no
-    /// unread count until it accepts. The other members' watermarks are shown as ``WatermarkFloors`` say.
+    /// unread count until it accepts. The other members' watermarks are shown as they are (the caller's own messages
+    /// name the members they are withheld from: ``MessageStore``'s `withheldFrom`).
     private static func addCallerView(_ db: Database, _ conversation: inout Conversation, userId: String) throws {
         guard let me = conversation.members.first(where: { $0.userId == userId }) else { return }
-        try showWatermarks(db, &conversation, to: userId)
         var last = try Row.fetchAll(
             db.cachedStatement(
                 sql: """
@@ -521,7 +521,7 @@ public final class SQLiteMessageStore: MessageStore {
         try Self.insertHidden(db, conversationId: message.conversationId, seq: seq, senderId: message.senderId, from: hidden)
         let quotes = try quoted.map { try Self.quoteViews(db, $0) } ?? QuoteViews()
         let writes = MessageEvents.writes(
-            of: message, stored: stored, members: members, withheld: withheld, quotes: quotes, presence: fanout, payloads: payloads)
+            of: message, stored: stored, members: members, withheld: withheld, hidden: hidden, quotes: quotes, presence: fanout, payloads: payloads)
         for recipient in writes.newRecipients {
             events.append(
                 try Self.insertEvent(
@@ -764,7 +764,6 @@ public final class SQLiteMessageStore: MessageStore {
             var result = ReceiptWrite(outcome: ReceiptOutcome(watermarks: new.response, deliveredMessageStoredAt: nil), events: [])
             let moved = new.moves(from: old)
             guard !moved.isEmpty else { return result }
-            let floors = try mayHide ? Self.floors(db, conversationId: conversationId, userId: userId) : WatermarkFloors()
             // An invited member gets only its invitation until it accepts: no receipts.
             let invitedMembers = consent.withLockedValue({ $0.invitesExist }) ? try Self.invited(db, conversationId) : []
             try db.cachedStatement(sql: "UPDATE members SET delivered_seq = ?, read_seq = ? WHERE conversation_id = ? AND user_id = ?")
@@ -775,18 +774,12 @@ public final class SQLiteMessageStore: MessageStore {
                 if movedKind == .read {
                     try Self.recordWebhook(db, webhooks.receiptRead(conversationId: conversationId, userId: userId, upToSeq: seq, at: now))
                 }
-                let before = movedKind == .read ? old.read : old.delivered
-                // Members whose messages are hidden from this one see its watermark stop below them (``WatermarkFloors``).
-                for (shown, recipients) in floors.receiptRecipients(members: members, old: before, new: seq) {
-                    let payload = try payloads.receipt(
-                        ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: shown, at: now))
-                    let payloadId = try Self.insertSharedPayload(db, payload)
-                    for member in recipients where !invitedMembers.contains(member) {
-                        result.events.append(
-                            try Self.insertEvent(
-                                db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now,
-                                payloadId: payloadId))
-                    }
+                let payload = try payloads.receipt(ReceiptEvent(conversationId: conversationId, userId: userId, kind: movedKind, upToSeq: seq, at: now))
+                let payloadId = try Self.insertSharedPayload(db, payload)
+                for member in members where !invitedMembers.contains(member) {
+                    result.events.append(
+                        try Self.insertEvent(
+                            db, type: "receipt", userId: member, deviceId: nil, excludedDeviceId: nil, payload: payload, at: now, payloadId: payloadId))
                 }
             }
             if delivered != old.delivered,

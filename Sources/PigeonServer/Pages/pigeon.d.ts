@@ -59,6 +59,8 @@ export interface LocalMessage {
     storedAt?: number;
     /** `message.stored`'s count of the other members' devices online then (0: it waits in their mailbox). */
     recipientsOnline?: number;
+    /** This user's own message only: the members it is withheld from for good (they block this user); it stays ✓. */
+    withheldFrom?: string[];
     /** The server's aggregate with this user's reactions not yet confirmed applied (`react`, `unreact`). */
     reactions: Reaction[];
     /** This user's reaction changes the server has not confirmed, in order (`tried`: one went out at least once). */

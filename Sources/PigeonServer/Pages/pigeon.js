@@ -1151,10 +1151,10 @@ export class PigeonClient extends EventTarget {
 
     #fields(message) {
         const { serverId, conversationId, seq, senderId, senderDeviceId, type, body, clientTimestamp, acceptedAt, storedAt,
-            reactions, replyTo, replyPreview, threadRoot, thread, attachments, editedAt, deletedAt } = message;
+            reactions, replyTo, replyPreview, threadRoot, thread, attachments, editedAt, deletedAt, withheldFrom } = message;
         return Object.fromEntries(Object.entries({ serverId, conversationId, seq, senderId, senderDeviceId, type, body,
             clientTimestamp, acceptedAt, storedAt, reactions, replyTo, replyPreview, threadRoot, thread, attachments, editedAt,
-            deletedAt }).filter(([, value]) => value !== undefined));
+            deletedAt, withheldFrom }).filter(([, value]) => value !== undefined));
     }
 
     /**
@@ -1263,6 +1263,9 @@ export class PigeonClient extends EventTarget {
             if (record.direction !== "out" || !["stored", "delivered"].includes(record.status)) continue;
             const counted = others(record.seq);
             if (counted.length === 0) continue;
+            // A member it is withheld from (it blocks this user) never gets it: whatever its watermark, ✓ for good.
+            const withheld = record.withheldFrom ?? [];
+            if (counted.some((m) => withheld.includes(m.userId))) continue;
             if (counted.every((m) => (m.readSeq ?? 0) >= record.seq)) await this.#evidence({ localId: record.localId }, "readByAll");
             else if (counted.every((m) => (m.deliveredSeq ?? 0) >= record.seq)) await this.#evidence({ localId: record.localId }, "deliveredToAll");
         }
@@ -1282,7 +1285,10 @@ export class PigeonClient extends EventTarget {
 
     async #storedEvent(event) {
         await this.#evidence({ clientMessageId: event.clientMessageId }, "stored", {
-            fields: { serverId: event.serverId, seq: event.seq, storedAt: event.storedAt, recipientsOnline: event.recipientsOnline },
+            fields: {
+                serverId: event.serverId, seq: event.seq, storedAt: event.storedAt, recipientsOnline: event.recipientsOnline,
+                ...(event.withheldFrom ? { withheldFrom: event.withheldFrom } : {}),
+            },
         });
         await this.#advance(event.conversationId);
     }

@@ -56,8 +56,9 @@ import Testing
 
     /// Once alice blocks mallory, in a group both are in: mallory's messages, reactions and typing reach neither
     /// alice's WebSocket nor her SSE stream, nor her sync, history, unread count or last message, while bob gets
-    /// everything; alice's watermarks, as mallory sees them, never cover the hidden message (✓, never ✓✓); mallory
-    /// hears nothing of the block. After the unblock, what mallory sends reaches alice; the hidden message stays hidden.
+    /// everything; mallory's own copies of the hidden messages name alice in `withheldFrom` (✓ for good for her part,
+    /// whatever alice's watermarks), and she sees alice's real watermarks. After the unblock, what mallory sends reaches
+    /// alice and reaches ✓✓ and blue from her as usual; the hidden messages stay hidden and withheld.
     @Test func aBlockedUsersMessagesReactionsAndTypingNeverReachTheBlocker() async throws {
         try await withTestServer { client in
             let alice = try await client.register("alice")
@@ -119,19 +120,21 @@ import Testing
             #expect(try await client.conversations(alice).first?.lastMessage?.serverId == visible.serverId)
             #expect(try await client.conversation(bob, group.id).lastMessage?.serverId == hiddenLast.serverId)
 
-            // Ticks: alice marks everything she has read (seq 3); mallory is shown 1, never her hidden seq 2 or 4.
+            // Ticks: alice marks everything she has read (seq 4); mallory is shown it, and her own copies of seqs 2 and
+            // 4 (her stored events, her history) say they are withheld from alice, so they stay ✓ for alice's part.
             let aliceRead = try await client.receipt(alice, group.id, kind: .read, upToSeq: 4)
             #expect(try aliceRead.decode(ReceiptResponse.self).readSeq == 4, "alice's own watermark is what she asked")
             let malloryEvents = try await client.sync(mallory, cursor: malloryCursor).events
-            let shownToMallory = malloryEvents.compactMap { event -> Int64? in
-                if case .receipt(_, let receipt) = event, receipt.userId == "alice" { receipt.upToSeq } else { nil }
+            let storedForMallory = malloryEvents.compactMap { event -> MessageStoredEvent? in
+                if case .messageStored(_, let stored) = event { stored } else { nil }
             }
-            #expect(shownToMallory.allSatisfy { $0 < 2 }, "\(shownToMallory)")
+            #expect(storedForMallory.map(\.withheldFrom) == [["alice"], ["alice"]], "\(storedForMallory)")
+            let malloryHistory = try await client.allMessages(mallory, group.id)
+            #expect(malloryHistory.map(\.withheldFrom) == [nil, ["alice"], nil, ["alice"]])
+            #expect(try await client.allMessages(bob, group.id).allSatisfy { $0.withheldFrom == nil }, "only the sender's copies")
             let malloryView = try await client.conversation(mallory, group.id).members.first { $0.userId == "alice" }
-            #expect(malloryView?.deliveredSeq == 1 && malloryView?.readSeq == 1)
+            #expect(malloryView?.readSeq == 4)
             #expect(try await client.conversation(bob, group.id).members.first { $0.userId == "alice" }?.readSeq == 4)
-            // Nothing tells mallory of the block.
-            #expect(!malloryEvents.contains { if case .unknown = $0 { true } else { false } })
             #expect(try await Self.blocks(client, mallory).isEmpty)
 
             // Unblocked: from now on only.
@@ -140,6 +143,10 @@ import Testing
             let arrived = await aliceSocket.firstEvent { event in Self.newMessages([event], in: group.id).first?.serverId == afterward.serverId }
             #expect(arrived != nil)
             #expect(try await client.allMessages(alice, group.id).map(\.serverId) == [before.serverId, visible.serverId, afterward.serverId])
+            let afterwardSeq = try #require(try await client.allMessages(alice, group.id).last?.seq)
+            #expect(try await client.receipt(alice, group.id, kind: .read, upToSeq: afterwardSeq).status == 200)
+            #expect(try await client.conversation(mallory, group.id).members.first { $0.userId == "alice" }?.readSeq == afterwardSeq)
+            #expect(try await client.allMessages(mallory, group.id).last?.withheldFrom == nil, "after the unblock: blue ✓✓ from alice")
         }
     }
 
