@@ -54,6 +54,12 @@ public struct ConsentRules: Sendable, Equatable {
 
     /// How long a stranger add counts against the limit.
     public static let window: Int64 = 3_600_000
+
+    /// The SQL expression both stores set a stranger add's `added` to when the invitation it made ends unaccepted (a
+    /// decline, or a removal while invited): `added#at`, a key no user id can be (`#` is not allowed in one). The add
+    /// keeps counting against its adder for the rest of its hour, but no longer counts the user as added, so a
+    /// re-invitation counts again: a stranger cannot re-invite a user who declined without limit.
+    package static let endedInvitationKey = "added || '#' || at"
 }
 
 /// Who decides how added members join: a user's route (the ``ConsentRules``), or the app's own backend (the server

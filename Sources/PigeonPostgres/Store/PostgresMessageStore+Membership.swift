@@ -45,6 +45,14 @@ extension PostgresMessageStore {
                         AS t(u, r, j, s)
                     """, logger: logger)
             }
+            let declined = plan.removed.filter { userId in members.contains { $0.userId == userId && $0.membership == .invited } }
+            if !declined.isEmpty {
+                try await connection.query(
+                    """
+                    UPDATE stranger_adds SET added = \(unescaped: ConsentRules.endedInvitationKey)
+                    WHERE added = ANY(\(declined)) AND adder IN (SELECT user_id FROM members WHERE conversation_id = \(conversationId))
+                    """, logger: logger)
+            }
             if !plan.removed.isEmpty {
                 try await connection.query(
                     "DELETE FROM members WHERE conversation_id = \(conversationId) AND user_id = ANY(\(plan.removed))", logger: logger)

@@ -300,6 +300,14 @@ public final class SQLiteMessageStore: MessageStore {
                         ])
                 }
                 for userId in plan.removed {
+                    if members.contains(where: { $0.userId == userId && $0.membership == .invited }) {
+                        try db.execute(
+                            sql: """
+                                UPDATE stranger_adds SET added = \(ConsentRules.endedInvitationKey)
+                                WHERE added = ? AND adder IN (SELECT user_id FROM members WHERE conversation_id = ?)
+                                """,
+                            arguments: [userId, conversationId])
+                    }
                     try db.execute(sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?", arguments: [conversationId, userId])
                 }
                 for (userId, role) in plan.roles {

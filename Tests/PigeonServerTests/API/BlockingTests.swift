@@ -371,6 +371,32 @@ import Testing
 
     // MARK: Invitations
 
+    /// A re-invitation after a decline counts against the strangers limit again: with a limit of 3, mallory invites
+    /// bob, he declines, twice more; the fourth invitation in the hour is `429` and creates nothing. Adding the same
+    /// user twice while the first invitation stands still counts once.
+    @Test func reinvitingAfterADeclineCountsAgainstTheStrangersLimit() async throws {
+        try await withTestServer(configure: { configuration in
+            configuration.appBackend.consent = .invites
+            configuration.appBackend.strangerAddsPerHour = 3
+        }) { client in
+            let mallory = try await client.register("mallory")
+            let bob = try await client.register("bob")
+            _ = try await client.register("carol")
+            let standing = try await client.createConversation(mallory, members: ["carol"], name: "one")
+            _ = try await client.createConversation(mallory, members: ["carol"], name: "two")
+            #expect(standing.members.first { $0.userId == "carol" }?.membership == .invited, "carol counted once, not twice")
+            for round in 1...2 {
+                let group = try await client.createConversation(mallory, members: ["bob"], name: "again \(round)")
+                let declined = try await client.request(.POST, "/v1/conversations/\(group.id)/decline", token: bob.token)
+                #expect(declined.status == 204, "\(declined.text)")
+            }
+            let refused = try await Self.create(client, mallory, members: ["bob"], name: "once more")
+            expectError(refused, 429, .rateLimited, "a fourth stranger add in the hour: carol, bob, bob again")
+            #expect(try await client.request(.GET, "/v1/conversations?membership=invited", token: bob.token).decode(ConversationList.self)
+                .conversations.isEmpty)
+        }
+    }
+
     /// `--consent invites`: a stranger's add invites. The invited user's devices get `conversation.created`, and may read
     /// the history, but get no `message.new`, no push and no unread count, and the conversation is among its
     /// invitations only; a message waits ✓ for it. Accepting makes it a member like any; declining leaves.
