@@ -73,7 +73,7 @@ try {
       client.addEventListener(type, (event) => window.events.push({ type, at: Date.now(), detail: JSON.parse(JSON.stringify(event.detail)) }));
     }
     window.client = client;
-    await client.start();
+    window.started = await client.start();
   }
   document.body.dataset.ready = "true";
 } catch (error) {
@@ -326,6 +326,8 @@ def test_send_and_receive_between_two_users():
             b = App(browser.new_context(), origin, server, bob, transport="sse")
             a.wait_state("online")
             b.wait_state("online")
+            started = [a.js("() => window.started"), b.js("() => window.started")]
+            check(started == ["online", "online"], f"start() resolves once the stream is open: {started}")
             check(a.js("() => window.client.isLeader") and b.js("() => window.client.isLeader"), "a lone tab leads")
             created = a.js("(bob) => window.client.createConversation([bob])", bob["userId"])
             cid = created["id"]
@@ -614,6 +616,8 @@ def test_server_restart_and_a_reload_while_it_is_down():
             down = [a.send(cid, f"while down {n}") for n in range(2)]
             time.sleep(1.5)
             a.reload()
+            started = a.js("() => window.started")
+            check(started == "connecting", f"start() resolves once the first attempt failed, with the state it is in: {started}")
             server.resume()
             for m in down:
                 a.wait_status(m["localId"], "stored", "delivered", "read")
@@ -807,6 +811,8 @@ def test_two_tabs_of_one_device():
             leaders = [first.js("() => window.client.isLeader"), second.js("() => window.client.isLeader")]
             check(leaders == [True, False], f"exactly the first tab leads: {leaders}")
             second.wait("the follower knows the leader is online", "() => window.client.state === 'online'")
+            started = [first.js("() => window.started"), second.js("() => window.started")]
+            check(started == ["online", "online"], f"a follower's start() resolves with the leader's state: {started}")
             b = App(browser.new_context(), origin, server, bob)
             b.wait_state("online")
             sent = []

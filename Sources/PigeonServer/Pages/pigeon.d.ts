@@ -142,7 +142,8 @@ export declare class PigeonClient extends EventTarget {
     readonly state: ConnectionState;
     readonly isLeader: boolean;
 
-    start(): Promise<void>;
+    /** Resolves with the connection state once known (within 10 s): "online", "offline", or "connecting" (retrying). */
+    start(): Promise<ConnectionState>;
     stop(): void;
 
     conversations(): Promise<Conversation[]>;

@@ -69,6 +69,8 @@ export function applyEvidence(status, evidence, failureIsLocal = true) {
 const RETRY = Object.freeze({ ackTimeoutMs: 10_000, tries: 3, backoffBaseMs: 1_000, backoffMaxMs: 60_000 });
 /** Stream reconnection: 0.5 s doubling up to 30 s, with equal jitter; a successful open starts again from 0.5 s. */
 const RECONNECT = Object.freeze({ baseMs: 500, maxMs: 30_000 });
+/** `start()` resolves at the latest this long after it was called, whatever the connection is doing. */
+const START_SETTLES_MS = 10_000;
 /** Delivered receipts wait this long to be coalesced (one per conversation). */
 const RECEIPT_BATCH_MS = 50;
 /** History pages the SDK fetches (gap recovery, catch-up). */
@@ -330,6 +332,8 @@ export class PigeonClient extends EventTarget {
     #releaseLock = null;
     #leader = false;
     #state = "stopped";
+    /** Resolves `start()`: set by `start`, called once the connection state is known. */
+    #stateKnown = null;
     #socket = null;
     #source = null;
     #transport = null;
@@ -420,13 +424,20 @@ export class PigeonClient extends EventTarget {
     }
 
     /**
-     * Opens the local store and joins the tabs of this database: resolves once the store is open. This tab then
-     * becomes the leader (at once, or when the current leader's tab closes) and connects.
+     * Opens the local store, joins the tabs of this database and connects (this tab becomes the leader at once, or
+     * when the current leader's tab closes). Resolves with the connection state once it is known: `"online"` (the
+     * stream is open), `"offline"` (the browser is), or `"connecting"` when the first attempt failed and it keeps
+     * trying (a `connection` event tells when it is online); in another tab than the leader, the leader's state. It
+     * resolves within 10 seconds whatever happens; it never rejects for the network (only for the store).
      */
     async start() {
-        if (this.#started) return;
+        if (this.#started) return this.#state;
         this.#store = await LocalStore.open(this.#database);
         this.#started = true;
+        const known = new Promise((resolve) => {
+            this.#stateKnown = resolve;
+        });
+        const settled = setTimeout(() => this.#knowState(), START_SETTLES_MS);
         this.#channel = new BroadcastChannel(`pigeon:${this.#database}`);
         this.#channel.onmessage = (event) => this.#fromOtherTab(event.data);
         // A follower learns the leader's connection state at once, not at its next change.
@@ -443,6 +454,16 @@ export class PigeonClient extends EventTarget {
             // Without Web Locks every tab leads: use one tab per database there.
             this.#becomeLeader();
         }
+        await known;
+        clearTimeout(settled);
+        return this.#state;
+    }
+
+    /** The connection state is known: `start()` resolves (once). */
+    #knowState() {
+        const resolve = this.#stateKnown;
+        this.#stateKnown = null;
+        resolve?.();
     }
 
     /** Closes the stream, leaves the leadership to another tab and closes the store. The outbox stays. */
@@ -463,6 +484,7 @@ export class PigeonClient extends EventTarget {
         this.#channel.close();
         this.#store.close();
         this.#setState("stopped");
+        this.#knowState();
     }
 
     // MARK: Reading the store
@@ -923,7 +945,10 @@ export class PigeonClient extends EventTarget {
 
     #fromOtherTab(data) {
         if (data.kind === "event" && !this.#leader) {
-            if (data.type === "connection") this.#state = data.detail.state;
+            if (data.type === "connection") {
+                this.#state = data.detail.state;
+                this.#knowState();
+            }
             this.dispatchEvent(new CustomEvent(data.type, { detail: { ...data.detail, leader: false } }));
         } else if (data.kind === "outbox" && this.#leader) {
             this.#pumpOutbox();
@@ -959,11 +984,15 @@ export class PigeonClient extends EventTarget {
         if (!this.#leader) return;
         this.#closeStream();
         this.#setState("offline");
+        this.#knowState();
     }
 
     async #connect() {
         if (!this.#leader || !this.#started || this.#socket || this.#source) return;
-        if (navigator.onLine === false) return this.#setState("offline");
+        if (navigator.onLine === false) {
+            this.#setState("offline");
+            return this.#knowState();
+        }
         this.#setState("connecting");
         const cursor = (await this.#store.get("meta", "cursor"))?.value;
         if (!this.#leader || !this.#started || this.#socket || this.#source) return;
@@ -1026,6 +1055,7 @@ export class PigeonClient extends EventTarget {
     #streamOpened() {
         this.#reconnectAttempt = 0;
         this.#setState("online");
+        this.#knowState();
         // Whatever happened while away (a restart, a reset, messages of a conversation this device never heard of):
         // one list of the conversations, then the history of each that moved.
         this.#enqueue(() => this.#catchUp());
@@ -1034,6 +1064,8 @@ export class PigeonClient extends EventTarget {
 
     #streamLost() {
         if (!this.#leader || !this.#started) return;
+        // The first attempt's end is known either way: offline, or failing and trying again.
+        this.#knowState();
         if (navigator.onLine === false) return this.#setState("offline");
         this.#setState("connecting");
         this.#reconnectAttempt += 1;
