@@ -5,7 +5,7 @@ import PigeonProtocol
 /// The embedded default's accept path: no buffer. An append is written straight into the SQLite store
 /// (``SQLiteMessageStore/accept(_:refusal:completion:)``), so a message costs one durable write, not two (buffer,
 /// then store), and nothing waits for a processor between its ✓ and its `message.new`: no processor runs
-/// (docs/ARCHITECTURE.md, "The one-write decision").
+/// (docs/decisions/0001-one-durable-write.md).
 ///
 /// It keeps the accept path's contract: an append answers only once durable, resends are answered with the original
 /// at any later time (the store's unique index), and appends of one caller are stored in their order (the store's

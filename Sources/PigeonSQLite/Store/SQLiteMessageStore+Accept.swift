@@ -10,7 +10,7 @@ import PigeonProtocol
 /// commit; there is no buffer to read back, no second transaction and no acknowledgement to delete. SQLite's own
 /// write-ahead log is the log: a crash or power loss after the commit keeps it, one during the commit leaves a torn
 /// tail that SQLite's recovery discards (its frames are checksummed and only a commit frame makes a transaction
-/// count), and the sender, who got no answer for it, sends it again. docs/ARCHITECTURE.md, "The one-write decision", has the reasoning.
+/// count), and the sender, who got no answer for it, sends it again. docs/decisions/0001-one-durable-write.md has the reasoning.
 extension SQLiteMessageStore {
     /// Stores a new message durably, or answers the original of a resend; `completion` runs once the commit is durable
     /// (before the events are published, so the sender's ✓ goes out ahead of its `message.stored`).
