@@ -44,7 +44,8 @@ import Testing
         _ client: PigeonTestClient, token: String, cursor: String? = nil, headers: [String: String]
     ) async throws -> (status: Int, error: ErrorBody?, head: String) {
         try await onOwnThread { [port = client.port] in
-            let (socket, head) = try RawStreamSocket.webSocketUpgrade(port: port, token: token, cursor: cursor, headers: headers)
+            let (socket, head) = try RawStreamSocket.webSocketUpgradeBlocking(
+                port: port, token: token, cursor: cursor, headers: headers, receiveBuffer: 4_096)
             let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
             guard status != 101 else { return (status, nil, head) }
             let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }

@@ -535,7 +535,7 @@ import Testing
             switch disconnect {
             case .clientCloses: sse = try await TestSSE.open(port: client.port, token: bob.token)
             case .reset, .halfClose:
-                socket = try await onOwnThread { [port = client.port, token = bob.token] in try RawStreamSocket.serverSentEvents(port: port, token: token) }
+                socket = try await RawStreamSocket.serverSentEvents(port: client.port, token: bob.token)
             }
             #expect(try await openStreams() == before + 1)
             #expect(try await recipientsOnline() == 1)

@@ -50,14 +50,14 @@ import Testing
             $0.streamLimits.closeTimeout = .seconds(1)
         }) { client in
             let (alice, bob, conversation) = try await StreamTests.setUp(client)
-            let victim = try RawStreamSocket.webSocket(port: client.port, token: bob.token)
-            let flooder = try RawStreamSocket.webSocket(port: client.port, token: alice.token, receiveBuffer: 1 << 20)
+            let victim = try await RawStreamSocket.webSocket(port: client.port, token: bob.token)
+            let flooder = try await RawStreamSocket.webSocket(port: client.port, token: alice.token, receiveBuffer: 1 << 20)
             let before = ProcessUsage.residentBytes
             try await Self.flood(flooder, frame: Self.typingFrame(conversation.id)) { try await Self.hits(client, "stream_outbound_bytes") >= 1 }
             let grown = ProcessUsage.residentBytes - before
             #expect(try await Self.hits(client, "stream_outbound_bytes") == 1)
             #expect(grown < Self.memoryMargin, "resident memory grew by \(grown >> 20) MiB")
-            let code = victim.readUntilClosed(timeout: .seconds(10))
+            let code = await victim.readUntilClosed(timeout: .seconds(10))
             #expect(code == 4008 || code == 0, "victim not disconnected: \(String(describing: code))")
             // The flooder's own stream is still served.
             #expect(try await eventually { try await Self.openStreams(client, "ws") == 1 })
@@ -73,7 +73,8 @@ import Testing
         }) { client in
             let (alice, bob, conversation) = try await StreamTests.setUp(client)
             let cursor = try await client.headCursor(bob)
-            let sockets = try (0..<3).map { _ in try RawStreamSocket.webSocket(port: client.port, token: bob.token, cursor: cursor) }
+            var sockets: [RawStreamSocket] = []
+            for _ in 0..<3 { sockets.append(try await RawStreamSocket.webSocket(port: client.port, token: bob.token, cursor: cursor)) }
             let before = ProcessUsage.residentBytes
             let body = String(repeating: "x", count: 60_000)
             var sent = 0
@@ -85,7 +86,7 @@ import Testing
             let grown = ProcessUsage.residentBytes - before
             #expect(grown < Self.memoryMargin, "resident memory grew by \(grown >> 20) MiB")
             for socket in sockets {
-                let code = socket.readUntilClosed(timeout: .seconds(10))
+                let code = await socket.readUntilClosed(timeout: .seconds(10))
                 #expect(code == 4008 || code == 0, "not disconnected: \(String(describing: code))")
             }
             #expect(try await eventually { try await Self.openStreams(client, "ws") == 0 })
@@ -115,8 +116,8 @@ import Testing
         }) { client in
             let (alice, bob, conversation) = try await StreamTests.setUp(client)
             let victim = transport == "ws"
-                ? try RawStreamSocket.webSocket(port: client.port, token: bob.token)
-                : try RawStreamSocket.serverSentEvents(port: client.port, token: bob.token)
+                ? try await RawStreamSocket.webSocket(port: client.port, token: bob.token)
+                : try await RawStreamSocket.serverSentEvents(port: client.port, token: bob.token)
             #expect(try await eventually { try await Self.openStreams(client, transport) == 1 })
             let body = String(repeating: "y", count: 60_000)
             var sent = 0
@@ -126,7 +127,7 @@ import Testing
             }
             #expect(try await eventually { try await Self.hits(client, "stream_write_timeout") == 1 }, "after \(sent) messages")
             #expect(try await eventually { try await Self.openStreams(client, transport) == 0 })
-            #expect(victim.readUntilClosed(timeout: .seconds(15)) != nil, "the victim's connection is still open")
+            #expect(await victim.readUntilClosed(timeout: .seconds(15)) != nil, "the victim's connection is still open")
             #expect(try await Self.hits(client, "stream_outbound_bytes") == 0)
         }
     }
@@ -149,7 +150,8 @@ import Testing
         let alice = try await client.register("alice")
         // Enough to show many sockets stall together, few enough to fill their kernel buffers quickly in a debug
         // build (each takes some 100 KB of replies first).
-        let sockets = try (0..<8).map { _ in try RawStreamSocket.webSocket(port: client.port, token: alice.token) }
+        var sockets: [RawStreamSocket] = []
+        for _ in 0..<8 { sockets.append(try await RawStreamSocket.webSocket(port: client.port, token: alice.token)) }
         let before = try server.residentBytes
         // Each is answered with an error frame of some 150 bytes.
         let operation = RawStreamSocket.frame(payload: Array("{\"op\":\"no.such.operation\",\"clientMessageId\":\"x\"}".utf8))
@@ -274,7 +276,7 @@ import Testing
     @Test func aFragmentedSendIsCollatedAndStoredOnce() async throws {
         try await withTestServer { client in
             let (alice, _, conversation) = try await StreamTests.setUp(client)
-            let socket = try RawStreamSocket.webSocket(port: client.port, token: alice.token)
+            let socket = try await RawStreamSocket.webSocket(port: client.port, token: alice.token)
             let operation = Array(
                 ("{\"op\":\"send\",\"conversationId\":\"\(conversation.id)\",\"clientMessageId\":\"\(newId())\","
                     + "\"type\":\"text\",\"body\":\"in three pieces: \u{1F54A}\",\"clientTimestamp\":1}").utf8)
@@ -286,7 +288,7 @@ import Testing
             try socket.sendFrame(opcode: 0, payload: Array(operation[cut...]), fin: true)
             let messages = try await client.waitForMessages(alice, conversation.id) { !$0.isEmpty }
             #expect(messages.map(\.body) == ["in three pieces: \u{1F54A}"])
-            #expect(socket.readUntilClosed(timeout: .milliseconds(300)) == nil, "the connection stays open")
+            #expect(await socket.readUntilClosed(timeout: .milliseconds(300)) == nil, "the connection stays open")
         }
     }
 
@@ -296,7 +298,7 @@ import Testing
     func badFragmentsCloseTheConnectionAndStoreNothing(_ tooLarge: Bool, _ code: Int) async throws {
         try await withTestServer { client in
             let (alice, _, conversation) = try await StreamTests.setUp(client)
-            let socket = try RawStreamSocket.webSocket(port: client.port, token: alice.token)
+            let socket = try await RawStreamSocket.webSocket(port: client.port, token: alice.token)
             let start = "{\"op\":\"send\",\"conversationId\":\"\(conversation.id)\",\"clientMessageId\":\"\(newId())\",\"type\":\"text\",\"body\":\""
             if tooLarge {
                 try socket.sendFrame(opcode: 1, payload: Array(start.utf8), fin: false)
@@ -305,7 +307,7 @@ import Testing
             } else {
                 try socket.sendFrame(opcode: 0, payload: Array((start + "x\",\"clientTimestamp\":1}").utf8), fin: true)
             }
-            #expect(socket.readUntilClosed(timeout: .seconds(10)) == code)
+            #expect(await socket.readUntilClosed(timeout: .seconds(10)) == code)
             let after = try await client.sendAccepted(alice, to: conversation.id, body: "after the close")
             _ = try await client.waitForMessages(alice, conversation.id) { $0.contains { $0.serverId == after.serverId } }
             #expect(try await client.allMessages(alice, conversation.id).filter { $0.serverId != after.serverId }.isEmpty)
@@ -315,11 +317,11 @@ import Testing
     @Test func invalidUTF8TextFrameClosesWith1007AndStoresNothing() async throws {
         try await withTestServer { client in
             let (alice, _, conversation) = try await StreamTests.setUp(client)
-            let socket = try RawStreamSocket.webSocket(port: client.port, token: alice.token)
+            let socket = try await RawStreamSocket.webSocket(port: client.port, token: alice.token)
             let operation = "{\"op\":\"send\",\"conversationId\":\"\(conversation.id)\",\"clientMessageId\":\"\(newId())\","
                 + "\"type\":\"text\",\"body\":\"bad "
             try socket.sendFrame(payload: Array(operation.utf8) + [0xFF, 0xFE, 0xC3] + Array("\",\"clientTimestamp\":1}".utf8))
-            #expect(socket.readUntilClosed(timeout: .seconds(10)) == 1007)
+            #expect(await socket.readUntilClosed(timeout: .seconds(10)) == 1007)
             // Stored nothing. Not a wait: a socket's operations are handled one at a time, each accepted before the
             // next frame is read, so anything this frame had sent was accepted before the close; a message accepted
             // after the close in the same conversation is stored after it (a conversation's messages are stored in

@@ -360,19 +360,28 @@ final class RawStreamSocket: Sendable {
 
     deinit { Glibc.close(descriptor) }
 
-    /// Connects and upgrades to a WebSocket on `/v1/ws`; throws unless the server answers 101.
+    /// Connects and upgrades to a WebSocket on `/v1/ws`; throws unless the server answers 101. The blocking socket
+    /// calls run on a thread of their own, never on one of the concurrency pool's (the in-process server needs those
+    /// to answer).
     static func webSocket(
         port: Int, token: String, cursor: String? = nil, headers: [String: String] = [:], receiveBuffer: Int32 = 4_096
-    ) throws -> RawStreamSocket {
-        let (socket, head) = try webSocketUpgrade(port: port, token: token, cursor: cursor, headers: headers, receiveBuffer: receiveBuffer)
+    ) async throws -> RawStreamSocket {
+        let (socket, head) = try await webSocketUpgrade(port: port, token: token, cursor: cursor, headers: headers, receiveBuffer: receiveBuffer)
         guard head.hasPrefix("HTTP/1.1 101") else { throw TestFailure("WebSocket upgrade refused: \(head)") }
         return socket
     }
 
     /// Sends a WebSocket upgrade request for `/v1/ws` (with `headers` beside the upgrade's own) and reads the
-    /// answer's head, whatever it is.
+    /// answer's head, whatever it is (on a thread of its own).
     static func webSocketUpgrade(
         port: Int, token: String, cursor: String? = nil, headers: [String: String] = [:], receiveBuffer: Int32 = 4_096
+    ) async throws -> (socket: RawStreamSocket, head: String) {
+        try await onOwnThread { try webSocketUpgradeBlocking(port: port, token: token, cursor: cursor, headers: headers, receiveBuffer: receiveBuffer) }
+    }
+
+    /// ``webSocketUpgrade(port:token:cursor:headers:receiveBuffer:)`` on the calling thread: only for a thread of its own.
+    static func webSocketUpgradeBlocking(
+        port: Int, token: String, cursor: String?, headers: [String: String], receiveBuffer: Int32
     ) throws -> (socket: RawStreamSocket, head: String) {
         let socket = try connect(port: port, receiveBuffer: receiveBuffer)
         var path = "/v1/ws?access_token=\(token)"
@@ -384,8 +393,12 @@ final class RawStreamSocket: Sendable {
         return (socket, try socket.readHead())
     }
 
-    /// Opens `GET /v1/events` and reads the response head; throws unless the server answers 200.
-    static func serverSentEvents(port: Int, token: String, receiveBuffer: Int32 = 4_096) throws -> RawStreamSocket {
+    /// Opens `GET /v1/events` and reads the response head (on a thread of its own); throws unless the server answers 200.
+    static func serverSentEvents(port: Int, token: String, receiveBuffer: Int32 = 4_096) async throws -> RawStreamSocket {
+        try await onOwnThread { try serverSentEventsBlocking(port: port, token: token, receiveBuffer: receiveBuffer) }
+    }
+
+    static func serverSentEventsBlocking(port: Int, token: String, receiveBuffer: Int32) throws -> RawStreamSocket {
         let socket = try connect(port: port, receiveBuffer: receiveBuffer)
         try socket.writeAll(Array("GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAuthorization: Bearer \(token)\r\n\r\n".utf8))
         let head = try socket.readHead()
@@ -491,8 +504,13 @@ final class RawStreamSocket: Sendable {
     }
 
     /// Reads (discarding data frames) until the server's close frame or the end of the connection, for at most
-    /// `timeout`: the close code, `0` if the connection ended without one, `nil` if it is still open.
-    func readUntilClosed(timeout: Duration = .seconds(10)) -> Int? {
+    /// `timeout`: the close code, `0` if the connection ended without one, `nil` if it is still open. Waits on a
+    /// thread of its own.
+    func readUntilClosed(timeout: Duration = .seconds(10)) async -> Int? {
+        (try? await onOwnThread { [self] in readUntilClosedBlocking(timeout: timeout) }) ?? nil
+    }
+
+    private func readUntilClosedBlocking(timeout: Duration) -> Int? {
         let deadline = ContinuousClock.now + timeout
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
