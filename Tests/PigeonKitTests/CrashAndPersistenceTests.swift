@@ -63,13 +63,13 @@ struct CrashAndPersistenceTests {
             let unsent = try reopened.client.unsentMessages()
             #expect(unsent.count == 200, "every message is still the outbox's (\(unsent.count))")
             reopened.client.start()
-            try await waitUntil("every message is stored", timeout: .seconds(30)) {
+            try await waitUntil("every message is stored", timeout: .seconds(120)) {
                 try reopened.allMessages(in: conversation).filter { $0.seq != nil }.count == 200
             }
             let history = try await server.history(conversationId: conversation, token: credentials.token)
             #expect(history.map(\.body) == (0..<200).map { "message \($0)" }, "each stored once, in sending order")
             #expect(try reopened.client.unsentMessages().isEmpty)
-            try await waitUntil("bob has all 200") { bob.received.count == 200 }
+            try await waitUntil("bob has all 200", timeout: .seconds(60)) { bob.received.count == 200 }
             #expect(Set(bob.received.map(\.serverId)).count == 200)
             await reopened.client.stop()
             await bob.client.stop()
