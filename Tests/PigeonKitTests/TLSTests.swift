@@ -55,6 +55,20 @@ struct TLSTests {
         }
     }
 
+    /// A refused handshake drops the connection it was building. The HTTP connection's async wrapper used to be built
+    /// before the handshake was awaited, so a refusal dropped it unfinished, and SwiftNIO stops the process for that
+    /// ("Deinited NIOAsyncWriter without calling finish()"): one refusal in a few crashed the app.
+    @Test func refusedHandshakesOneAfterAnotherNeverCrashTheApp() async throws {
+        try await withProxy { _, url in
+            for attempt in 0..<40 {
+                let error = await #expect(throws: PigeonClientError.self, "attempt \(attempt)") {
+                    _ = try await PigeonClient.registerDevice(serverURL: url, userId: "alice", timeout: .seconds(10))
+                }
+                #expect(error?.code == .network, "attempt \(attempt): \(String(describing: error))")
+            }
+        }
+    }
+
     @Test func aTrustedCertificateThatIsNotPEMIsAClearError() async throws {
         try await withProxy { _, url in
             let error = await #expect(throws: PigeonClientError.self) {

@@ -33,49 +33,48 @@ enum ClientConnector {
         return try await bootstrap.connect(host: server.host, port: server.port, channelInitializer: initializer)
         #else
         let tls = server.secure ? try context(for: trust) : nil
-        let handshake = NIOLockedValueBox<PendingHandshake?>(nil)
-        let output = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(TimeAmount(timeout))
             .channelOption(.allowRemoteHalfClosure, value: false)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .connect(host: server.host, port: server.port) { (channel: any Channel) -> EventLoopFuture<Output> in
-                do {
-                    if let tls {
-                        let watcher = TLSHandshakeWatcher(promise: channel.eventLoop.makePromise())
-                        try channel.pipeline.syncOperations.addHandler(
-                            NIOSSLClientHandler(context: tls, serverHostname: server.serverName))
-                        try channel.pipeline.syncOperations.addHandler(watcher)
-                        let pending = PendingHandshake(channel: channel, done: watcher.promise.futureResult)
-                        handshake.withLockedValue { $0 = pending }
-                    }
-                } catch {
-                    return channel.eventLoop.makeFailedFuture(error)
-                }
-                return initializer(channel)
+        guard let tls else {
+            return try await bootstrap.connect(host: server.host, port: server.port, channelInitializer: initializer)
+        }
+        // With TLS the protocol's handlers are added only once the handshake has completed: what `initializer` builds
+        // (an async channel, whose writer must be finished before it is dropped) is never built for a connection that
+        // a refused certificate drops. The server speaks only when spoken to, so nothing arrives before them.
+        let (channel, handshake) = try await bootstrap.connect(host: server.host, port: server.port) { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let watcher = TLSHandshakeWatcher(promise: channel.eventLoop.makePromise())
+                try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: tls, serverHostname: server.serverName))
+                try channel.pipeline.syncOperations.addHandler(watcher)
+                return (channel, watcher.promise.futureResult)
             }
+        }
         // The connection is usable once TLS is: a refused certificate fails here, named, instead of closing the
         // connection under the first request (which then only learns that it closed).
-        if let pending = handshake.withLockedValue({ $0 }) {
-            let (channel, done) = (pending.channel, pending.done)
-            let deadline = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) { channel.close(promise: nil) }
-            defer { deadline.cancel() }
+        let deadline = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) { channel.close(promise: nil) }
+        defer { deadline.cancel() }
+        do {
+            // A future ignores cancellation: closing the connection is what ends a pending handshake.
             try await withTaskCancellationHandler {
-                try await done.get()
+                try await handshake.get()
             } onCancel: {
                 channel.close(promise: nil)
             }
+            return try await channel.eventLoop.flatSubmit {
+                // On the connection's event loop nothing closes it between this check and the handlers' addition.
+                guard channel.isActive else { return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
+                return initializer(channel)
+            }.get()
+        } catch {
+            try? await channel.close()
+            throw error
         }
-        return output
         #endif
     }
 
     #if !canImport(Network)
-    /// A TLS connection's handshake, awaited before the connection is handed out.
-    private struct PendingHandshake: Sendable {
-        var channel: any Channel
-        var done: EventLoopFuture<Void>
-    }
-
     /// Completes `promise` when the TLS handshake does, or fails it with the handshake's error (or the connection's end).
     private final class TLSHandshakeWatcher: ChannelInboundHandler, RemovableChannelHandler {
         typealias InboundIn = NIOAny
