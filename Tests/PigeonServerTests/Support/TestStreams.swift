@@ -507,11 +507,30 @@ final class RawStreamSocket: Sendable {
     /// `timeout`: the close code, `0` if the connection ended without one, `nil` if it is still open. Waits on a
     /// thread of its own.
     func readUntilClosed(timeout: Duration = .seconds(10)) async -> Int? {
-        (try? await onOwnThread { [self] in readUntilClosedBlocking(timeout: timeout) }) ?? nil
+        let frames = await readFrames(timeout: timeout) { $0.opcode == 8 }
+        guard let frames else { return 0 }
+        guard let close = frames.last, close.opcode == 8 else { return nil }
+        return close.closeCode
     }
 
-    private func readUntilClosedBlocking(timeout: Duration) -> Int? {
+    /// A frame the server sent: its opcode (1 text, 8 close, 9 ping, 10 pong) and payload.
+    struct ServerFrame: Sendable {
+        var opcode: UInt8
+        var payload: [UInt8]
+        var text: String { String(decoding: payload, as: UTF8.self) }
+        /// A close frame's code (1005 when it has none).
+        var closeCode: Int { payload.count >= 2 ? Int(payload[0]) << 8 | Int(payload[1]) : 1005 }
+    }
+
+    /// Reads the server's frames until one satisfies `last` (included) or `timeout` passes: the frames read, or `nil`
+    /// if the connection ended first. Waits on a thread of its own.
+    func readFrames(timeout: Duration = .seconds(10), until last: @escaping @Sendable (ServerFrame) -> Bool) async -> [ServerFrame]? {
+        (try? await onOwnThread { [self] in readFramesBlocking(timeout: timeout, until: last) }) ?? nil
+    }
+
+    private func readFramesBlocking(timeout: Duration, until last: (ServerFrame) -> Bool) -> [ServerFrame]? {
         let deadline = ContinuousClock.now + timeout
+        var frames: [ServerFrame] = []
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var poll = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
@@ -520,14 +539,16 @@ final class RawStreamSocket: Sendable {
             let ready = Glibc.poll(&poll, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
             if ready <= 0 { continue }
             let count = Glibc.read(descriptor, &buffer, buffer.count)
-            if count <= 0 { return 0 }
+            if count <= 0 { return nil }
             pending += buffer[0..<count]
             while let (opcode, payload, length) = Self.parseServerFrame(pending) {
-                if opcode == 8 { return payload.count >= 2 ? Int(payload[payload.startIndex]) << 8 | Int(payload[payload.startIndex + 1]) : 1005 }
+                let frame = ServerFrame(opcode: opcode, payload: Array(payload))
+                frames.append(frame)
                 pending.removeFirst(length)
+                if last(frame) { return frames }
             }
         }
-        return nil
+        return frames
     }
 
     /// The first unmasked frame in `bytes`: its opcode, payload and length, or `nil` if incomplete.

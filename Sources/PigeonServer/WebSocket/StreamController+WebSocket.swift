@@ -32,7 +32,15 @@ extension StreamController {
         channel: any Channel
     ) async throws {
         guard let connection = await WebSocketConnection.find(on: channel) else {
-            logger.error("a WebSocket without its connection handler in the pipeline: closed")
+            // The upgrade watcher found no frame decoder to put the connection behind: Hummingbird's WebSocket
+            // pipeline is not the one this server was built against. Every stream would end here, so say why, loudly.
+            let pipeline = (try? await channel.eventLoop.submit { channel.pipeline.debugDescription }.get()) ?? "?"
+            logger.critical(
+                "the WebSocket pipeline has no frame decoder to put the stream's connection behind (Hummingbird's layout changed?): closed",
+                metadata: ["pipeline": "\(pipeline)"])
+            await Self.closing(within: streamLimits.closeTimeout) {
+                try await outbound.close(.unexpectedServerError, reason: "server WebSocket pipeline mismatch")
+            }
             return
         }
         let session = makeStreamSession(device: device, tokenIssuedAt: tokenIssuedAt, transport: "ws")
