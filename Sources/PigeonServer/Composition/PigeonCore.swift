@@ -152,21 +152,14 @@ final class PigeonCore: Sendable {
                 sqliteFiles.append(path)
             }
         case .redis(let url):
-            let client = RedisClient(configuration: try RedisConfiguration(url: url), logger: logger)
-            do {
-                var bufferConfiguration = try RedisStreamsBuffer.Configuration(url: url, nodeId: nodeId)
-                bufferConfiguration.cipher = configuration.atRest
-                let redis = try await RedisStreamsBuffer(client: client, configuration: bufferConfiguration, logger: logger)
-                (accept, buffer) = (redis, redis)
-                nodeRosters.append(redis)
-                backendServices.append(RedisBufferService(buffer: redis, client: client))
-            } catch {
-                await client.shutdown()
-                throw error
-            }
+            let redis = try await RedisIngest.open(url: url, nodeId: nodeId, cipher: configuration.atRest, logger: logger)
+            (accept, buffer) = (redis.buffer, redis.buffer)
+            nodeRosters.append(redis.buffer)
+            backendServices.append(redis.service)
         }
         let activity = DeviceActivity(store: store, interval: configuration.deviceLastSeenInterval, logger: logger, clock: configuration.clock)
-        let authenticator = try await Authenticator(store: store, configuration: configuration.auth, activity: activity, logger: logger)
+        let authenticator = try await Authenticator(
+            store: store, configuration: configuration.auth, activity: activity, logger: logger, clock: configuration.clock)
         // Every revocation this node acts on (its own and the other nodes'): its tokens are checked against the store again.
         local.observeRevocations { [authenticator] revocation in authenticator.forget(revocation) }
         var pushDispatcher: PushDispatcher?
@@ -197,7 +190,7 @@ final class PigeonCore: Sendable {
         self.nodeId = nodeId
         self.startedAt = WallClock.nowMillis()
         self.nodeRosters = nodeRosters
-        self.sampler = StatisticsSampler(metrics: metrics, buffer: accept, hub: hub)
+        self.sampler = StatisticsSampler(metrics: metrics, buffer: accept, hub: hub, clock: configuration.clock)
         self.pushStore = pushStore
         self.pushDispatcher = pushDispatcher
         self.configuration = configuration

@@ -1,3 +1,4 @@
+import Logging
 import PigeonDomain
 import PigeonProtocol
 import PigeonRedis
@@ -31,6 +32,28 @@ extension RedisStreamsBuffer.Configuration {
         }
         if let hours = try integer("dedupe_hours", 1...24 * 365) { configuration.dedupeTTL = .seconds(hours * 3600) }
         self = configuration
+    }
+}
+
+/// The production ingest buffer as the composition root takes it: the Redis client for `url`, the buffer configured
+/// from the URL's options (its entries sealed by `cipher`), and the service that runs its leases and closes the client.
+package struct RedisIngest: Sendable {
+    package let buffer: RedisStreamsBuffer
+    package let service: RedisBufferService
+
+    /// Connects and sets the buffer up (``RedisStreamsBuffer/init(client:configuration:logger:clock:)``); closes the
+    /// client again when that throws.
+    package static func open(url: String, nodeId: String, cipher: AtRestCipher, logger: Logger) async throws -> RedisIngest {
+        let client = RedisClient(configuration: try RedisConfiguration(url: url), logger: logger)
+        do {
+            var configuration = try RedisStreamsBuffer.Configuration(url: url, nodeId: nodeId)
+            configuration.cipher = cipher
+            let buffer = try await RedisStreamsBuffer(client: client, configuration: configuration, logger: logger)
+            return RedisIngest(buffer: buffer, service: RedisBufferService(buffer: buffer, client: client))
+        } catch {
+            await client.shutdown()
+            throw error
+        }
     }
 }
 
