@@ -77,4 +77,62 @@ import Testing
             #expect(failures.withLockedValue { $0 } == 3)
         }
     }
+
+    /// A buffer whose first acknowledgement fails (Redis went away for a moment); everything else is the embedded one's.
+    final class AcknowledgementFailsOnce: IngestBuffer {
+        let base: EmbeddedBuffer
+        let acknowledgements = NIOLockedValueBox<[Bool]>([])
+
+        init(base: EmbeddedBuffer) { self.base = base }
+
+        func append(
+            _ message: BufferedMessage, refusal: PigeonError?, completion: @escaping @Sendable (Result<AppendOutcome, any Error>) -> Void
+        ) {
+            base.append(message, refusal: refusal, completion: completion)
+        }
+        func requeue(_ message: BufferedMessage) async throws { try await base.requeue(message) }
+        var depth: Int { base.depth }
+        func isReady() async -> Bool { await base.isReady() }
+        func nextBatch(max: Int, wait: Duration) async throws -> [BufferEntry] { try await base.nextBatch(max: max, wait: wait) }
+        func recordFailedAttempt(entryId: String, attempts: Int) async throws { try await base.recordFailedAttempt(entryId: entryId, attempts: attempts) }
+        func acknowledge(entryIds: [String]) async throws {
+            let first = acknowledgements.withLockedValue { $0.append($0.isEmpty); return $0.count == 1 }
+            if first { throw PigeonError.overloaded("the buffer is away") }
+            try await base.acknowledge(entryIds: entryIds)
+        }
+        var attempts: Int { acknowledgements.withLockedValue { $0.count } }
+    }
+
+    /// A failed acknowledgement (the store has the messages) is tried again after the retry delay on the clock.
+    @Test func aFailedAcknowledgementIsRetriedWhenTheRetryDelayHasPassedOnTheClock() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try SQLiteMessageStore(
+            path: directory + "/store.sqlite", durable: false, fanout: LocalFanout(sink: StoreContractTests.RecordingSink()))
+        let buffer = AcknowledgementFailsOnce(base: try EmbeddedBuffer(path: directory + "/buffer.sqlite", durable: false))
+        var configuration = ServerConfiguration()
+        configuration.retryBaseDelay = .seconds(3600)
+        configuration.maxRetryDelay = .seconds(4 * 3600)
+        var logger = Logger(label: "processor-clock")
+        logger.logLevel = .critical
+        let clock = ManualClock()
+        let processor = Processor(buffer: buffer, store: store, metrics: PigeonMetrics(), configuration: configuration, logger: logger, clock: clock)
+        let conversation = try await store.createConversation(creator: "alice", members: ["bob"], name: nil).id
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await processor.run() }
+            defer { group.cancelAll() }
+            let now = WallClock.nowMillis()
+            _ = try await buffer.append(
+                BufferedMessage(
+                    serverId: Identifiers.uuidV7(), conversationId: conversation, senderId: "alice", senderDeviceId: "alice-phone",
+                    clientMessageId: newId(), type: "text", body: "stored, then acknowledged", clientTimestamp: now, acceptedAt: now))
+            try await waitUntil("the first acknowledgement failed") { buffer.attempts == 1 }
+            try await clock.waitForSleepers()
+            clock.advance(by: .seconds(3599))
+            try await clock.waitForSleepers()
+            #expect(buffer.attempts == 1, "not tried again before the retry delay passed on the clock")
+            clock.advance(by: .seconds(1))
+            try await waitUntil("acknowledged at the second attempt") { buffer.attempts == 2 && buffer.depth == 0 }
+        }
+    }
 }

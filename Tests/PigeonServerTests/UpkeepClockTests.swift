@@ -80,4 +80,36 @@ import Testing
             try await waitUntil("bob is written when the second is over") { try await lastSeen("bob") == start + 10 }
         }
     }
+
+    /// The operator page's rates divide by the time between two samples on the clock, not on the machine's.
+    @Test func statisticsRatesAreCountsPerSecondOfTheClock() async throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let clock = ManualClock()
+        let metrics = PigeonMetrics()
+        let sampler = StatisticsSampler(
+            metrics: metrics, buffer: try EmbeddedBuffer(path: directory + "/buffer.sqlite", durable: false), hub: StreamHub(), clock: clock)
+        sampler.sample()
+        metrics.counts.accepted.add(10)
+        clock.advance(by: .seconds(2))
+        sampler.sample()
+        #expect(sampler.samples(since: nil).last?.accepted == 5, "10 accepted over 2 s of the clock: \(sampler.samples(since: nil))")
+    }
+
+    /// A token naming an unknown key refetches the JWKS at most once per minimum refresh interval of the clock.
+    @Test func theJWKSMinimumRefreshIntervalRunsOnTheClock() async throws {
+        let path = try writeTemporaryFile(TestSigningKey.jwks([try await TestSigningKey.es256(kid: "k")]), name: "jwks.json")
+        var configuration = AuthConfiguration()
+        configuration.jwtJWKSMinimumRefreshInterval = .seconds(30)
+        var logger = Logger(label: "jwks-clock")
+        logger.logLevel = .critical
+        let clock = ManualClock()
+        let source = JWKSKeySource(location: .file(path), configuration: configuration, logger: logger, clock: clock)
+        try await source.loadFile()
+        #expect(await source.refreshForUnknownKid() == false, "fetched at the start, within the interval")
+        clock.advance(by: .seconds(29))
+        #expect(await source.refreshForUnknownKid() == false, "29 s of the clock: not yet")
+        clock.advance(by: .seconds(1))
+        #expect(await source.refreshForUnknownKid() == true, "30 s of the clock: fetched again")
+    }
 }

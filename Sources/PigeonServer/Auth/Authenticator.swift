@@ -42,11 +42,13 @@ public final class Authenticator: Service, Sendable {
 
     /// Reads the configured key files (a missing or malformed one is an error naming it); a JWKS URL is first
     /// fetched by ``run()``.
-    init(store: any DeviceStore, configuration: AuthConfiguration, activity: DeviceActivity, logger: Logger) async throws {
+    init(
+        store: any DeviceStore, configuration: AuthConfiguration, activity: DeviceActivity, logger: Logger, clock: any Clock<Duration> = ContinuousClock()
+    ) async throws {
         self.store = store
         self.logger = logger
         self.activity = activity
-        self.jwt = configuration.hasJWTKeys ? try await JWTAuthenticator(configuration: configuration, logger: logger) : nil
+        self.jwt = configuration.hasJWTKeys ? try await JWTAuthenticator(configuration: configuration, logger: logger, clock: clock) : nil
     }
 
     public func run() async throws {

@@ -50,12 +50,15 @@ actor JWKSKeySource {
     private let maxBytes: Int
     private let logger: Logger
     private let current = NIOLockedValueBox<[JWTVerificationKey]>([])
-    private var lastFetch: ContinuousClock.Instant?
+    /// The node's clock: the refresh interval, the backoff and the minimum refresh interval run on it.
+    private let clock: ElapsedClock
+    private var lastFetch: ElapsedClock.Instant?
     private var fetching = false
     private var waiters: [CheckedContinuation<Bool, Never>] = []
 
-    init(location: Location, configuration: AuthConfiguration, logger: Logger) {
+    init(location: Location, configuration: AuthConfiguration, logger: Logger, clock: any Clock<Duration> = ContinuousClock()) {
         self.location = location
+        self.clock = ElapsedClock(clock)
         self.refreshInterval = configuration.jwtJWKSRefreshInterval
         self.minimumRefreshInterval = configuration.jwtJWKSMinimumRefreshInterval
         self.fetchTimeout = configuration.jwtJWKSFetchTimeout
@@ -69,7 +72,7 @@ actor JWKSKeySource {
     /// Loads a JWKS file now, so a missing or malformed one stops the server at start with a clear error.
     func loadFile() async throws {
         guard case .file = location else { return }
-        lastFetch = .now
+        lastFetch = clock.now
         try await install(fetch())
     }
 
@@ -77,7 +80,7 @@ actor JWKSKeySource {
     /// interval; `true` when the key set was fetched (possibly by a concurrent caller).
     func refreshForUnknownKid() async -> Bool {
         if fetching { return await withCheckedContinuation { waiters.append($0) } }
-        if let lastFetch, ContinuousClock.now - lastFetch < minimumRefreshInterval { return false }
+        if let lastFetch, clock.now - lastFetch < minimumRefreshInterval { return false }
         return await refresh(reason: "a token names an unknown kid")
     }
 
@@ -89,7 +92,7 @@ actor JWKSKeySource {
         var warnedAtStart = false
         while !Task.isCancelled {
             if delay > .zero {
-                do { try await Task.sleep(for: delay) } catch { return }
+                do { try await clock.sleep(for: delay) } catch { return }
             }
             if await refresh(reason: "scheduled") {
                 delay = refreshInterval
@@ -109,7 +112,7 @@ actor JWKSKeySource {
     private func refresh(reason: String) async -> Bool {
         if fetching { return await withCheckedContinuation { waiters.append($0) } }
         fetching = true
-        lastFetch = .now
+        lastFetch = clock.now
         let succeeded: Bool
         do {
             try await install(fetch())

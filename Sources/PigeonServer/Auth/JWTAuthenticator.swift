@@ -15,7 +15,7 @@ final class JWTAuthenticator: Sendable {
     let jwks: JWKSKeySource?
     private let rules: JWTClaimRules
 
-    init(configuration: AuthConfiguration, logger: Logger) async throws {
+    init(configuration: AuthConfiguration, logger: Logger, clock: any Clock<Duration> = ContinuousClock()) async throws {
         var keys: [JWTVerificationKey] = []
         if let secret = configuration.jwtSecret {
             guard !secret.isEmpty else { throw PigeonError.invalid("the JWT secret must not be empty") }
@@ -30,7 +30,7 @@ final class JWTAuthenticator: Sendable {
         }
         self.configuredKeys = keys
         if let text = configuration.jwtJWKS {
-            let source = JWKSKeySource(location: try JWKSKeySource.Location(text), configuration: configuration, logger: logger)
+            let source = JWKSKeySource(location: try JWKSKeySource.Location(text), configuration: configuration, logger: logger, clock: clock)
             try await source.loadFile()
             self.jwks = source
         } else {

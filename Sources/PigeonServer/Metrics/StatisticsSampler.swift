@@ -16,7 +16,8 @@ final class StatisticsSampler: Service {
     private let metrics: PigeonMetrics
     private let buffer: any AcceptPath
     private let hub: StreamHub
-    private let clock: any Clock<Duration>
+    /// Paces the samples and measures the time between two (the rates' denominator).
+    private let clock: ElapsedClock
     private let interval: Duration
 
     private struct HistogramSnapshot {
@@ -30,7 +31,7 @@ final class StatisticsSampler: Service {
         /// One snapshot per tick, the oldest about ``latencyWindowSeconds`` old.
         var histograms: [HistogramSnapshot] = []
         var previousCounts: [Int] = [0, 0, 0, 0]
-        var previousTick: ContinuousClock.Instant?
+        var previousTick: ElapsedClock.Instant?
     }
 
     private let state = NIOLockedValueBox(State())
@@ -39,7 +40,7 @@ final class StatisticsSampler: Service {
         self.metrics = metrics
         self.buffer = buffer
         self.hub = hub
-        self.clock = clock
+        self.clock = ElapsedClock(clock)
         self.interval = interval
         let empty = [Int](repeating: 0, count: LatencyHistogram.bucketCount)
         state.withLockedValue { $0.histograms = [HistogramSnapshot(at: WallClock.nowMillis(), acceptToStored: empty, storedToDelivered: empty)] }
@@ -57,7 +58,7 @@ final class StatisticsSampler: Service {
     /// the window ending now.
     func sample() {
         let now = WallClock.nowMillis()
-        let tick = ContinuousClock.now
+        let tick = clock.now
         let counts = metrics.counts
         let current = [counts.accepted.value, counts.stored.value, counts.delivered.value, counts.deadLettered.value]
         let snapshot = HistogramSnapshot(

@@ -230,7 +230,7 @@ final class Processor: Service {
                 return
             } catch {
                 logger.error("buffer acknowledgement failed; retrying", metadata: ["error": "\(error)"])
-                try await Task.sleep(for: delay)
+                try await clock.sleep(for: delay)
                 delay = min(configuration.maxRetryDelay, delay * 2)
             }
         }
