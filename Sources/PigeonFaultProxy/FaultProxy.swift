@@ -89,6 +89,12 @@ public final class FaultProxy: Sendable {
         shared.state.withLockedValue { $0.acceptedConnections }
     }
 
+    /// How many bytes stalled connections read and discarded, both ways: a test waits for the bytes it sent to be
+    /// swallowed (instead of waiting a while and hoping they would have passed by then).
+    public var discardedBytes: Int {
+        shared.state.withLockedValue { $0.discardedBytes }
+    }
+
     /// How many client connections are open (accepted, not refused, and not closed yet).
     public var openConnections: Int {
         shared.state.withLockedValue { $0.clients.count }
@@ -155,6 +161,7 @@ private struct ProxyState: Sendable {
     var mode = FaultProxy.Mode.forward
     var stopped = false
     var acceptedConnections = 0
+    var discardedBytes = 0
     /// Goes up whenever every open connection is closed: a connection admitted in an earlier epoch is cut, even
     /// before its socket is closed.
     var epoch = 0
@@ -265,7 +272,14 @@ private final class ProxySideHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard followProxy() == .forward else { return }
+        switch followProxy() {
+        case .forward: break
+        case .stall:
+            let count = Self.unwrapInboundIn(data).readableBytes
+            shared.state.withLockedValue { $0.discardedBytes += count }
+            return
+        case .cut: return
+        }
         if let partner {
             partner.partnerWrite(Self.unwrapInboundIn(data))
         } else {

@@ -165,15 +165,31 @@ final class TmuxSession: Sendable {
             }
         }
 
+        // A message of bob's for alice's marker below to react to.
+        try bob.type("hello from bob")
+        try bob.press("Enter")
+        try await waitUntil("alice's chat shows bob's message", describe: { (try? alice.screen()) ?? "" }) {
+            ((try? alice.screen()) ?? "").contains("hello from bob")
+        }
+
         try alice.type("/edit")
         try await Task.sleep(for: .milliseconds(300))
         try alice.type(" 1 changed")
         try alice.press("C-u")
         try alice.type("/offline")
-        // Long enough for a typing frame to cross the server (it does in well under a second, as below).
-        try await Task.sleep(for: .seconds(2))
-        #expect(!((try? bob.screen()) ?? "").contains("typing"), "\((try? bob.screen()) ?? "")")
         try alice.press("C-u")
+        // The marker: a reaction alice's chat sends over its socket after every keystroke above, which bob's chat
+        // shows in place (a reaction does not end a typing line, a message would). A typing frame sent for any of those
+        // keystrokes would have reached bob before it.
+        try alice.type("/react 👍")
+        try alice.press("Enter")
+        var screens: [String] = []
+        try await waitUntil("bob's chat shows alice's reaction", describe: { (try? bob.screen()) ?? "" }) {
+            let screen = (try? bob.screen()) ?? ""
+            screens.append(screen)
+            return screen.contains("👍 1")
+        }
+        #expect(!screens.contains { $0.contains("typing") }, "\(screens.first { $0.contains("typing") } ?? "")")
 
         try alice.type("a real message")
         try await waitUntil("bob sees alice typing a message", describe: { (try? bob.screen()) ?? "" }) {

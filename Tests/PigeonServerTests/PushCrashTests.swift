@@ -39,9 +39,11 @@ import Testing
         try await waitUntil("the owed push is sent after the restart", timeout: .seconds(30)) {
             gateway.accepted.contains { $0.eventId == owed.serverId }
         }
-        try await Task.sleep(for: .seconds(2))
+        // A marker pushed after them: pushes to a device go out in order, so a repeat of either would be in by now.
+        let marker = try await second.client.sendAccepted(alice, to: conversation.id, body: "marker")
+        try await waitUntil("the marker is pushed", timeout: .seconds(30)) { gateway.accepted.contains { $0.eventId == marker.serverId } }
         let accepted = gateway.accepted.compactMap(\.eventId)
-        #expect(accepted == [answered.serverId, owed.serverId], "each once, the answered one never again: \(accepted)")
+        #expect(accepted == [answered.serverId, owed.serverId, marker.serverId], "each once, the answered one never again: \(accepted)")
         #expect(gateway.malformedCount == 0)
         try await second.stop(signal: SIGTERM)
         await gateway.stop()
@@ -112,7 +114,10 @@ import Testing
             sent.append(try await a.sendAccepted(alice, to: conversation.id, body: "offline \(sent.count)"))
             return !gateway.accepted.isEmpty
         }
-        try await Task.sleep(for: .seconds(2))
+        // A marker pushed after them: whatever either node still had to push for bob went out before it.
+        let lastMarker = try await a.sendAccepted(alice, to: conversation.id, body: "marker")
+        sent.append(lastMarker)
+        try await waitUntil("the marker is pushed", timeout: .seconds(30)) { gateway.accepted.contains { $0.eventId == lastMarker.serverId } }
         let pushed = gateway.received.compactMap(\.eventId)
         #expect(Set(pushed).count == pushed.count, "never one message twice, whichever node sent it: \(pushed)")
         #expect(Set(pushed).isSubset(of: Set(sent.map(\.serverId))), "only messages sent after the stream closed")

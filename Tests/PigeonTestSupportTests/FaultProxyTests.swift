@@ -109,7 +109,8 @@ import Testing
             try await early.send([2])
             let late = try await TestClient.connect(port: proxy.port)
             try await late.send([3])
-            try await Task.sleep(for: .milliseconds(300))
+            // Both bytes reached the proxy and were swallowed there: had they been passed on, it would be by now.
+            try await waitUntil("the proxy read the two bytes sent into the stall") { proxy.discardedBytes == 2 }
             #expect(early.received.isEmpty)
             #expect(late.received.isEmpty)
             #expect(echo.receivedBytes == 1)
