@@ -376,6 +376,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The pure rules (no I/O, no server, no clock): they run in seconds, first, so that a broken rule fails at once.
+        .testTarget(
+            name: "PigeonDomainTests",
+            dependencies: ["PigeonDomain", "PigeonProtocol", "PigeonServer", "PigeonRedisBuffer", "PigeonTestSupport"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "PigeonServerTests",
             dependencies: [
