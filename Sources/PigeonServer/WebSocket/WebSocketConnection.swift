@@ -6,7 +6,7 @@ import PigeonDomain
 import PigeonProtocol
 
 /// The event loop side of one `/v1/ws` connection: its operations are read, and its frames written, on the
-/// connection's event loop, with no task in between (docs/ARCHITECTURE.md, "The WebSocket on its event loop").
+/// connection's event loop, with no task in between (docs/FEATURES.md, "The WebSocket on its event loop").
 ///
 /// In the pipeline right behind the WebSocket frame decoder, it takes the data frames (text, binary, continuation)
 /// and lets the control frames (ping, pong, close) through to the WebSocket handler behind it, which answers them.
