@@ -175,4 +175,39 @@ struct ReplacedBodyTests {
             #expect(history.first?.body == "[redacted]")
         }
     }
+
+    /// Over HTTP the stream can say an edit is stored before the edit's own answer (which says the hook replaced its
+    /// body) arrives: the edited message still reads as stored, not as typed. (It kept the typed body: the edit's
+    /// stored evidence had already applied the typed body to the message's confirmed revision.)
+    @Test func anEditStoredBeforeItsAnswerArrivesStillReadsAsStored() async throws {
+        let hook = try await WebhookReceiver.start()
+        defer { Task { await hook.stop() } }
+        hook.answer { request in
+            let body = ((request.json?["message"] as? [String: Any])?["body"] as? String) ?? ""
+            return body.contains("secret") ? .json(#"{"action":"replace","body":"[redacted]"}"#) : .json(#"{"action":"allow"}"#)
+        }
+        try await withKitTestServer(configure: { configuration in
+            configuration.appBackend.beforeSendHookURL = hook.url
+            configuration.appBackend.webhookSecret = "hook-secret-for-tests-0123456789"
+        }) { server in
+            let (alice, faulty) = try await TestDevice.registerFaulty("alice", on: server.url) { $0.streamTransport = .serverSentEvents }
+            let bob = try await TestDevice.register("bob", on: server.url)
+            try await startAll(alice, bob)
+            let conversation = try await makeConversation([alice, bob])
+            let plain = try alice.client.send("hello", to: conversation)
+            try await alice.waitForStatus(plain.localId, atLeast: .stored)
+            faulty.holdAnswers(.edit)
+            let edit = try alice.client.edit(localId: plain.localId, body: "hello, secret")
+            try await waitUntil("the edit's answer is held back") { faulty.heldAnswerCount(.edit) == 1 }
+            try await alice.waitForStatus(edit.localId, atLeast: .stored)
+            faulty.releaseAnswers(.edit)
+            try await waitUntil("the edit's answer is applied") { faulty.heldAnswerCount(.edit) == 0 }
+            try await waitUntil("the edited message reads as stored", describe: { (try? alice.message(plain.localId).body) ?? "?" }) {
+                try alice.message(plain.localId).body == "[redacted]"
+            }
+            #expect(try alice.client.search("secret").isEmpty, "the search finds what is stored, not what was typed")
+            await alice.client.stop()
+            await bob.client.stop()
+        }
+    }
 }

@@ -76,7 +76,15 @@ extension LocalStore {
             guard var edit = try? JSONDecoder().decode(EditBody.self, from: Data(body.utf8)) else { return }
             edit.body = stored
             try db.cachedStatement(sql: "UPDATE messages SET body = ? WHERE localId = ?").execute(arguments: [Self.json(edit), localId])
-            if let targetLocalId { try refreshShown(db, localId: targetLocalId, outcome: &outcome) }
+            guard let targetLocalId else { return }
+            // Stored before this answer came (over HTTP the stream's `message.stored` can overtake it): the edit already
+            // gave its target's confirmed revision the typed body. When it is the last change applied there, the
+            // confirmed body is the stored one.
+            if let seq = try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM messages WHERE localId = ?"), arguments: [localId]) {
+                try db.cachedStatement(sql: "UPDATE messages SET confirmedBody = ? WHERE localId = ? AND changeSeq = ?")
+                    .execute(arguments: [stored, targetLocalId, seq])
+            }
+            try refreshShown(db, localId: targetLocalId, outcome: &outcome)
             return
         }
         guard type != ServerMessageType.delete else { return }

@@ -19,8 +19,14 @@ final class FaultyTransport: PigeonTransport {
     private let operationObserver = NIOLockedValueBox<@Sendable (ClientOperation) -> Void>({ _ in })
     private let uploadFaults = NIOLockedValueBox<[String: [UploadFault]]>([:])
     private let uploadCounts = NIOLockedValueBox<[String: Int]>([:])
-    /// While holding, reactions' answers (the server has applied them) wait; how many wait now.
-    private let reactionAnswers = NIOLockedValueBox((holding: false, held: 0))
+    /// The kinds of answer held back now (the server has applied them; they wait), and how many of each wait.
+    private let heldAnswers = NIOLockedValueBox((holding: Set<HeldAnswer>(), held: [HeldAnswer: Int]()))
+
+    /// Answers a test can hold back while the stream's events overtake them.
+    enum HeldAnswer: Hashable, Sendable {
+        case reaction
+        case edit
+    }
 
     init(base: any PigeonTransport) {
         self.base = base
@@ -42,24 +48,31 @@ final class FaultyTransport: PigeonTransport {
 
     /// From now on a reaction's answer is held back once the server has given it, until ``releaseReactionAnswers()``:
     /// the stream's events overtake it.
-    func holdReactionAnswers() {
-        reactionAnswers.withLockedValue { $0.holding = true }
-    }
-
-    func releaseReactionAnswers() {
-        reactionAnswers.withLockedValue { $0.holding = false }
-    }
-
+    func holdReactionAnswers() { holdAnswers(.reaction) }
+    func releaseReactionAnswers() { releaseAnswers(.reaction) }
     /// Reactions' answers the server gave that are held back now.
-    var heldReactionAnswers: Int { reactionAnswers.withLockedValue { $0.held } }
+    var heldReactionAnswers: Int { heldAnswerCount(.reaction) }
 
-    fileprivate func reactionAnswered() async {
-        guard reactionAnswers.withLockedValue({ state in
-            if state.holding { state.held += 1 }
-            return state.holding
+    /// From now on an answer of `kind` is held back once the server has given it, until ``releaseAnswers(_:)``.
+    func holdAnswers(_ kind: HeldAnswer) {
+        heldAnswers.withLockedValue { _ = $0.holding.insert(kind) }
+    }
+
+    func releaseAnswers(_ kind: HeldAnswer) {
+        heldAnswers.withLockedValue { _ = $0.holding.remove(kind) }
+    }
+
+    /// Answers of `kind` the server gave that are held back now.
+    func heldAnswerCount(_ kind: HeldAnswer) -> Int { heldAnswers.withLockedValue { $0.held[kind] ?? 0 } }
+
+    fileprivate func answered(_ kind: HeldAnswer) async {
+        guard heldAnswers.withLockedValue({ state in
+            guard state.holding.contains(kind) else { return false }
+            state.held[kind, default: 0] += 1
+            return true
         }) else { return }
-        while reactionAnswers.withLockedValue({ $0.holding }) { try? await Task.sleep(for: .milliseconds(10)) }
-        reactionAnswers.withLockedValue { $0.held -= 1 }
+        while heldAnswers.withLockedValue({ $0.holding.contains(kind) }) { try? await Task.sleep(for: .milliseconds(10)) }
+        heldAnswers.withLockedValue { $0.held[kind, default: 0] -= 1 }
     }
 
     /// The next `count` history fetches fail with a network error.
@@ -141,7 +154,9 @@ final class FaultyTransport: PigeonTransport {
     }
 
     func editMessage(conversationId: String, serverId: String, _ request: EditMessageRequest) async throws -> SendMessageResponse {
-        try await base.editMessage(conversationId: conversationId, serverId: serverId, request)
+        let answer = try await base.editMessage(conversationId: conversationId, serverId: serverId, request)
+        await answered(.edit)
+        return answer
     }
 
     func deleteMessage(conversationId: String, serverId: String, _ request: DeleteMessageRequest) async throws -> SendMessageResponse {
@@ -150,7 +165,7 @@ final class FaultyTransport: PigeonTransport {
 
     func react(conversationId: String, serverId: String, key: String, action: ReactionAction) async throws -> ReactionsResponse {
         let answer = try await base.react(conversationId: conversationId, serverId: serverId, key: key, action: action)
-        await reactionAnswered()
+        await answered(.reaction)
         return answer
     }
 
@@ -242,7 +257,9 @@ private final class FilteredConnection: EventStreamConnection {
     func edit(_ request: EditMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
         transport.record(.edit(conversationId: conversationId, serverId: serverId, request))
         if isDeaf { return .queued }
-        return await base.edit(request, of: serverId, in: conversationId)
+        let handover = await base.edit(request, of: serverId, in: conversationId)
+        await transport.answered(.edit)
+        return handover
     }
 
     func delete(_ request: DeleteMessageRequest, of serverId: String, in conversationId: String) async -> MessageHandover {
@@ -255,7 +272,7 @@ private final class FilteredConnection: EventStreamConnection {
         transport.record(.react(conversationId: conversationId, request))
         if isDeaf { return .queued }
         let handover = await base.react(request, in: conversationId)
-        await transport.reactionAnswered()
+        await transport.answered(.reaction)
         return handover
     }
 
