@@ -35,7 +35,7 @@ extension PigeonClient {
         case serverSentEvents
     }
 
-    /// Everything a ``PigeonClient`` needs. Defaults follow docs/ARCHITECTURE.md's targets (10 s ACK timeout, 3 tries,
+    /// Everything a ``PigeonClient`` needs. Defaults follow docs/TARGETS.md (10 s ACK timeout, 3 tries,
     /// 30 s catch-up).
     public struct Configuration: Sendable {
         /// The server, e.g. `http://127.0.0.1:8080`.

@@ -11,7 +11,7 @@ public struct RetryPolicy: Sendable, Equatable {
     /// The longest backoff between two tries (the server's `Retry-After` may still ask for longer).
     public var maxDelay: Duration
 
-    /// The policy of docs/ARCHITECTURE.md's targets by default: 3 tries, a 10 s ACK timeout, backoff from 1 s to
+    /// The policy of docs/TARGETS.md by default: 3 tries, a 10 s ACK timeout, backoff from 1 s to
     /// 60 s.
     public init(maxAttempts: Int = 3, ackTimeout: Duration = .seconds(10), baseDelay: Duration = .seconds(1), maxDelay: Duration = .seconds(60)) {
         self.maxAttempts = maxAttempts

@@ -2,11 +2,10 @@ import Logging
 import NIOConcurrencyHelpers
 import PigeonProtocol
 
-/// The network side of a ``PigeonClient``: the connection loop, the outbox dispatcher, delivered/read receipts,
-/// gap recovery, periodic catch-up and WAL checkpoints, each a loop of ``run()`` (in the `ClientEngine+…` files).
-/// Everything it learns goes through the local database first. Every wait and backoff runs on ``clock``, and every
-/// jitter comes from ``jitter``: both from the configuration, so tests can drive them.
-final class ClientEngine: Sendable {
+/// What the engine's loops share: the database, the transport, the event hub, the settings, the clock and jitter,
+/// the connection (``ConnectionSlot``), the outbox's queue, and the signals that wake each loop. Everything learnt
+/// from the server goes through ``apply(_:)``: persisted first, then announced, then the loops it concerns woken.
+final class EngineShared: Sendable {
     let store: LocalStore
     let transport: any PigeonTransport
     let hub: EventHub
@@ -81,38 +80,7 @@ final class ClientEngine: Sendable {
         if changed { hub.emit(.connectionStateChanged(state)) }
     }
 
-    /// Switches the network on or off. Off closes the stream at once; messages sent meanwhile wait (⏰).
-    func setNetworkEnabled(_ enabled: Bool) {
-        let connection = slot.withLockedValue { slot -> (any EventStreamConnection)? in
-            slot.networkEnabled = enabled
-            return enabled ? nil : slot.connection
-        }
-        connection?.close()
-        connectionWake.notify()
-    }
-
-    /// Runs every loop until the task is cancelled.
-    func run() async {
-        slot.withLockedValue { $0.running = true }
-        defer { slot.withLockedValue { $0.running = false } }
-        await withTaskCancellationHandler {
-            await withDiscardingTaskGroup { group in
-                group.addTask { await self.connectionLoop() }
-                group.addTask { await self.outboxLoop() }
-                group.addTask { await self.receiptLoop() }
-                group.addTask { await self.gapLoop() }
-                group.addTask { await self.catchUpLoop() }
-                group.addTask { await self.checkpointLoop() }
-            }
-        } onCancel: {
-            // The stream's reader waits for frames, not for cancellation: closing the connection ends it.
-            self.slot.withLockedValue { $0.connection }?.close()
-        }
-        slot.withLockedValue { $0.connection }?.close()
-        setState(.offline)
-    }
-
-    /// Persists and announces a batch, then starts what it calls for.
+    /// Persists and announces a batch, then wakes the loops it concerns.
     func apply(_ batch: [Incoming]) async throws {
         let outcome = try await receiver.apply(batch)
         if !outcome.outboxSettled.isEmpty {
@@ -125,16 +93,32 @@ final class ClientEngine: Sendable {
         if outcome.resetRequested { catchUpWake.notify() }
         if outcome.receiptsDue || !outcome.conversationsChanged.isEmpty { receiptWake.notify() }
     }
+}
 
-    /// Keeps the write-ahead log short without making any write pay for it (see ``LocalStore/checkpoint(thresholdBytes:)``).
-    func checkpointLoop() async {
-        while !Task.isCancelled {
-            try? await clock.sleep(for: .seconds(1))
-            do {
-                try await store.checkpoint()
-            } catch {
-                logger.debug("checkpoint failed", metadata: ["error": "\(error)"])
-            }
-        }
-    }
+/// One of the engine's parts (a loop and what it does): it reads the shared state as its own.
+protocol EnginePart: Sendable {
+    var shared: EngineShared { get }
+}
+
+extension EnginePart {
+    var store: LocalStore { shared.store }
+    var transport: any PigeonTransport { shared.transport }
+    var hub: EventHub { shared.hub }
+    var settings: PigeonClient.Configuration { shared.settings }
+    var logger: Logger { shared.logger }
+    var clock: ElapsedClock { shared.clock }
+    var jitter: @Sendable () -> Double { shared.jitter }
+    var slot: NIOLockedValueBox<EngineShared.ConnectionSlot> { shared.slot }
+    var outbox: NIOLockedValueBox<OutboxQueue> { shared.outbox }
+    var connectionState: ConnectionState { shared.connectionState }
+    var isNetworkEnabled: Bool { shared.isNetworkEnabled }
+    var connectionGeneration: Int { shared.connectionGeneration }
+    var onlineConnection: (any EventStreamConnection)? { shared.onlineConnection }
+    func setState(_ state: ConnectionState) { shared.setState(state) }
+    func apply(_ batch: [Incoming]) async throws { try await shared.apply(batch) }
+    var connectionWake: AsyncSignal { shared.connectionWake }
+    var outboxWake: AsyncSignal { shared.outboxWake }
+    var receiptWake: AsyncSignal { shared.receiptWake }
+    var gapWake: AsyncSignal { shared.gapWake }
+    var catchUpWake: AsyncSignal { shared.catchUpWake }
 }

@@ -1,9 +1,15 @@
 import PigeonProtocol
 
-extension ClientEngine {
+/// Keeps the device's one event stream: opens it (WebSocket, or server-sent events), reconnects with backoff, reads
+/// it (answers to the ``OutboxDispatcher``, events through ``EngineShared/apply(_:)``), and signs out for good when
+/// the server refuses the token.
+struct ConnectionLoop: EnginePart {
+    let shared: EngineShared
+    let dispatcher: OutboxDispatcher
+
     /// Keeps one event stream open while the network is enabled, reconnecting with backoff; on each new
     /// connection, wakes the loops that have work for it.
-    func connectionLoop() async {
+    func run() async {
         var backoff = ReconnectBackoff(base: settings.reconnectBaseDelay, max: settings.reconnectMaxDelay)
         while !Task.isCancelled, connectionState != .signedOut {
             guard isNetworkEnabled else {
@@ -84,12 +90,12 @@ extension ClientEngine {
             for frame in frames {
                 switch frame {
                 case .ack(let ack):
-                    await accepted(clientMessageId: ack.clientMessageId, response: SendMessageResponse(
+                    await dispatcher.accepted(clientMessageId: ack.clientMessageId, response: SendMessageResponse(
                         serverId: ack.serverId, clientMessageId: ack.clientMessageId, status: ack.status, acceptedAt: ack.acceptedAt, seq: ack.seq,
                         bodyReplaced: ack.bodyReplaced, body: ack.body))
                 case .error(let error):
                     if let clientMessageId = error.clientMessageId {
-                        await refusedOrTransient(clientMessageId: clientMessageId, error: PigeonClientError(
+                        await dispatcher.refusedOrTransient(clientMessageId: clientMessageId, error: PigeonClientError(
                             .server, error.error.message, serverError: error.error, httpStatus: error.error.code.httpStatus))
                     } else {
                         logger.debug("server refused an operation", metadata: ["error": "\(error.error.message)"])
@@ -127,7 +133,18 @@ extension ClientEngine {
         logger.info("the server refused this device's token; signed out", metadata: ["error": "\(error)"])
         hub.emit(.signedOut(error))
     }
-}
+    /// Closes the open stream, if any, and reconnects at once (without the backoff of a failed attempt): a push
+    /// means the server saw no stream from this device, so a connection the engine still holds from before is
+    /// presumed dead (a suspended app's socket, which would swallow sends and receipts until its liveness check).
+    /// Whether there was one to close.
+    @discardableResult
+    func replaceConnection() -> Bool {
+        let connection = slot.withLockedValue { $0.connection }
+        guard let connection else { return false }
+        connectionWake.notify()
+        connection.close()
+        return true
+    }}
 
 extension PigeonClientError {
     /// Whether the server refused the token itself (`401 unauthorized`): revoked, or no longer valid.

@@ -1,10 +1,13 @@
 import PigeonProtocol
 
-extension ClientEngine {
+/// Sends the delivered and read receipts this device owes, batched, and only on a live stream.
+struct ReceiptSender: EnginePart {
+    let shared: EngineShared
+
     /// Sends the delivered and read watermarks this device owes, batched: every wake within the debounce
     /// interval becomes one receipt per conversation and kind. Confirmed by the server's echo (`receipt` events
     /// for this user), so a receipt lost with a connection is sent again on the next one.
-    func receiptLoop() async {
+    func run() async {
         while !Task.isCancelled {
             await receiptWake.wait()
             try? await clock.sleep(for: settings.receiptDelay)
@@ -27,5 +30,4 @@ extension ClientEngine {
     }
 
     /// Queues a read receipt now (``PigeonClient/markRead(conversationId:upToSeq:)``).
-    func receiptsChanged() { receiptWake.notify() }
-}
+    func receiptsChanged() { receiptWake.notify() }}
