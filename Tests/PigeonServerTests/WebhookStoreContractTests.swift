@@ -14,8 +14,15 @@ import Testing
     static let all = WebhookOutbox(types: Set(WebhookEventType.allCases))
 
     /// Every event recorded, in delivery order: claims heads and completes them until none is left.
+    /// The webhook role of `store`'s backend.
+    static func deliveries(_ store: any MessageStore) throws -> any WebhookStore {
+        if let sqlite = store as? SQLiteMessageStore { return sqlite.webhookDeliveries }
+        if let postgres = store as? PostgresMessageStore { return postgres.webhookDeliveries }
+        throw TestFailure("no webhook role for \(type(of: store))")
+    }
+
     static func drain(_ store: any MessageStore, node: String = "test-node") async throws -> [WebhookDelivery] {
-        let webhooks = try #require(store as? any WebhookStore)
+        let webhooks = try deliveries(store)
         var delivered: [WebhookDelivery] = []
         for _ in 0..<1_000 {
             let now = WallClock.nowMillis()
@@ -142,7 +149,7 @@ import Testing
     @Test(arguments: Kind.allCases) func headsLeasesRetriesDeadLettersAndReplays(_ kind: Kind) async throws {
         try await StoreContractTests.withStores(kind, webhooks: WebhookOutbox(types: [.messageStored])) { stores, _ in
             let store = stores[0]
-            let outbox = try #require(store as? any WebhookStore)
+            let outbox = try Self.deliveries(store)
             let a = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
             let b = try await store.createConversation(creator: "alice", members: ["bob"], name: nil)
             _ = try await store.process((1...3).map { StoreContractTests.item(conversation: a.id, body: "a\($0)") })
@@ -198,7 +205,7 @@ import Testing
             _ = try await store.recordReceipt(conversationId: conversation.id, userId: "bob", kind: .read, upToSeq: 1)
             _ = try await store.registerDevice(userId: "dora", name: nil, tokenHash: newId(), rule: StoreContractTests.openRule)
             #expect(try await Self.drain(store).isEmpty)
-            #expect(try await (store as? any WebhookStore)?.webhookStats() == WebhookStats(pending: 0, dead: 0, oldestPendingAt: nil))
+            #expect(try await Self.deliveries(store).webhookStats() == WebhookStats(pending: 0, dead: 0, oldestPendingAt: nil))
         }
     }
 
@@ -214,7 +221,7 @@ import Testing
                     group.addTask {
                         var mine: [WebhookDelivery] = []
                         for _ in 0..<10 {
-                            mine += try await (store as! any WebhookStore).claimWebhookEvents(
+                            mine += try await Self.deliveries(store).claimWebhookEvents(
                                 now: now, limit: 2, leaseUntil: now + 60_000, node: "n\(index)")
                         }
                         return mine

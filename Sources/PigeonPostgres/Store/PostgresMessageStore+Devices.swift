@@ -77,7 +77,7 @@ extension PostgresMessageStore {
             ).decode(Int64.self) { revoked = true }
             guard revoked else { return nil }
             // A revoked device is woken no more (API.md 1.1): its push registration goes with it.
-            try await Self.removePushRegistration(connection, of: device, logger: logger)
+            try await PostgresPush.removePushRegistration(connection, of: device, logger: logger)
             try await Self.recordWebhook(connection, webhooks.device(.deviceRevoked, device, at: revokedAt), cipher: cipher, logger: logger)
             return DeviceRevocation(device: device, revokedAt: revokedAt)
         }

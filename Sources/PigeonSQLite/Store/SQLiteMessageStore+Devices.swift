@@ -53,7 +53,7 @@ extension SQLiteMessageStore {
                 arguments: [revokedAt, revokedAt, device.userId, device.deviceId])
             guard db.changesCount == 1 else { return nil }
             // A revoked device is woken no more (API.md 1.1): its push registration goes with it.
-            _ = try Self.removePushRegistration(db, of: device)
+            _ = try SQLitePush.removePushRegistration(db, of: device)
             try Self.recordWebhook(db, webhooks.device(.deviceRevoked, device, at: revokedAt))
             return DeviceRevocation(device: device, revokedAt: revokedAt)
         }

@@ -103,7 +103,9 @@ final class PigeonCore: Sendable {
                 try configuration.nodeId
                 ?? (configuration.isEmbedded ? Self.persistentNodeId(dataDirectory: dataDirectory) : "node-" + Identifiers.randomHex(bytes: 8))
         }
-        let store: any MessageStore & PushStore & WebhookStore
+        let store: any MessageStore
+        let pushStore: any PushStore
+        let webhookStore: any WebhookStore
         // The webhook events the store records with what they report; none without `--webhook`.
         let webhooks = WebhookOutbox(typeNames: configuration.appBackend.enabledWebhookEvents)
         let attachments: any AttachmentStore
@@ -117,6 +119,7 @@ final class PigeonCore: Sendable {
                 path: path, durable: configuration.durable, fanout: local, faultInjector: configuration.processingFaultInjector, webhooks: webhooks,
                 cipher: configuration.atRest)
             (store, fanout, sqliteStore) = (opened, local, opened)
+            (pushStore, webhookStore) = (opened.push, opened.webhookDeliveries)
             sqliteFiles.append(path)
             attachments = try SQLiteAttachmentStore(
                 messageStore: opened, directory: dataDirectory.appendingPathComponent("attachments"), durable: configuration.durable, logger: logger)
@@ -125,6 +128,7 @@ final class PigeonCore: Sendable {
                 url: url, local: local, faultInjector: configuration.processingFaultInjector, logger: logger, nodeId: nodeId,
                 stageTimer: metrics.stageTimer, clock: configuration.clock, webhooks: webhooks, cipher: configuration.atRest)
             (store, fanout) = (opened, opened.fanout)
+            (pushStore, webhookStore) = (opened.push, opened.webhookDeliveries)
             attachments = PostgresAttachmentStore(messageStore: opened, logger: logger)
             backendServices.append(opened)
             nodeRosters.append(opened.fanout)
@@ -165,17 +169,17 @@ final class PigeonCore: Sendable {
         var pushDispatcher: PushDispatcher?
         if let notifyURL = configuration.push.notifyURL {
             let dispatcher = PushDispatcher(
-                store: store, presence: fanout, configuration: configuration.push, notifyURL: notifyURL, metrics: metrics, nodeId: nodeId,
+                store: pushStore, presence: fanout, configuration: configuration.push, notifyURL: notifyURL, metrics: metrics, nodeId: nodeId,
                 logger: logger, clock: configuration.clock)
             local.observePublications { [weak dispatcher] in dispatcher?.committed() }
             pushDispatcher = dispatcher
         }
         let webhookDispatcher = Self.webhookDispatcher(
-            store: store, configuration: configuration, metrics: metrics, nodeId: nodeId, local: local, logger: logger)
+            store: webhookStore, configuration: configuration, metrics: metrics, nodeId: nodeId, local: local, logger: logger)
         return PigeonCore(
             configuration: configuration, logger: logger, metrics: metrics, hub: hub, fanout: fanout, store: store, attachments: attachments,
             accept: accept, buffer: buffer, authenticator: authenticator, activity: activity, sqliteFiles: sqliteFiles, backendServices: backendServices,
-            pushStore: store, pushDispatcher: pushDispatcher, webhookStore: store, webhookDispatcher: webhookDispatcher, nodeId: nodeId,
+            pushStore: pushStore, pushDispatcher: pushDispatcher, webhookStore: webhookStore, webhookDispatcher: webhookDispatcher, nodeId: nodeId,
             nodeRosters: nodeRosters)
     }
 

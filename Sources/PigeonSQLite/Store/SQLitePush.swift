@@ -2,11 +2,14 @@ import GRDB
 import PigeonDomain
 import PigeonProtocol
 
-/// Push registrations and owed pushes in the embedded store (``PushStore``). The single writer serialises every
-/// change, so a collection, a claim and a finish never interleave.
-extension SQLiteMessageStore: PushStore {
+/// Push registrations and owed pushes in the embedded store (``PushStore``): a role of its own that borrows the store's
+/// single writer and read pool. The single writer serialises every change, so a collection, a claim and a finish never
+/// interleave.
+public struct SQLitePush: PushStore {
+    let store: SQLiteMessageStore
+
     public func setPushRegistration(_ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64) async throws {
-        try await write { db in
+        try await store.write { db in
             // A pushkey wakes one device: another user's device keeps it (409); the same user's other device (the app
             // reinstalled) loses it.
             let holder = try String.fetchOne(
@@ -35,7 +38,7 @@ extension SQLiteMessageStore: PushStore {
 
     @discardableResult
     public func removePushRegistration(of device: DeviceIdentity) async throws -> Bool {
-        try await write { db in try Self.removePushRegistration(db, of: device) }
+        try await store.write { db in try Self.removePushRegistration(db, of: device) }
     }
 
     /// Drops a device's registration and its owed push (also part of a revocation's transaction).
@@ -46,7 +49,7 @@ extension SQLiteMessageStore: PushStore {
     }
 
     public func pushRegistration(of device: DeviceIdentity) async throws -> PushRegistrationInfo? {
-        try await pool.read { db in
+        try await store.pool.read { db in
             try Row.fetchOne(
                 db,
                 sql: """
@@ -67,9 +70,9 @@ extension SQLiteMessageStore: PushStore {
         limit: Int, now: Int64, window: Int64, minInterval: Int64, isOnline: @escaping @Sendable (DeviceIdentity) -> Bool
     ) async throws -> PushCollection? {
         // Nothing stored since the last collection: no write at all (an idle server stays idle).
-        let (cursor, head) = try await pool.read { db in (try Self.pushCursor(db), try Self.eventHead(db)) }
+        let (cursor, head) = try await store.pool.read { db in (try Self.pushCursor(db), try Self.eventHead(db)) }
         guard head > cursor else { return PushCollection(scanned: 0, owed: 0, more: false) }
-        return try await write { db -> PushCollection in
+        return try await store.write { db -> PushCollection in
             let cursor = try Self.pushCursor(db)
             let head = try Self.eventHead(db)
             let upTo = min(head, cursor + Int64(limit))
@@ -124,7 +127,7 @@ extension SQLiteMessageStore: PushStore {
     public func claimDuePushes(now: Int64, limit: Int, leaseUntil: Int64, node: String, includeBody: Bool) async throws -> [ClaimedPush] {
         // Nothing due: no write (the dispatcher polls).
         guard let due = try await nextPushDue(), due <= now else { return [] }
-        return try await write { db -> [ClaimedPush] in
+        return try await store.write { db -> [ClaimedPush] in
             let rows = try Row.fetchAll(
                 db,
                 sql: """
@@ -170,7 +173,7 @@ extension SQLiteMessageStore: PushStore {
     }
 
     public func finishPush(_ push: ClaimedPush, outcome: PushOutcome, now: Int64, minInterval: Int64, node: String) async throws {
-        try await write { db in
+        try await store.write { db in
             let key: [(any DatabaseValueConvertible)?] = [push.device.userId, push.device.deviceId]
             switch outcome {
             case .sent, .dropped:
@@ -211,17 +214,17 @@ extension SQLiteMessageStore: PushStore {
     }
 
     public func releasePushClaims(node: String) async throws {
-        try await write { db in
+        try await store.write { db in
             try db.execute(sql: "UPDATE push_pending SET claimed_until = 0, claimed_by = NULL WHERE claimed_by = ?", arguments: [node])
         }
     }
 
     public func pendingPushCount() async throws -> Int {
-        try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM push_pending") ?? 0 }
+        try await store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM push_pending") ?? 0 }
     }
 
     public func nextPushDue() async throws -> Int64? {
-        try await pool.read { db in
+        try await store.pool.read { db in
             // A claimed push is due again when its lease ends (a node that died with it).
             try Int64.fetchOne(db, sql: "SELECT MIN(MAX(due_at, claimed_until)) FROM push_pending")
         }

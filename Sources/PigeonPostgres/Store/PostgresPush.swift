@@ -3,13 +3,16 @@ import PigeonDomain
 import PigeonProtocol
 import PostgresNIO
 
-/// Push registrations and owed pushes in PostgreSQL (``PushStore``), shared by every node: one node collects at a
-/// time (the cursor row is locked, the others skip), and each owed push is claimed by one node under a lease, so
-/// a node that dies with pushes claimed hands them on when the lease ends (or at once when it restarts).
-extension PostgresMessageStore: PushStore {
+/// Push registrations and owed pushes in PostgreSQL (``PushStore``): a role of its own that borrows the store's pool;
+/// every change is one transaction, claims under a lease (`FOR UPDATE SKIP LOCKED`), so nodes share the work.
+public struct PostgresPush: PushStore {
+    let store: PostgresMessageStore
+    private var logger: Logger { store.logger }
+    private var eventPartitions: Int { store.eventPartitions }
+
     public func setPushRegistration(_ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64) async throws {
         do {
-            try await transaction { connection in try await Self.setPushRegistration(connection, request, data: cipher.seal(data), for: device, at: now, logger: logger) }
+            try await store.transaction { connection in try await Self.setPushRegistration(connection, request, data: store.cipher.seal(data), for: device, at: now, logger: logger) }
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "23505" {
             // Another user's device registered the pushkey between the check and the insert: the unique index holds it.
             throw PigeonError.pushkeyHeld
@@ -50,7 +53,7 @@ extension PostgresMessageStore: PushStore {
 
     @discardableResult
     public func removePushRegistration(of device: DeviceIdentity) async throws -> Bool {
-        try await transaction { connection in try await Self.removePushRegistration(connection, of: device, logger: logger) }
+        try await store.transaction { connection in try await Self.removePushRegistration(connection, of: device, logger: logger) }
     }
 
     /// Drops a device's registration and its owed push (also part of a revocation's transaction).
@@ -69,7 +72,7 @@ extension PostgresMessageStore: PushStore {
 
     public func pushRegistration(of device: DeviceIdentity) async throws -> PushRegistrationInfo? {
         var info: PushRegistrationInfo?
-        for try await (kind, appId, pushkey, data, updatedAt, lastPushedAt, pending) in try await client.query(
+        for try await (kind, appId, pushkey, data, updatedAt, lastPushedAt, pending) in try await store.client.query(
             """
             SELECT r.kind, r.app_id, r.pushkey, r.data, r.updated_at, r.last_pushed_at,
                 EXISTS(SELECT 1 FROM push_pending p WHERE p.user_id = r.user_id AND p.device_id = r.device_id)
@@ -77,7 +80,7 @@ extension PostgresMessageStore: PushStore {
             """, logger: logger
         ).decode((String, String, String, String?, Int64, Int64?, Bool).self) {
             info = PushRegistrationInfo(
-                kind: PushKind(rawValue: kind) ?? .other, appId: appId, pushkey: pushkey, data: PushPayload.decodeData(try cipher.open(data)),
+                kind: PushKind(rawValue: kind) ?? .other, appId: appId, pushkey: pushkey, data: PushPayload.decodeData(try store.cipher.open(data)),
                 updatedAt: updatedAt, lastPushedAt: lastPushedAt, pending: pending)
         }
         return info
@@ -88,7 +91,7 @@ extension PostgresMessageStore: PushStore {
     ) async throws -> PushCollection? {
         let partitions = eventPartitions
         let logger = logger
-        return try await transaction { connection -> PushCollection? in
+        return try await store.transaction { connection -> PushCollection? in
             var cursor: [Int64]?
             for try await offsets in try await connection.query(
                 "SELECT offsets FROM push_cursor WHERE id = 1 FOR UPDATE SKIP LOCKED", logger: logger
@@ -156,7 +159,7 @@ extension PostgresMessageStore: PushStore {
     public func claimDuePushes(now: Int64, limit: Int, leaseUntil: Int64, node: String, includeBody: Bool) async throws -> [ClaimedPush] {
         guard let due = try await nextPushDue(), due <= now else { return [] }
         let logger = logger
-        return try await transaction { connection -> [ClaimedPush] in
+        return try await store.transaction { connection -> [ClaimedPush] in
             typealias Row = (String, String, String, String, String, String?, Int64, String, Int64, String, String, String, String?, Int64, Int32)
             var rows: [Row] = []
             for try await row in try await connection.query(
@@ -194,8 +197,8 @@ extension PostgresMessageStore: PushStore {
             return try rows.map { row in
                 try ClaimedPush(
                     device: DeviceIdentity(userId: row.0, deviceId: row.1), kind: PushKind(rawValue: row.2) ?? .other, appId: row.3,
-                    pushkey: row.4, data: cipher.open(row.5), registeredAt: row.6, conversationId: row.7, seq: row.8, serverId: row.9, senderId: row.10,
-                    messageType: row.11, body: includeBody ? cipher.open(row.12) : nil, unread: unread[row.0] ?? 0, owedSince: row.13, attempts: Int(row.14))
+                    pushkey: row.4, data: store.cipher.open(row.5), registeredAt: row.6, conversationId: row.7, seq: row.8, serverId: row.9, senderId: row.10,
+                    messageType: row.11, body: includeBody ? store.cipher.open(row.12) : nil, unread: unread[row.0] ?? 0, owedSince: row.13, attempts: Int(row.14))
             }
         }
     }
@@ -203,7 +206,7 @@ extension PostgresMessageStore: PushStore {
     public func finishPush(_ push: ClaimedPush, outcome: PushOutcome, now: Int64, minInterval: Int64, node: String) async throws {
         let (userId, deviceId) = (push.device.userId, push.device.deviceId)
         let logger = logger
-        try await transaction { connection in
+        try await store.transaction { connection in
             switch outcome {
             case .sent, .dropped:
                 var deleted = false
@@ -248,12 +251,12 @@ extension PostgresMessageStore: PushStore {
     }
 
     public func releasePushClaims(node: String) async throws {
-        try await client.query("UPDATE push_pending SET claimed_until = 0, claimed_by = NULL WHERE claimed_by = \(node)", logger: logger)
+        try await store.client.query("UPDATE push_pending SET claimed_until = 0, claimed_by = NULL WHERE claimed_by = \(node)", logger: logger)
     }
 
     public func pendingPushCount() async throws -> Int {
         var count = 0
-        for try await value in try await client.query("SELECT count(*) FROM push_pending", logger: logger).decode(Int64.self) {
+        for try await value in try await store.client.query("SELECT count(*) FROM push_pending", logger: logger).decode(Int64.self) {
             count = Int(value)
         }
         return count
@@ -261,7 +264,7 @@ extension PostgresMessageStore: PushStore {
 
     public func nextPushDue() async throws -> Int64? {
         var due: Int64?
-        for try await value in try await client.query(
+        for try await value in try await store.client.query(
             "SELECT MIN(GREATEST(due_at, claimed_until)) FROM push_pending", logger: logger
         ).decode(Int64?.self) {
             due = value
