@@ -119,9 +119,17 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // PigeonJS, the browser SDK: its ES modules, embedded for the server to serve at /sdk/.
+        .target(
+            name: "PigeonJS",
+            path: "Clients/PigeonJS",
+            resources: [.embedInCode("src")],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "PigeonServer",
             dependencies: [
+                "PigeonJS",
                 "PigeonProtocol",
                 "PigeonDomain",
                 "PigeonSQLite",
@@ -386,6 +394,7 @@ let package = Package(
             name: "PigeonServerTests",
             dependencies: [
                 "PigeonServer",
+                "PigeonJS",
                 "PigeonDomain",
                 "PigeonSQLite",
                 "PigeonPostgres",

@@ -10,6 +10,10 @@ extension ContractRoute {
 
     // MARK: Parameters
 
+    /// The modules of PigeonJS besides its entry (`Clients/PigeonJS/src`; the server serves what it embeds, and a test
+    /// checks that this list is that).
+    package static let sdkModules = ["client.js", "errors.js", "messages.js", "policy.js", "reactions.js", "status.js", "store.js"]
+
     private static let conversationId = Parameter.path("id", ContractSchemas.uuid, "The conversation's id (400 when it is not a UUID).")
     private static let serverId = Parameter.path("serverId", ContractSchemas.uuid, "The target message's serverId (400 when it is not a UUID).")
     private static let memberId = Parameter.path("userId", ContractSchemas.userId, "The member's userId (400 when it is not a valid userId).")
@@ -446,6 +450,14 @@ extension ContractRoute {
             method: .get, path: "/sdk/pigeon.js", operationId: "browserSDK", tag: "pages", summary: "PigeonJS, the browser SDK",
             description: "One ES module (docs/SDK-JS.md), importable from any origin (Access-Control-Allow-Origin: *); Cache-Control: no-cache with an ETag (If-None-Match: 304).",
             security: .none, answers: [.text(200, "text/javascript", "The module; its VERSION is the contract's version and a hash of the file.")]),
+        ContractRoute(
+            method: .get, path: "/sdk/{module}", operationId: "browserSDKModule", tag: "pages", summary: "A module of PigeonJS",
+            description: "The modules /sdk/pigeon.js imports by relative URL, served like it; any other name: 404.",
+            security: .none,
+            parameters: [
+                .path("module", Schema.enumeration(sdkModules), "A module of PigeonJS (an unknown name: 404).")
+            ],
+            answers: [.text(200, "text/javascript", "The module.")], refusals: [.notFound("No such module.")]),
         ContractRoute(
             method: .get, path: "/sdk/pigeon.d.ts", operationId: "browserSDKTypes", tag: "pages", summary: "PigeonJS's TypeScript declarations",
             description: "The types of /sdk/pigeon.js, served like it.",

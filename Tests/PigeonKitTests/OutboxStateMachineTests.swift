@@ -1,5 +1,6 @@
 import PigeonKit
 import PigeonProtocol
+import PigeonTestSupport
 import Testing
 
 /// The outbox's pure parts, driven directly without a network or a clock: one item's lifecycle (`OutboxItem`),
@@ -816,33 +817,31 @@ extension OutboxStateMachineTests {
         /// to compile there until it is added here too.
         static let allEvidence: [StatusEvidence] = [.dispatched, .accepted, .stored, .deliveredToAll, .readByAll, .failedLocally, .failedOnServer, .retry]
 
-        /// The status table of docs/ARCHITECTURE.md, written independently of the code under test.
+        /// The status table of docs/ARCHITECTURE.md, written apart from the code under test, as data both SDKs'
+        /// tests read (`Clients/vectors/status.json`; PigeonJS's browser test checks `applyEvidence` against it).
         static func expected(_ status: MessageStatus, _ evidence: StatusEvidence, failureIsLocal: Bool) -> MessageStatus? {
-            let progress: [MessageStatus] = [.pending, .sending, .sent, .stored, .delivered, .read]
-            func forward(to target: MessageStatus) -> MessageStatus? {
-                guard let from = progress.firstIndex(of: status), let to = progress.firstIndex(of: target) else { return nil }
-                return to > from ? target : nil
-            }
+            SharedVectors.status.next(status.rawValue, name(evidence), failureIsLocal: failureIsLocal).flatMap(MessageStatus.init(rawValue:))
+        }
+
+        /// An evidence's name in the vectors; exhaustive, so a new kind of evidence fails to compile here until the
+        /// vectors (and ``allEvidence``) have it too.
+        static func name(_ evidence: StatusEvidence) -> String {
             switch evidence {
-            case .dispatched:
-                return status == .pending ? .sending : nil
-            case .accepted:
-                if status == .failed { return failureIsLocal ? .sent : nil }
-                return forward(to: .sent)
-            case .stored:
-                if status == .failed { return failureIsLocal ? .stored : nil }
-                return forward(to: .stored)
-            case .deliveredToAll:
-                return status == .stored ? .delivered : nil
-            case .readByAll:
-                return status == .stored || status == .delivered ? .read : nil
-            case .failedLocally:
-                return status == .pending || status == .sending ? .failed : nil
-            case .failedOnServer:
-                return status == .pending || status == .sending || status == .sent ? .failed : nil
-            case .retry:
-                return status == .failed ? .pending : nil
+            case .dispatched: "dispatched"
+            case .accepted: "accepted"
+            case .stored: "stored"
+            case .deliveredToAll: "deliveredToAll"
+            case .readByAll: "readByAll"
+            case .failedLocally: "failedLocally"
+            case .failedOnServer: "failedOnServer"
+            case .retry: "retry"
             }
+        }
+
+        /// The vectors name every status and every kind of evidence there is.
+        @Test func theSharedTableCoversEveryStatusAndEvidence() {
+            #expect(SharedVectors.status.statuses == MessageStatus.allCases.map(\.rawValue))
+            #expect(SharedVectors.status.evidence == Self.allEvidence.map(Self.name))
         }
 
         @Test func everyStatusAndEvidenceFollowsTheTable() {

@@ -56,6 +56,7 @@ window.dropped = [];
 try {
   const sdk = await import(query.get("module"));
   window.sdk = sdk;
+  window.sdkURL = query.get("module");
   if (query.get("token")) {
     const client = new sdk.PigeonClient({
       server: query.get("server"), token: query.get("token"), userId: query.get("user"), database: query.get("db"),
@@ -189,20 +190,24 @@ class App:
                 check(ranks == sorted(ranks) and len(set(ranks)) == len(ranks), f"{local_id}'s status moved backwards or repeated: {path}")
 
 
+# The rules both SDKs share, as data (Clients/vectors): PigeonKit's Swift tests read the same files.
+VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Clients", "vectors")
+
+
+def vectors(name):
+    with open(os.path.join(VECTORS, name), encoding="utf-8") as file:
+        return json.load(file)
+
+
 # PigeonKit's status machine (docs/ARCHITECTURE.md "The status model"), written apart from the code: for each status,
 # the status after each evidence (None: no change); `failed` is a local failure (no answer came).
-EVIDENCE = ["dispatched", "accepted", "stored", "deliveredToAll", "readByAll", "failedLocally", "failedOnServer", "retry"]
-TABLE = {
-    "pending":   ["sending", "sent", "stored", None, None, "failed", "failed", None],
-    "sending":   [None, "sent", "stored", None, None, "failed", "failed", None],
-    "sent":      [None, None, "stored", None, None, None, "failed", None],
-    "stored":    [None, None, None, "delivered", "read", None, None, None],
-    "delivered": [None, None, None, None, "read", None, None, None],
-    "read":      [None, None, None, None, None, None, None, None],
-    "failed":    [None, "sent", "stored", None, None, None, None, "pending"],
-}
+STATUS_VECTORS = vectors("status.json")
+EVIDENCE = STATUS_VECTORS["evidence"]
+TABLE = STATUS_VECTORS["afterLocalFailure"]
 # A server failure (dead-lettered) is final: only retry moves it.
-SERVER_FAILED = [None, None, None, None, None, None, None, "pending"]
+SERVER_FAILED = STATUS_VECTORS["serverFailed"]
+REACTION_KEYS = vectors("reaction-keys.json")
+TIMINGS = vectors("retry.json")
 
 
 def setup():
@@ -306,12 +311,21 @@ def test_module_is_served_and_imports_from_another_origin():
                     ]:
                         shown = app.js("([r, p]) => window.sdk.withPendingReactions(r, p)", [server_side, pending])
                         check(shown == expected, f"withPendingReactions({server_side}, {pending}) = {shown}, not {expected}")
-                    # A reaction key in the server's one form (PigeonKit's ReactionKeyTests, the same cases).
-                    for given, expected in [("❤", "❤️"), ("❤\ufe0f\ufe0f\ufe0f", "❤️"), ("👍\ufe0f", "👍"), ("1\u20e3", "1️⃣"),
-                                            ("🏳\u200d🌈", "🏳️‍🌈"), ("☝🏻", "☝🏻"), ("party_parrot", "party_parrot"), ("#", None),
-                                            ("👍\u202e", None), ("\u200d👍", None), ("👍\U000e0041", None)]:
-                        got = app.js("(k) => window.sdk.canonicalReactionKey(k)", given)
-                        check(got == expected, f"canonicalReactionKey({given!r}) = {got!r}, not {expected!r}")
+                    # Reaction keys: the server's one form, and what it takes (the cases of PigeonKit's ReactionKeyTests).
+                    for case in REACTION_KEYS["canonical"]:
+                        got = app.js("(k) => window.sdk.canonicalReactionKey(k)", case["given"])
+                        check(got == case["canonical"], f"canonicalReactionKey({case['given']!r}) = {got!r}, not {case['canonical']!r}")
+                    taken = app.js("(keys) => keys.map((k) => window.sdk.canonicalReactionKey(k) !== null)", REACTION_KEYS["valid"] + REACTION_KEYS["invalid"])
+                    expected_taken = [True] * len(REACTION_KEYS["valid"]) + [False] * len(REACTION_KEYS["invalid"])
+                    check(taken == expected_taken, f"reaction keys taken or refused unlike the server: {taken}")
+                    # The retry policy and timings, from the module that holds them (served beside the entry).
+                    policy = app.js("""async () => {
+                        const p = await import(new URL("policy.js", window.sdkURL).href);
+                        return { retry: p.RETRY, reconnect: p.RECONNECT, receipt: p.RECEIPT_BATCH_MS };
+                    }""")
+                    check(policy == {"retry": {k: TIMINGS[k] for k in ("ackTimeoutMs", "tries", "backoffBaseMs", "backoffMaxMs")},
+                                     "reconnect": {"baseMs": TIMINGS["reconnectBaseMs"], "maxMs": TIMINGS["reconnectMaxMs"]},
+                                     "receipt": TIMINGS["receiptDelayMs"]}, f"PigeonJS's timings differ from PigeonKit's: {policy}")
                     imported = app.js("() => window.sdk.VERSION")
                     check(imported == version.group(1).decode(), f"the imported VERSION is {imported!r}")
                     check(not app.problems, f"problems: {app.problems}")
@@ -595,9 +609,19 @@ def test_edits_and_deletes_are_local_first_and_a_refused_one_is_undone():
 
 def test_server_restart_and_a_reload_while_it_is_down():
     with two_users("pigeonjs-restart") as (directory, origin, server, alice, bob, cid):
-        # A copy of the module on the app's origin: the app reloads while the server is down.
-        with open(os.path.join(directory, "pigeon.js"), "wb") as file:
-            file.write(pigeonweb.request("GET", server.url("/sdk/pigeon.js")).body)
+        # A copy of the SDK on the app's origin (the entry and every module it imports, as an app that hosts the SDK
+        # itself copies them): the app reloads while the server is down.
+        wanted, copied = ["pigeon.js"], set()
+        while wanted:
+            name = wanted.pop()
+            if name in copied:
+                continue
+            body = pigeonweb.request("GET", server.url(f"/sdk/{name}")).body
+            with open(os.path.join(directory, name), "wb") as file:
+                file.write(body)
+            copied.add(name)
+            wanted += [m.decode() for m in re.findall(rb'from "\./([a-z]+\.js)"', body)]
+        check(len(copied) > 1, f"the entry imports its modules: {copied}")
         with pigeonweb.browser() as browser:
             a = App(browser.new_context(), origin, server, alice, module=f"{origin}/pigeon.js")
             b = App(browser.new_context(), origin, server, bob)

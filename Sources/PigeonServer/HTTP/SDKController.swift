@@ -4,21 +4,30 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 import PigeonContract
+import PigeonDomain
+import PigeonJS
 
-/// `GET /sdk/pigeon.js` and `GET /sdk/pigeon.d.ts`: PigeonJS, the browser SDK (Pages/pigeon.js, one dependency-free ES
-/// module), and its TypeScript declaration, served by every server, with or without `--web`, so that a web app imports
-/// the SDK of the very server it talks to. docs/SDK-JS.md describes the SDK.
+/// `GET /sdk/pigeon.js`, `GET /sdk/{module}` and `GET /sdk/pigeon.d.ts`: PigeonJS, the browser SDK (`Clients/PigeonJS`:
+/// ES modules, dependency-free), and its TypeScript declarations, served by every server, with or without `--web`, so
+/// that a web app imports the SDK of the very server it talks to. The entry, `pigeon.js`, imports the other modules by
+/// relative URL: the browser fetches each from here. docs/SDK-JS.md describes the SDK.
 ///
-/// A web app usually lives on another origin than the server, and a module script is fetched in CORS mode: both files
-/// are answered with `Access-Control-Allow-Origin: *` (they are public and carry no credentials) and
+/// A web app usually lives on another origin than the server, and a module script is fetched in CORS mode: every file
+/// is answered with `Access-Control-Allow-Origin: *` (they are public and carry no credentials) and
 /// `Cross-Origin-Resource-Policy: cross-origin`, whatever `--cors-origin` says (which governs the `/v1` API only).
 /// `Cache-Control: no-cache` with a strong `ETag` (the SHA-256 of the bytes served): a browser keeps its copy and asks
 /// each time whether it is still the server's (`If-None-Match` → `304`), so an upgraded server is picked up at the next
 /// load, without a `?v=` in the URL.
 struct SDKController: Sendable {
     func addRoutes(to router: Router<PigeonRequestContext>) {
-        router.get("/sdk/pigeon.js") { request, _ in SDKFile.module.response(to: request) }
+        router.get("/sdk/pigeon.js") { request, _ in SDKFile.entry.response(to: request) }
         router.get("/sdk/pigeon.d.ts") { request, _ in SDKFile.declarations.response(to: request) }
+        router.get("/sdk/:module") { request, context in
+            guard let name = context.parameters.get("module"), let file = SDKFile.modules[name] else {
+                throw PigeonError(.notFound, "no such module of PigeonJS")
+            }
+            return file.response(to: request)
+        }
     }
 }
 
@@ -28,22 +37,26 @@ struct SDKFile: Sendable {
     let contentType: String
     let etag: String
 
-    /// The module, with its `VERSION` filled in (``version(of:)``).
-    static let module: SDKFile = {
-        let source = PackageResources.pigeon_js
+    /// The entry module, with its `VERSION` filled in (``version(of:)``, over every module).
+    static let entry: SDKFile = {
+        let source = PigeonJSFiles.modules[0].bytes
         let text = String(decoding: source, as: UTF8.self)
-        precondition(text.contains(versionPlaceholder), "Pages/pigeon.js must hold \(versionPlaceholder) once")
-        let filled = text.replacingOccurrences(of: versionPlaceholder, with: version(of: source))
+        precondition(text.contains(versionPlaceholder), "PigeonJS's pigeon.js must hold \(versionPlaceholder) once")
+        let filled = text.replacingOccurrences(of: versionPlaceholder, with: version(of: PigeonJSFiles.modules.flatMap(\.bytes)))
         return SDKFile(bytes: Array(filled.utf8), contentType: "text/javascript; charset=utf-8")
     }()
 
-    static let declarations = SDKFile(bytes: PackageResources.pigeon_d_ts, contentType: "application/typescript; charset=utf-8")
+    /// The other modules, by file name.
+    static let modules: [String: SDKFile] = Dictionary(
+        uniqueKeysWithValues: PigeonJSFiles.modules.dropFirst().map { ($0.name, SDKFile(bytes: $0.bytes, contentType: "text/javascript; charset=utf-8")) })
 
-    /// The text in Pages/pigeon.js that the server replaces with the module's version.
+    static let declarations = SDKFile(bytes: PigeonJSFiles.declarations, contentType: "application/typescript; charset=utf-8")
+
+    /// The text in the entry that the server replaces with the SDK's version.
     static let versionPlaceholder = "0.0.0-unserved"
 
-    /// `<contract version>+<the first 12 hex digits of the source's SHA-256>`, e.g. `1.2+3f9a0c1d2e4b`: the wire contract
-    /// the module speaks, and which build of it this is (any change to the file changes it).
+    /// `<contract version>+<the first 12 hex digits of the sources' SHA-256>`, e.g. `1.2+3f9a0c1d2e4b`: the wire contract
+    /// the SDK speaks, and which build of it this is (any change to any of its modules changes it).
     static func version(of source: [UInt8]) -> String {
         let digest = SHA256.hash(data: source).map { String(format: "%02x", $0) }.joined()
         return "\(OpenAPIDocument.version)+\(digest.prefix(12))"

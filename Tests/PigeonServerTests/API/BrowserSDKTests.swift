@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
 import NIOHTTP1
+import PigeonContract
+import PigeonJS
 import PigeonProtocol
 @testable import PigeonServer
 import PigeonTestSupport
@@ -36,12 +38,35 @@ import Testing
         }
     }
 
-    /// `VERSION` is the contract's version and the source's hash; the served text differs from the source only there.
+    /// Every module the entry imports is served as it is, like the entry; the contract lists exactly those; any other
+    /// name under /sdk/ is 404.
+    @Test func everyModuleTheEntryImportsIsServed() async throws {
+        try await withTestServer { client in
+            let entry = try await client.request(.GET, "/sdk/pigeon.js").text
+            var imported = Set(entry.matches(of: /from "\.\/([a-z]+\.js)"/).map { String($0.output.1) })
+            for (name, bytes) in PigeonJSFiles.modules.dropFirst() {
+                let module = try await client.request(.GET, "/sdk/\(name)", headers: ["Origin": "https://elsewhere.example.org"])
+                #expect(module.status == 200, "\(name): \(module.status)")
+                #expect(module.text == String(decoding: bytes, as: UTF8.self), "\(name) is served as it is")
+                #expect(module.headers["content-type"] == "text/javascript; charset=utf-8", "\(name)")
+                #expect(module.headers["access-control-allow-origin"] == "*", "\(name)")
+                #expect(module.headers["etag"] == "\"\(Self.sha256(module.text.utf8))\"", "\(name)")
+                imported.formUnion(module.text.matches(of: /from "\.\/([a-z]+\.js)"/).map { String($0.output.1) })
+            }
+            #expect(imported == Set(PigeonJSFiles.modules.dropFirst().map(\.name)), "the module graph is what is served: \(imported.sorted())")
+            #expect(Set(ContractRoute.sdkModules) == Set(PigeonJSFiles.modules.dropFirst().map(\.name)))
+            for name in ["nothing.js", "pigeon.js.map", "..%2Fpigeon.js"] {
+                #expect(try await client.request(.GET, "/sdk/\(name)").status == 404, "\(name)")
+            }
+        }
+    }
+
+    /// `VERSION` is the contract's version and the sources' hash; the served text differs from the source only there.
     @Test func theModuleCarriesItsVersion() async throws {
         try await withTestServer { client in
             let served = try await client.request(.GET, "/sdk/pigeon.js").text
-            let source = String(decoding: PackageResources.pigeon_js, as: UTF8.self)
-            let version = SDKFile.version(of: PackageResources.pigeon_js)
+            let source = String(decoding: PigeonJSFiles.modules[0].bytes, as: UTF8.self)
+            let version = SDKFile.version(of: PigeonJSFiles.modules.flatMap(\.bytes))
             #expect(version.wholeMatch(of: /1\.2\+[0-9a-f]{12}/) != nil, "\(version)")
             #expect(served.contains("export const VERSION = \"\(version)\";"))
             #expect(source.contains("export const VERSION = \"\(SDKFile.versionPlaceholder)\";"))
