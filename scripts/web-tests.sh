@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the web tests: the contract test (schemathesis against the live server's /openapi.json) and the browser tests
-# (headless Chromium through Playwright on the demo and admin pages), each a script in Tests/Web/test_*.py run
-# against the built pigeon-server binary. Installs what is missing: chromium (Debian), playwright and schemathesis
-# (PyPI). Fails loudly when one cannot be installed. Screenshots and server logs go to .build/web-artefacts.
+# Runs the web tests, each a script in Tests/Web/test_*.py run against the built pigeon-server binary: the contract
+# test (schemathesis against the live server's /openapi.json), the browser tests (headless Chromium through Playwright
+# on the demo and admin pages and PigeonJS) and PigeonJS's types (tsc against its modules). Installs what is missing:
+# chromium and node-typescript (Debian), playwright and schemathesis (PyPI). Fails loudly when one cannot be
+# installed. Screenshots and server logs go to .build/web-artefacts.
 # Usage: scripts/web-tests.sh [test file names, e.g. test_demo.py] (after `swift build`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,8 @@ as_root() {
 missing=()
 if ! command -v chromium >/dev/null 2>&1 && [ -z "${PIGEON_CHROMIUM:-}" ]; then missing+=(chromium); fi
 if ! dpkg -s fonts-noto-color-emoji >/dev/null 2>&1; then missing+=(fonts-noto-color-emoji); fi
+# The TypeScript compiler checks PigeonJS's declarations against its modules (test_types.py).
+if ! command -v tsc >/dev/null 2>&1; then missing+=(node-typescript); fi
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "== installing ${missing[*]} (Debian) for the browser tests"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || { echo "error: apt-get update failed" >&2; exit 1; }
