@@ -326,7 +326,12 @@ let package = Package(
             name: "PigeonRedisTests",
             dependencies: [
                 "PigeonRedis",
+                "PigeonRedisBuffer",
+                "PigeonDomain",
+                "PigeonProtocol",
                 "PigeonTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

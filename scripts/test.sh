@@ -151,7 +151,7 @@ run_pass "running the terminal client's tests (the built pigeon and pigeon-serve
 # their own here: with Foundation's Process, which waits in select(), the test process hung past 1,024 descriptors.
 # Test servers are started with posix_spawn now (PigeonTestSupport's ChildProcess), and 6 tests at a time hold far
 # fewer.)
-production_skip="StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|PostgresBatchTests|PostgresAttachmentTests|AtRestEncryptionTests|RedisStreamsBufferTests|CrashTests|$security|$memory"
+production_skip="StoreContractTests|GroupStoreContractTests|BrowserServerProcessTests|MultiNodeTests|PushMultiNodeTests|ProductionFaultTests|EventPartitionTests|FanoutContractTests|ProcessorConcurrencyTests|PostgresBatchTests|PostgresAttachmentTests|AtRestEncryptionTests|CrashTests|$security|$memory"
 PIGEON_TEST_BACKEND=production run_pass "running the server's tests again against --store postgres --buffer redis" \
     swift test --skip-build --filter PigeonServerTests --skip "$production_skip" "$@"
 

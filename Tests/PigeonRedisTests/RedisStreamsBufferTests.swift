@@ -9,8 +9,6 @@ import PigeonRedisBuffer
 import PigeonTestSupport
 import Testing
 
-@testable import PigeonServer
-
 /// The Redis Streams buffer against a real `redis-server` of each test's own.
 @Suite struct RedisStreamsBufferTests {
     static let logger: Logger = {
@@ -627,3 +625,6 @@ import Testing
         await volatile.stop()
     }
 }
+
+/// A fresh id, as the clients make them (a lowercase UUID).
+private func newId() -> String { UUID().uuidString.lowercased() }
