@@ -2,7 +2,8 @@
 /// (the entry, `pigeon.js`, imports the others by relative URL, so no bundler is needed and each file stays readable
 /// as served), and the TypeScript declarations of the entry. The modules follow PigeonKit's parts: `errors`, `status`
 /// (the status machine), `policy` (retries and timings), `messages` (changes and argument checks), `reactions`,
-/// `store` (IndexedDB) and `client` (connection, outbox, receiving, gap recovery).
+/// `store` (IndexedDB), `transport` (the HTTP API), `stream` (the WebSocket or SSE stream and its reconnection) and
+/// `client` (the tabs' leadership, the outbox, receiving, gap recovery).
 package enum PigeonJSFiles {
     /// Each module's file name and bytes, the entry first.
     package static let modules: [(name: String, bytes: [UInt8])] = [
@@ -14,6 +15,8 @@ package enum PigeonJSFiles {
         ("reactions.js", PackageResources.reactions_js),
         ("status.js", PackageResources.status_js),
         ("store.js", PackageResources.store_js),
+        ("stream.js", PackageResources.stream_js),
+        ("transport.js", PackageResources.transport_js),
     ]
 
     /// The entry's TypeScript declarations.

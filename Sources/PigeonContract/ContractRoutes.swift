@@ -12,7 +12,7 @@ extension ContractRoute {
 
     /// The modules of PigeonJS besides its entry (`Clients/PigeonJS/src`; the server serves what it embeds, and a test
     /// checks that this list is that).
-    package static let sdkModules = ["client.js", "errors.js", "messages.js", "policy.js", "reactions.js", "status.js", "store.js"]
+    package static let sdkModules = ["client.js", "errors.js", "messages.js", "policy.js", "reactions.js", "status.js", "store.js", "stream.js", "transport.js"]
 
     private static let conversationId = Parameter.path("id", ContractSchemas.uuid, "The conversation's id (400 when it is not a UUID).")
     private static let serverId = Parameter.path("serverId", ContractSchemas.uuid, "The target message's serverId (400 when it is not a UUID).")

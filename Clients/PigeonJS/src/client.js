@@ -1,11 +1,14 @@
-// PigeonJS: the client, one device's connection, outbox, receiving and gap recovery (docs/SDK-JS.md).
+// PigeonJS: the client of one device: the tabs' leadership, the outbox, receiving and gap recovery, over the event
+// stream (stream.js) and the HTTP API (transport.js) (docs/SDK-JS.md).
 
 import { PigeonError } from "./errors.js";
 import { applyEvidence } from "./status.js";
-import { RETRY, RECONNECT, START_SETTLES_MS, RECEIPT_BATCH_MS, HISTORY_PAGE, afterFailedTry, backoff, MAX_BODY_BYTES } from "./policy.js";
+import { START_SETTLES_MS, RECEIPT_BATCH_MS, HISTORY_PAGE, afterFailedTry, MAX_BODY_BYTES } from "./policy.js";
 import { CHANGE_TYPES, changeApplied, UUID, requireConversationId } from "./messages.js";
 import { canonicalReactionKey, withPendingReactions } from "./reactions.js";
 import { LocalStore, sortKeyOf } from "./store.js";
+import { EventStream } from "./stream.js";
+import { ServerApi } from "./transport.js";
 
 // MARK: - The client
 
@@ -19,9 +22,7 @@ import { LocalStore, sortKeyOf } from "./store.js";
  */
 export class PigeonClient extends EventTarget {
     #server;
-    #token;
     #database;
-    #transportChoice;
     #debug;
     #store = null;
     #channel = null;
@@ -31,12 +32,8 @@ export class PigeonClient extends EventTarget {
     #state = "stopped";
     /** Resolves `start()`: set by `start`, called once the connection state is known. */
     #stateKnown = null;
-    #socket = null;
-    #source = null;
-    #transport = null;
-    #reconnectAttempt = 0;
-    #reconnectTimer = null;
-    #websocketRefusals = 0;
+    #api;
+    #stream;
     #events = Promise.resolve();
     #inFlight = new Set();
     #outboxTimer = null;
@@ -65,12 +62,15 @@ export class PigeonClient extends EventTarget {
         if (typeof database !== "string" || database.length === 0) throw new PigeonError("invalid_request", "database is required");
         if (!["auto", "websocket", "sse"].includes(transport)) throw new PigeonError("invalid_request", "transport must be auto, websocket or sse");
         this.#server = server.replace(/\/$/, "");
-        this.#token = token;
         this.#database = database;
-        this.#transportChoice = transport;
         this.#debug = debug;
         this.userId = userId ?? PigeonClient.#userOfJWT(token);
         if (!this.userId) throw new PigeonError("invalid_request", "userId is required with an opaque (pgn_) token");
+        this.#api = new ServerApi(this.#server, token);
+        this.#stream = new EventStream({
+            server: this.#server, token, choice: transport,
+            onOpened: () => this.#streamOpened(), onFrame: (text) => this.#frame(text), onLost: () => this.#streamLost(),
+        });
     }
 
     /**
@@ -170,8 +170,8 @@ export class PigeonClient extends EventTarget {
         this.#leader = false;
         removeEventListener("online", this.#onlineListener);
         removeEventListener("offline", this.#offlineListener);
-        this.#closeStream();
-        clearTimeout(this.#reconnectTimer);
+        this.#stream.close();
+        this.#stream.cancelRetry();
         clearTimeout(this.#outboxTimer);
         for (const timer of [...this.#gapTimers.values(), ...this.#receiptTimers.values()]) clearTimeout(timer);
         this.#gapTimers.clear();
@@ -417,14 +417,14 @@ export class PigeonClient extends EventTarget {
 
     /** Creates a conversation with `members` (userIds; the caller is added): resolves with the server's Conversation. */
     async createConversation(members, { name = null } = {}) {
-        const conversation = await this.#call("POST", "/v1/conversations", { members, name });
+        const conversation = await this.#api.call("POST", "/v1/conversations", { members, name });
         await this.#saveConversation(conversation);
         return conversation;
     }
 
     /** Lists the conversations from the server into the store; resolves with the store's list. */
     async refreshConversations() {
-        const { conversations } = await this.#call("GET", "/v1/conversations");
+        const { conversations } = await this.#api.call("GET", "/v1/conversations");
         for (const conversation of conversations) await this.#saveConversation(conversation);
         return this.conversations();
     }
@@ -480,11 +480,8 @@ export class PigeonClient extends EventTarget {
 
     /** Shows (or stops showing) this user typing in a conversation; the server ends it by itself after 10 s. */
     async typing(conversationId, active = true) {
-        if (this.#leader && this.#socket?.readyState === WebSocket.OPEN) {
-            this.#socket.send(JSON.stringify({ op: "typing", conversationId, active }));
-            return;
-        }
-        await this.#call("POST", `/v1/conversations/${conversationId}/typing`, { active });
+        if (this.#leader && this.#stream.send({ op: "typing", conversationId, active })) return;
+        await this.#api.call("POST", `/v1/conversations/${conversationId}/typing`, { active });
     }
 
     /**
@@ -568,63 +565,26 @@ export class PigeonClient extends EventTarget {
         if (after != null) query.set("after", after);
         if (before != null) query.set("before", before);
         if (limit != null) query.set("limit", limit);
-        return this.#call("GET", `/v1/conversations/${conversationId}/threads/${rootServerId}/messages?${query}`);
+        return this.#api.call("GET", `/v1/conversations/${conversationId}/threads/${rootServerId}/messages?${query}`);
     }
 
     /** Uploads a file (a `Blob`/`File`): resolves with the attachment (`id`, `name`, `size`, ...) to pass to `send`. */
     async upload(blob, name = blob.name) {
         if (!(blob instanceof Blob)) throw new PigeonError("invalid_request", "upload takes a Blob or a File");
         if (!name) throw new PigeonError("invalid_request", "an upload needs a name");
-        return this.#call("POST", `/v1/attachments?name=${encodeURIComponent(name)}`, blob);
+        return this.#api.call("POST", `/v1/attachments?name=${encodeURIComponent(name)}`, blob);
     }
 
     /** An attachment's bytes, fetched with the token in `Authorization` (never in a URL). */
     async attachment(id) {
-        const response = await this.#fetch("GET", `/v1/attachments/${id}`);
+        const response = await this.#api.fetch("GET", `/v1/attachments/${id}`);
         return response.blob();
     }
 
-    // MARK: HTTP
+    // MARK: Checks
 
     #requireStarted() {
         if (!this.#started) throw new PigeonError("stopped", "call start() first");
-    }
-
-    /** One HTTP call; throws a PigeonError for a refusal (`code` from the body), a timeout or a network failure. */
-    async #fetch(method, path, body, { timeoutMs = RETRY.ackTimeoutMs } = {}) {
-        const headers = { Authorization: `Bearer ${this.#token}` };
-        let payload;
-        if (body instanceof Blob) {
-            payload = body;
-            headers["Content-Type"] = body.type || "application/octet-stream";
-        } else if (body !== undefined) {
-            payload = JSON.stringify(body);
-            headers["Content-Type"] = "application/json";
-        }
-        const abort = new AbortController();
-        const timer = setTimeout(() => abort.abort(), timeoutMs);
-        let response;
-        try {
-            response = await fetch(this.#server + path, { method, headers, body: payload, signal: abort.signal, credentials: "omit" });
-        } catch (error) {
-            throw abort.signal.aborted
-                ? new PigeonError("timeout", `${method} ${path}: no answer in ${timeoutMs} ms`)
-                : new PigeonError("network", `${method} ${path}: ${error.message}`);
-        } finally {
-            clearTimeout(timer);
-        }
-        if (!response.ok) {
-            let error = {};
-            try { error = (await response.json()).error ?? {}; } catch { /* not JSON: the status says it */ }
-            const retryAfter = Number(response.headers.get("Retry-After")) || null;
-            throw new PigeonError(error.code ?? `http_${response.status}`, error.message ?? response.statusText, { status: response.status, retryAfter });
-        }
-        return response;
-    }
-
-    async #call(method, path, body, options) {
-        const response = await this.#fetch(method, path, body, options);
-        return response.status === 204 ? null : response.json();
     }
 
     // MARK: Events out (this tab's listeners, and the other tabs')
@@ -637,7 +597,7 @@ export class PigeonClient extends EventTarget {
     #setState(state) {
         if (this.#state === state) return;
         this.#state = state;
-        this.#announce("connection", { state, leader: this.#leader, transport: this.#transport });
+        this.#announce("connection", { state, leader: this.#leader, transport: this.#stream.transport });
     }
 
     #fromOtherTab(data) {
@@ -650,7 +610,7 @@ export class PigeonClient extends EventTarget {
         } else if (data.kind === "outbox" && this.#leader) {
             this.#pumpOutbox();
         } else if (data.kind === "hello" && this.#leader) {
-            this.#channel.postMessage({ kind: "event", type: "connection", detail: { state: this.#state, transport: this.#transport } });
+            this.#channel.postMessage({ kind: "event", type: "connection", detail: { state: this.#state, transport: this.#stream.transport } });
         }
     }
 
@@ -672,85 +632,30 @@ export class PigeonClient extends EventTarget {
 
     #browserOnline() {
         if (!this.#leader) return;
-        clearTimeout(this.#reconnectTimer);
-        this.#reconnectAttempt = 0;
-        if (!this.#socket && !this.#source) this.#connect();
+        this.#stream.resetBackoff();
+        if (!this.#stream.isOpen) this.#connect();
     }
 
     #browserOffline() {
         if (!this.#leader) return;
-        this.#closeStream();
+        this.#stream.close();
         this.#setState("offline");
         this.#knowState();
     }
 
     async #connect() {
-        if (!this.#leader || !this.#started || this.#socket || this.#source) return;
+        if (!this.#leader || !this.#started || this.#stream.isOpen) return;
         if (navigator.onLine === false) {
             this.#setState("offline");
             return this.#knowState();
         }
         this.#setState("connecting");
         const cursor = (await this.#store.get("meta", "cursor"))?.value;
-        if (!this.#leader || !this.#started || this.#socket || this.#source) return;
-        const query = new URLSearchParams({ access_token: this.#token });
-        if (cursor) query.set("cursor", cursor);
-        const useSSE = this.#transportChoice === "sse" || (this.#transportChoice === "auto" && this.#websocketRefusals % 2 === 1);
-        if (useSSE) this.#openSSE(query);
-        else this.#openWebSocket(query);
-    }
-
-    #openWebSocket(query) {
-        const url = this.#server.replace(/^http/, "ws") + "/v1/ws?" + query;
-        const socket = new WebSocket(url);
-        this.#socket = socket;
-        this.#transport = "websocket";
-        let opened = false;
-        socket.onopen = () => {
-            opened = true;
-            this.#websocketRefusals = 0;
-            this.#streamOpened();
-        };
-        socket.onmessage = (event) => this.#frame(event.data);
-        socket.onclose = () => {
-            if (this.#socket !== socket) return;
-            this.#socket = null;
-            if (!opened) this.#websocketRefusals += 1;
-            this.#streamLost();
-        };
-    }
-
-    #openSSE(query) {
-        const source = new EventSource(this.#server + "/v1/events?" + query);
-        this.#source = source;
-        this.#transport = "sse";
-        source.onopen = () => this.#streamOpened();
-        const onEvent = (event) => this.#frame(event.data);
-        for (const type of ["message.new", "message.stored", "message.failed", "receipt", "conversation.created", "typing", "reaction", "reset"]) {
-            source.addEventListener(type, onEvent);
-        }
-        // The browser's own reconnection would resume from Last-Event-ID, but the SDK resumes from the cursor it
-        // saved (after processing), and backs off: it closes the source and opens a new one.
-        source.onerror = () => {
-            if (this.#source !== source) return;
-            source.close();
-            this.#source = null;
-            if (this.#transportChoice === "auto") this.#websocketRefusals += 1;
-            this.#streamLost();
-        };
-    }
-
-    #closeStream() {
-        const socket = this.#socket;
-        const source = this.#source;
-        this.#socket = null;
-        this.#source = null;
-        socket?.close();
-        source?.close();
+        if (!this.#leader || !this.#started || this.#stream.isOpen) return;
+        this.#stream.open(cursor);
     }
 
     #streamOpened() {
-        this.#reconnectAttempt = 0;
         this.#setState("online");
         this.#knowState();
         // Whatever happened while away (a restart, a reset, messages of a conversation this device never heard of):
@@ -765,9 +670,7 @@ export class PigeonClient extends EventTarget {
         this.#knowState();
         if (navigator.onLine === false) return this.#setState("offline");
         this.#setState("connecting");
-        this.#reconnectAttempt += 1;
-        clearTimeout(this.#reconnectTimer);
-        this.#reconnectTimer = setTimeout(() => this.#connect(), backoff(this.#reconnectAttempt, RECONNECT.baseMs, RECONNECT.maxMs));
+        this.#stream.retry(() => this.#connect());
     }
 
     /** Frames are processed one at a time, in order; the cursor is saved after each event is persisted. */
@@ -838,7 +741,7 @@ export class PigeonClient extends EventTarget {
     async #received(conversationId, messages) {
         if (!(await this.conversation(conversationId))) {
             try {
-                await this.#saveConversation(await this.#call("GET", `/v1/conversations/${conversationId}`));
+                await this.#saveConversation(await this.#api.call("GET", `/v1/conversations/${conversationId}`));
             } catch (error) {
                 if (error.code === "not_found") return;
                 await this.#saveConversation({ id: conversationId, members: [] });
@@ -930,7 +833,7 @@ export class PigeonClient extends EventTarget {
     async #fetchHistory(conversationId, after) {
         let seq = after;
         for (;;) {
-            const page = await this.#call("GET", `/v1/conversations/${conversationId}/messages?after=${seq}&limit=${HISTORY_PAGE}`);
+            const page = await this.#api.call("GET", `/v1/conversations/${conversationId}/messages?after=${seq}&limit=${HISTORY_PAGE}`);
             for (const message of page.messages) await this.#persist(message);
             if (page.messages.length > 0) seq = page.messages[page.messages.length - 1].seq;
             if (!page.hasMore) return seq;
@@ -941,7 +844,7 @@ export class PigeonClient extends EventTarget {
     async #catchUp() {
         let conversations;
         try {
-            ({ conversations } = await this.#call("GET", "/v1/conversations"));
+            ({ conversations } = await this.#api.call("GET", "/v1/conversations"));
         } catch {
             return; // The stream's next reconnection tries again.
         }
@@ -962,7 +865,7 @@ export class PigeonClient extends EventTarget {
             const conversation = await this.conversation(conversationId);
             if (!conversation?.contiguousSeq) return;
             try {
-                await this.#call("POST", `/v1/conversations/${conversationId}/receipts`, { kind: "delivered", upToSeq: conversation.contiguousSeq });
+                await this.#api.call("POST", `/v1/conversations/${conversationId}/receipts`, { kind: "delivered", upToSeq: conversation.contiguousSeq });
             } catch {
                 // The next message or reconnection's catch-up sends it again.
             }
@@ -1110,7 +1013,7 @@ export class PigeonClient extends EventTarget {
                     if (seq <= (conversation.readSent ?? 0)) continue;
                     let confirmed = null;
                     try {
-                        confirmed = await this.#call("POST", `/v1/conversations/${conversation.id}/receipts`, { kind: "read", upToSeq: seq });
+                        confirmed = await this.#api.call("POST", `/v1/conversations/${conversation.id}/receipts`, { kind: "read", upToSeq: seq });
                     } catch (error) {
                         const refused = error.status >= 400 && error.status < 500 && error.status !== 401 && error.status !== 429;
                         if (!refused) return;
@@ -1152,7 +1055,7 @@ export class PigeonClient extends EventTarget {
         }
         await this.#evidence({ localId: record.localId }, "dispatched");
         try {
-            const answer = await this.#call("POST", path, body);
+            const answer = await this.#api.call("POST", path, body);
             if (answer.status === "failed") {
                 await this.#evidence({ localId: record.localId }, "failedOnServer", { fields: { serverId: answer.serverId }, failureIsLocal: false,
                     error: { code: "failed", message: "the server dead-lettered this message" } });
@@ -1197,7 +1100,7 @@ export class PigeonClient extends EventTarget {
         const path = `/v1/conversations/${item.conversationId}/messages/${item.serverId}/reactions/${encodeURIComponent(item.key)}`;
         const heard = record.reactionsHeard ?? 0;
         try {
-            const answer = await this.#call(item.add ? "PUT" : "DELETE", path);
+            const answer = await this.#api.call(item.add ? "PUT" : "DELETE", path);
             await this.#reactionSettled(item, answer.reactions, null, heard);
         } catch (error) {
             const next = afterFailedTry(error, item.tries);
