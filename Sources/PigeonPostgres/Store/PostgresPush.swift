@@ -12,7 +12,10 @@ public struct PostgresPush: PushStore {
 
     public func setPushRegistration(_ request: PushRegistrationRequest, data: String?, for device: DeviceIdentity, at now: Int64) async throws {
         do {
-            try await store.transaction { connection in try await Self.setPushRegistration(connection, request, data: store.cipher.seal(data), for: device, at: now, logger: logger) }
+            let sealed = store.cipher.seal(data)
+            try await store.transaction { connection in
+                try await Self.setPushRegistration(connection, request, data: sealed, for: device, at: now, logger: logger)
+            }
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "23505" {
             // Another user's device registered the pushkey between the check and the insert: the unique index holds it.
             throw PigeonError.pushkeyHeld

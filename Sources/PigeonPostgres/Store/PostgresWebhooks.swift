@@ -5,14 +5,11 @@ import PigeonProtocol
 import PostgresNIO
 
 /// The webhook outbox's deliveries in PostgreSQL (``WebhookStore``): a role of its own that borrows the store's pool. The
-/// events are recorded by the store's own statements (``PostgresMessageStore/recordWebhook(_:_:logger:)`` and the batch
+/// events are recorded by the store's own statements (``PostgresMessageStore/recordWebhook(_:_:cipher:logger:)`` and the batch
 /// statement's `hooks`).
 public struct PostgresWebhooks: WebhookStore {
     let store: PostgresMessageStore
     private var logger: Logger { store.logger }
-    private var eventPartitions: Int { store.eventPartitions }
-
-    // MARK: Recording
 
     public func claimWebhookEvents(now: Int64, limit: Int, leaseUntil: Int64, node: String) async throws -> [WebhookDelivery] {
         // `SKIP LOCKED`: nodes claiming at once take different heads instead of waiting for each other.
