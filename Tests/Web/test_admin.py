@@ -103,7 +103,16 @@ def test_admin_page():
             # A burst of sends: the page shows the rate while it runs.
             seen_rate = threading.Event()
             burst_ids = []
-            sender = threading.Thread(target=lambda: burst_ids.extend(burst(server, bob, crowd["id"], BURST)))
+
+            def send_bursts():
+                # Another round while the page has not shown the rate yet: a burst that fits in one of the sampler's
+                # seconds shows for a second only, and the page's poll (every second or so) can step over it.
+                for _ in range(3):
+                    burst_ids.extend(burst(server, bob, crowd["id"], BURST))
+                    if seen_rate.is_set():
+                        break
+
+            sender = threading.Thread(target=send_bursts)
             sender.start()
             try:
                 wait_until("the page shows an accepted rate above zero during the burst",
@@ -116,7 +125,7 @@ def test_admin_page():
                 check(left.status == 200, f"alice leaves: {left.status} {left.body!r}")
             finally:
                 sender.join()
-            check(len(burst_ids) == BURST, f"the burst was accepted: {len(burst_ids)}")
+            check(len(burst_ids) >= BURST and len(burst_ids) % BURST == 0, f"the bursts were accepted: {len(burst_ids)}")
             check(number(page, "total-accepted") is not None, "totals shown")
             page.wait_for_function("document.querySelector('#chart-rates polyline.accepted') !== null")
 
@@ -127,7 +136,7 @@ def test_admin_page():
             wait_until("the page counts the dead letter", lambda: number(page, "dead-letter-count") == 1, timeout=10)
 
             # The stored rate and total catch up with the burst; bob's delivered receipt shows up as delivered.
-            wait_until("the burst is stored", lambda: stats(server)["bufferDepth"] == 0, timeout=60)
+            wait_until("the burst is stored", lambda: stats(server)["bufferDepth"] == 0, timeout=180)
             receipt = request("POST", server.url(f"/v1/conversations/{crowd['id']}/receipts"),
                               {"kind": "delivered", "upToSeq": BURST}, token=alice["token"])
             check(receipt.status == 200, f"receipt: {receipt.status} {receipt.body!r}")
