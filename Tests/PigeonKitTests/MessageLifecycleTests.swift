@@ -146,18 +146,23 @@ struct MessageLifecycleTests {
 /// `bodyReplaced` (a send and an edit, over HTTP and over the WebSocket), as every other member reads it.
 @Suite(.timeLimit(.minutes(3)))
 struct ReplacedBodyTests {
-    @Test(arguments: [PigeonClient.StreamTransport.webSocket, .serverSentEvents])
-    func theSendersCopyReadsAsStored(stream: PigeonClient.StreamTransport) async throws {
+    /// A server whose before-send hook replaces any text with "secret" in it by "[redacted]" and allows the rest.
+    private func withRedactingHook(_ body: (KitTestServer) async throws -> Void) async throws {
         let hook = try await WebhookReceiver.start()
         defer { Task { await hook.stop() } }
         hook.answer { request in
-            let body = ((request.json?["message"] as? [String: Any])?["body"] as? String) ?? ""
-            return body.contains("secret") ? .json(#"{"action":"replace","body":"[redacted]"}"#) : .json(#"{"action":"allow"}"#)
+            let text = ((request.json?["message"] as? [String: Any])?["body"] as? String) ?? ""
+            return text.contains("secret") ? .json(#"{"action":"replace","body":"[redacted]"}"#) : .json(#"{"action":"allow"}"#)
         }
         try await withKitTestServer(configure: { configuration in
             configuration.appBackend.beforeSendHookURL = hook.url
             configuration.appBackend.webhookSecret = "hook-secret-for-tests-0123456789"
-        }) { server in
+        }, body)
+    }
+
+    @Test(arguments: [PigeonClient.StreamTransport.webSocket, .serverSentEvents])
+    func theSendersCopyReadsAsStored(stream: PigeonClient.StreamTransport) async throws {
+        try await withRedactingHook { server in
             let alice = try await TestDevice.register("alice", on: server.url) { $0.streamTransport = stream }
             let bob = try await TestDevice.register("bob", on: server.url)
             try await startAll(alice, bob)
@@ -180,16 +185,7 @@ struct ReplacedBodyTests {
     /// body) arrives: the edited message still reads as stored, not as typed. (It kept the typed body: the edit's
     /// stored evidence had already applied the typed body to the message's confirmed revision.)
     @Test func anEditStoredBeforeItsAnswerArrivesStillReadsAsStored() async throws {
-        let hook = try await WebhookReceiver.start()
-        defer { Task { await hook.stop() } }
-        hook.answer { request in
-            let body = ((request.json?["message"] as? [String: Any])?["body"] as? String) ?? ""
-            return body.contains("secret") ? .json(#"{"action":"replace","body":"[redacted]"}"#) : .json(#"{"action":"allow"}"#)
-        }
-        try await withKitTestServer(configure: { configuration in
-            configuration.appBackend.beforeSendHookURL = hook.url
-            configuration.appBackend.webhookSecret = "hook-secret-for-tests-0123456789"
-        }) { server in
+        try await withRedactingHook { server in
             let (alice, faulty) = try await TestDevice.registerFaulty("alice", on: server.url) { $0.streamTransport = .serverSentEvents }
             let bob = try await TestDevice.register("bob", on: server.url)
             try await startAll(alice, bob)
